@@ -1,0 +1,193 @@
+//! Standalone feed: the records file. It is polled (a `stat` per interval, cheap, and it works on
+//! every filesystem including ConfigMap volumes whose files are swapped through symlinks); a
+//! changed file is parsed and published as one source. A bad file never replaces a good table.
+
+use std::{
+    hash::{Hash, Hasher},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use xcc_dns::RecordTable;
+
+use crate::metrics::Metrics;
+
+/// The table source name under which the file's records are published.
+const SOURCE: &str = "records-file";
+
+/// What we remember of the file to notice a change without reading it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> std::io::Result<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    // `metadata` follows symlinks, so a ConfigMap's atomic `..data` swap is seen.
+    let meta = std::fs::metadata(path)?;
+    Ok(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+        inode: meta.ino(),
+    })
+}
+
+pub struct RecordsFeed {
+    path: PathBuf,
+    table: Arc<RecordTable>,
+    metrics: Arc<Metrics>,
+    stamp: Option<Stamp>,
+    content: Option<u64>,
+}
+
+impl RecordsFeed {
+    pub fn new(path: PathBuf, table: Arc<RecordTable>, metrics: Arc<Metrics>) -> Self {
+        RecordsFeed {
+            path,
+            table,
+            metrics,
+            stamp: None,
+            content: None,
+        }
+    }
+
+    /// Loads the file if it changed since the last call. `Ok(true)` when the table changed.
+    pub fn refresh(&mut self) -> Result<bool, xcc_dns::Error> {
+        let stamp = stamp(&self.path).map_err(|source| xcc_dns::Error::ReadRecords {
+            path: self.path.clone(),
+            source,
+        });
+        let stamp = match stamp {
+            Ok(stamp) if Some(stamp) == self.stamp => return Ok(false),
+            Ok(stamp) => stamp,
+            Err(error) => return self.failed(error),
+        };
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(source) => {
+                return self.failed(xcc_dns::Error::ReadRecords {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        self.stamp = Some(stamp);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let content = hasher.finish();
+        if Some(content) == self.content {
+            return Ok(false);
+        }
+        let records = match xcc_dns::parse_records(&text) {
+            Ok(records) => records,
+            Err(message) => {
+                return self.failed(xcc_dns::Error::InvalidRecords {
+                    path: self.path.clone(),
+                    message,
+                });
+            }
+        };
+        let count = records.len();
+        if let Err(error) = self.table.set_source(SOURCE, records) {
+            return self.failed(error);
+        }
+        self.content = Some(content);
+        self.metrics.records_loaded(None);
+        let snapshot = self.table.snapshot();
+        self.metrics
+            .table_published(snapshot.len(), snapshot.serial());
+        tracing::info!(path = %self.path.display(), names = count, serial = snapshot.serial(), "records file loaded");
+        Ok(true)
+    }
+
+    fn failed(&mut self, error: xcc_dns::Error) -> Result<bool, xcc_dns::Error> {
+        self.metrics.records_loaded(Some(error.label()));
+        Err(error)
+    }
+
+    /// Polls the file every `interval` until `shutdown`; failures are logged once per change.
+    pub async fn watch(mut self, interval: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = shutdown;
+        let mut last_error: Option<String> = None;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            match self.refresh() {
+                Ok(_) => last_error = None,
+                Err(error) => {
+                    let text = error.to_string();
+                    if last_error.as_deref() != Some(&text) {
+                        tracing::error!(error = %text, "records file not loaded; still serving the last good table");
+                        last_error = Some(text);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xcc_dns::{Zone, ZoneSettings};
+
+    fn feed(path: &Path) -> RecordsFeed {
+        let table = Arc::new(
+            RecordTable::new(
+                vec![Zone::new("xcc.test").unwrap()],
+                ZoneSettings::default(),
+            )
+            .unwrap(),
+        );
+        RecordsFeed::new(path.to_path_buf(), table, Arc::new(Metrics::new()))
+    }
+
+    #[test]
+    fn a_bad_file_keeps_the_last_good_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.yaml");
+        std::fs::write(
+            &path,
+            "records:\n  a.xcc.test:\n    addresses: [192.0.2.1]\n",
+        )
+        .unwrap();
+        let mut feed = feed(&path);
+        assert!(feed.refresh().unwrap());
+        assert!(!feed.refresh().unwrap(), "unchanged file, no new table");
+        let serial = feed.table.snapshot().serial();
+
+        std::fs::write(
+            &path,
+            "records:\n  a.xcc.test:\n    addresses: [not-an-ip]\n",
+        )
+        .unwrap();
+        let err = feed.refresh().unwrap_err().to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert_eq!(feed.table.snapshot().serial(), serial);
+        assert_eq!(feed.table.snapshot().len(), 1);
+
+        std::fs::write(
+            &path,
+            "records:\n  other.example:\n    addresses: [192.0.2.1]\n",
+        )
+        .unwrap();
+        let err = feed.refresh().unwrap_err().to_string();
+        assert!(err.contains("other.example"), "{err}");
+        assert_eq!(feed.table.snapshot().len(), 1);
+
+        std::fs::remove_file(&path).unwrap();
+        assert!(feed.refresh().is_err());
+        assert_eq!(feed.table.snapshot().len(), 1);
+
+        std::fs::write(&path, "records:\n  b.xcc.test:\n    addresses: [192.0.2.2]\n  c.xcc.test:\n    cname: b.xcc.test\n").unwrap();
+        assert!(feed.refresh().unwrap());
+        assert_eq!(feed.table.snapshot().len(), 2);
+    }
+}

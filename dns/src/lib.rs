@@ -1,0 +1,36 @@
+//! The xcc DNS engine, free of Kubernetes.
+//!
+//! ```text
+//!   sources (records file, EndpointSlices, ...)
+//!        │ set_source / remove_source (writers, serialized by a mutex)
+//!        ▼
+//!   RecordTable ── publishes ──► Arc<Snapshot>  (arc-swap: readers never wait)
+//!                                     │ resolve(qname, qtype)
+//!   UDP (SO_REUSEPORT) / TCP ──► Handler (hickory-server RequestHandler) ──► response
+//! ```
+//!
+//! The rules served are those of the zone design: SOA/NS at each apex, NODATA vs NXDOMAIN with the
+//! SOA in authority (RFC 2308), empty non-terminals exist (RFC 8020), wildcards by closest
+//! encloser (RFC 4592), CNAMEs chased inside our zones, EDNS(0) with BADVERS and a 1232-byte
+//! advertised payload (RFC 6891), TC over UDP when an answer does not fit, REFUSED outside our
+//! zones and NOTIMP for opcodes other than QUERY.
+
+mod error;
+mod handler;
+mod lookup;
+pub mod name;
+mod records_file;
+mod server;
+mod table;
+mod zone;
+
+pub use error::Error;
+pub use handler::{ADVERTISED_UDP_PAYLOAD, Handler, NoObserver, QueryObserver};
+pub use lookup::Resolution;
+pub use records_file::{load_records, parse_records};
+pub use server::{Sockets, serve};
+pub use table::{Batch, HostRecords, RecordTable, Snapshot};
+pub use zone::{DEFAULT_ZONE, Zone, ZoneSettings};
+
+/// Re-exported so that users of this crate name DNS types without a direct dependency.
+pub use hickory_proto as proto;

@@ -1,0 +1,198 @@
+//! Resolution of one question against one snapshot: the DNS rules of the zone, free of any
+//! wire or socket concern.
+//!
+//! - exact name → its records; name without the asked type (including empty non-terminals)
+//!   → NODATA with the SOA;
+//! - no such name → the wildcard `*.<closest encloser>` if it exists (RFC 4592), else NXDOMAIN
+//!   with the SOA; a wildcard never covers its own parent;
+//! - a CNAME is followed while its target stays inside a served zone (RFC 1034 §4.3.2, RFC 6604).
+
+use std::borrow::Cow;
+
+use hickory_proto::{
+    op::ResponseCode,
+    rr::{Name, RData, Record, RecordType},
+};
+
+use crate::{
+    name::{KeyBuf, MAX_KEY_LEN, in_zone, wildcard_key},
+    table::{Node, Snapshot, ZoneEntry},
+};
+
+/// Longest CNAME chain followed inside our zones; a longer one is a loop or a mistake.
+const MAX_CNAME_HOPS: usize = 8;
+
+/// What to send back for one question.
+#[derive(Debug)]
+pub struct Resolution<'s> {
+    /// NOERROR, NXDOMAIN or REFUSED.
+    pub rcode: ResponseCode,
+    /// Whether the answer comes from a zone we are authoritative for.
+    pub authoritative: bool,
+    /// Answer section, owners in the case the question used.
+    pub answers: Vec<Cow<'s, Record>>,
+    /// Authority section: the zone's SOA on negative answers.
+    pub authority: Option<&'s Record>,
+}
+
+impl<'s> Resolution<'s> {
+    fn refused() -> Self {
+        Resolution {
+            rcode: ResponseCode::Refused,
+            authoritative: false,
+            answers: Vec::new(),
+            authority: None,
+        }
+    }
+}
+
+enum Found<'s> {
+    /// The name exists; `node` is `None` for the apex without host records or an empty
+    /// non-terminal. `synthesized` when it came from a wildcard.
+    Name {
+        node: Option<&'s Node>,
+        apex: bool,
+    },
+    NxDomain,
+}
+
+impl Snapshot {
+    /// Resolves `qname`/`qtype` (class IN). `qname` keeps its case: answers echo it.
+    pub fn resolve(&self, qname: &Name, qtype: RecordType) -> Resolution<'_> {
+        let Some(mut key) = KeyBuf::from_name(qname) else {
+            return Resolution::refused();
+        };
+        let Some(mut zone) = self.zone_of(key.key()) else {
+            return Resolution::refused();
+        };
+        let mut out = Resolution {
+            rcode: ResponseCode::NoError,
+            authoritative: true,
+            answers: Vec::new(),
+            authority: None,
+        };
+        // Owner of the records at the current step: the question's own name first, then each
+        // CNAME target as written in the table.
+        let mut owner: Cow<'_, Name> = Cow::Borrowed(qname);
+        for _ in 0..MAX_CNAME_HOPS {
+            let (node, apex) = match self.find(&key, zone) {
+                Found::Name { node, apex } => (node, apex),
+                Found::NxDomain => {
+                    out.rcode = ResponseCode::NXDomain;
+                    out.authority = Some(&zone.apex.soa_negative);
+                    return out;
+                }
+            };
+            let before = out.answers.len();
+            if apex {
+                match qtype {
+                    RecordType::SOA => push(&mut out.answers, &zone.apex.soa_answer, &owner),
+                    RecordType::NS => push(&mut out.answers, &zone.apex.ns, &owner),
+                    RecordType::ANY => {
+                        push(&mut out.answers, &zone.apex.soa_answer, &owner);
+                        push(&mut out.answers, &zone.apex.ns, &owner);
+                    }
+                    _ => {}
+                }
+            }
+            let Some(node) = node else {
+                if out.answers.len() == before {
+                    out.authority = Some(&zone.apex.soa_negative);
+                }
+                return out;
+            };
+            if let Some(cname) = &node.cname
+                && qtype != RecordType::CNAME
+                && qtype != RecordType::ANY
+            {
+                push(&mut out.answers, cname, &owner);
+                let RData::CNAME(target) = &cname.data else {
+                    return out;
+                };
+                let Some(next_key) = KeyBuf::from_name(&target.0) else {
+                    return out;
+                };
+                match self.zone_of(next_key.key()) {
+                    Some(next_zone) => {
+                        key = next_key;
+                        zone = next_zone;
+                        owner = Cow::Owned(target.0.clone());
+                        continue;
+                    }
+                    // Out of our zones: the resolver follows it from here.
+                    None => return out,
+                }
+            }
+            let sets: [&[Record]; 3] = match qtype {
+                RecordType::A => [&node.a, &[], &[]],
+                RecordType::AAAA => [&node.aaaa, &[], &[]],
+                RecordType::CNAME => [node.cname.as_slice(), &[], &[]],
+                RecordType::ANY => [&node.a, &node.aaaa, node.cname.as_slice()],
+                _ => [&[], &[], &[]],
+            };
+            for record in sets.into_iter().flatten() {
+                push(&mut out.answers, record, &owner);
+            }
+            if out.answers.len() == before {
+                out.authority = Some(&zone.apex.soa_negative);
+            }
+            return out;
+        }
+        out
+    }
+
+    /// The closest zone containing `key`.
+    fn zone_of(&self, key: &[u8]) -> Option<&ZoneEntry> {
+        self.zones.iter().find(|z| in_zone(key, &z.key))
+    }
+
+    fn find(&self, key: &KeyBuf, zone: &ZoneEntry) -> Found<'_> {
+        let full = key.key();
+        if let Some(node) = self.nodes.get(full) {
+            let apex = full.len() == zone.key.len();
+            return Found::Name {
+                node: node_with_data(node),
+                apex,
+            };
+        }
+        if full.len() == zone.key.len() {
+            return Found::Name {
+                node: None,
+                apex: true,
+            };
+        }
+        // Closest encloser: the nearest existing ancestor (the apex always exists).
+        let mut wildcard = [0u8; MAX_KEY_LEN + 2];
+        for up in 1..key.label_count() {
+            let ancestor = key.ancestor(up);
+            if ancestor.len() < zone.key.len() {
+                break;
+            }
+            if ancestor.len() == zone.key.len() || self.nodes.contains_key(ancestor) {
+                return match self.nodes.get(wildcard_key(ancestor, &mut wildcard)) {
+                    Some(node) => Found::Name {
+                        node: node_with_data(node),
+                        apex: false,
+                    },
+                    None => Found::NxDomain,
+                };
+            }
+        }
+        Found::NxDomain
+    }
+}
+
+fn node_with_data(node: &Node) -> Option<&Node> {
+    (!node.a.is_empty() || !node.aaaa.is_empty() || node.cname.is_some()).then_some(node)
+}
+
+/// Adds `record` under `owner`'s spelling, copying it only when the spelling differs.
+fn push<'s>(answers: &mut Vec<Cow<'s, Record>>, record: &'s Record, owner: &Name) {
+    if record.name.eq_case(owner) {
+        answers.push(Cow::Borrowed(record));
+    } else {
+        let mut copy = record.clone();
+        copy.name = owner.clone();
+        answers.push(Cow::Owned(copy));
+    }
+}

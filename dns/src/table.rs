@@ -1,0 +1,404 @@
+//! The record table: many writers, each owning the records of one *source* (a records file, one
+//! EndpointSlice, ...), and readers that never wait.
+//!
+//! ```text
+//!  writers ──► Mutex<Writer> ──(patch the changed names, publish)──► ArcSwap<Snapshot> ◄── readers
+//! ```
+//!
+//! A reader loads the current [`Snapshot`] with one atomic operation and resolves against it; a
+//! writer holds the mutex only against other writers. Each publication bumps the SOA serial.
+//! Publishing clones the name map (reference counts, no record copies), so an update costs
+//! O(names) pointer copies plus the changed names, and a batch of updates publishes once.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use arc_swap::ArcSwap;
+use hickory_proto::rr::{
+    Name, RData, Record,
+    rdata::{A, AAAA, CNAME},
+};
+
+use crate::{
+    Error,
+    name::{ancestors, in_zone, key_of},
+    zone::{Apex, Zone, ZoneSettings},
+};
+
+type Key = Arc<[u8]>;
+pub(crate) type NodeMap = HashMap<Key, Arc<Node>, foldhash::fast::FixedState>;
+
+/// What one source says about one host name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostRecords {
+    /// Addresses: IPv4 ones answer A queries, IPv6 ones AAAA queries.
+    pub addresses: Vec<IpAddr>,
+    /// Canonical name. A name cannot have both (RFC 1034 §3.6.2): when any source gives addresses
+    /// for a name, a CNAME from another source for it is ignored.
+    pub cname: Option<Name>,
+}
+
+/// The records served at one name, built once per change and shared by every snapshot after it.
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    pub a: Vec<Record>,
+    pub aaaa: Vec<Record>,
+    pub cname: Option<Record>,
+}
+
+impl Node {
+    fn build(owner: &Name, ttl: u32, contributions: &BTreeMap<String, HostRecords>) -> Node {
+        let mut addresses: Vec<IpAddr> = contributions
+            .values()
+            .flat_map(|r| r.addresses.iter().copied())
+            .collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        let mut node = Node::default();
+        for ip in &addresses {
+            match ip {
+                IpAddr::V4(v4) => {
+                    node.a
+                        .push(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4))))
+                }
+                IpAddr::V6(v6) => node.aaaa.push(Record::from_rdata(
+                    owner.clone(),
+                    ttl,
+                    RData::AAAA(AAAA(*v6)),
+                )),
+            }
+        }
+        if addresses.is_empty() {
+            node.cname = contributions.values().find_map(|r| {
+                r.cname.as_ref().map(|target| {
+                    Record::from_rdata(owner.clone(), ttl, RData::CNAME(CNAME(target.clone())))
+                })
+            });
+        }
+        node
+    }
+}
+
+/// One zone in a snapshot: its key and the apex records of that version.
+#[derive(Debug)]
+pub(crate) struct ZoneEntry {
+    pub key: Box<[u8]>,
+    pub apex: Apex,
+}
+
+/// An immutable version of the table. Readers hold it for the length of one query.
+#[derive(Debug)]
+pub struct Snapshot {
+    serial: u32,
+    /// Longest origin first, so the first zone that contains a name is its closest zone.
+    pub(crate) zones: Vec<ZoneEntry>,
+    pub(crate) nodes: NodeMap,
+    names: usize,
+}
+
+impl Snapshot {
+    /// SOA serial of this version.
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
+    /// Number of host names with records (empty non-terminals not counted).
+    pub fn len(&self) -> usize {
+        self.names
+    }
+
+    /// Whether the table holds no host names.
+    pub fn is_empty(&self) -> bool {
+        self.names == 0
+    }
+}
+
+/// Per-name bookkeeping on the writer side.
+#[derive(Default)]
+struct NameState {
+    owner: Option<Name>,
+    contributions: BTreeMap<String, HostRecords>,
+    /// How many names with records lie below this one (it is an empty non-terminal if > 0).
+    below: u32,
+}
+
+struct Writer {
+    sources: HashMap<String, Vec<Key>>,
+    names: HashMap<Key, NameState>,
+    nodes: NodeMap,
+    serial: u32,
+}
+
+/// The table. Cheap to share: wrap it in an `Arc`.
+pub struct RecordTable {
+    zones: Vec<Zone>,
+    settings: ZoneSettings,
+    writer: Mutex<Writer>,
+    current: ArcSwap<Snapshot>,
+}
+
+impl std::fmt::Debug for RecordTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordTable")
+            .field("zones", &self.zones)
+            .field("settings", &self.settings)
+            .field("serial", &self.current.load().serial)
+            .finish()
+    }
+}
+
+impl RecordTable {
+    /// An empty table serving `zones`. Zones may nest; a name belongs to its closest zone.
+    pub fn new(zones: Vec<Zone>, settings: ZoneSettings) -> Result<Self, Error> {
+        if zones.is_empty() {
+            return Err(Error::NoZones);
+        }
+        let mut zones = zones;
+        zones.sort_by_key(|z| std::cmp::Reverse(z.key().len()));
+        zones.dedup_by(|a, b| a.key() == b.key());
+        // Start from the clock so that a restarted server's serial still rises (RFC 1982 space).
+        let serial = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(1);
+        let writer = Writer {
+            sources: HashMap::new(),
+            names: HashMap::new(),
+            nodes: NodeMap::default(),
+            serial,
+        };
+        let first = Self::snapshot_of(&zones, &settings, &writer);
+        Ok(RecordTable {
+            zones,
+            settings,
+            writer: Mutex::new(writer),
+            current: ArcSwap::from_pointee(first),
+        })
+    }
+
+    /// The zones served, closest (longest) first.
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
+    }
+
+    /// The zone settings (TTLs).
+    pub fn settings(&self) -> &ZoneSettings {
+        &self.settings
+    }
+
+    /// The current version. Never blocks.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Replaces everything `source` says with `entries`, and publishes.
+    pub fn set_source(&self, source: &str, entries: Vec<(Name, HostRecords)>) -> Result<(), Error> {
+        self.update(|batch| batch.set_source(source, entries))
+    }
+
+    /// Forgets `source`, and publishes.
+    pub fn remove_source(&self, source: &str) {
+        self.update(|batch| {
+            batch.remove_source(source);
+            Ok(())
+        })
+        .expect("removing a source cannot fail");
+    }
+
+    /// Names of the sources that currently contribute records.
+    pub fn sources(&self) -> Vec<String> {
+        let writer = self.lock();
+        let mut names: Vec<String> = writer.sources.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Applies several changes and publishes once, as one new serial. If `f` fails, the changes it
+    /// made before failing are still applied (each call on the batch is atomic on its own).
+    pub fn update<T>(
+        &self,
+        f: impl FnOnce(&mut Batch<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut writer = self.lock();
+        let mut batch = Batch {
+            zones: &self.zones,
+            writer: &mut writer,
+            touched: HashSet::new(),
+        };
+        let result = f(&mut batch);
+        let touched = std::mem::take(&mut batch.touched);
+        if !touched.is_empty() {
+            writer.rebuild(&touched, self.settings.ttl);
+            writer.serial = writer.serial.wrapping_add(1);
+            self.current.store(Arc::new(Self::snapshot_of(
+                &self.zones,
+                &self.settings,
+                &writer,
+            )));
+        }
+        result
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        // A writer that panicked left the bookkeeping consistent up to its last completed step:
+        // keep serving rather than poisoning every later update.
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn snapshot_of(zones: &[Zone], settings: &ZoneSettings, writer: &Writer) -> Snapshot {
+        Snapshot {
+            serial: writer.serial,
+            zones: zones
+                .iter()
+                .map(|z| ZoneEntry {
+                    key: z.key().into(),
+                    apex: z.apex(settings, writer.serial),
+                })
+                .collect(),
+            nodes: writer.nodes.clone(),
+            names: writer
+                .names
+                .values()
+                .filter(|s| !s.contributions.is_empty())
+                .count(),
+        }
+    }
+}
+
+/// Changes made under one lock and published together; see [`RecordTable::update`].
+pub struct Batch<'t> {
+    zones: &'t [Zone],
+    writer: &'t mut Writer,
+    touched: HashSet<Key>,
+}
+
+impl Batch<'_> {
+    /// Replaces everything `source` says. Every name must lie in a served zone; if one does not,
+    /// nothing of this source changes and the error names the offenders.
+    pub fn set_source(
+        &mut self,
+        source: &str,
+        entries: Vec<(Name, HostRecords)>,
+    ) -> Result<(), Error> {
+        let mut outside = Vec::new();
+        let mut keyed = Vec::with_capacity(entries.len());
+        for (name, records) in entries {
+            let lower = name.to_lowercase();
+            match key_of(&lower).filter(|k| self.zone_of(k).is_some()) {
+                Some(key) => keyed.push((Key::from(key), lower, records)),
+                None => outside.push(name.to_string()),
+            }
+        }
+        if !outside.is_empty() {
+            return Err(Error::OutsideZones {
+                source_name: source.to_string(),
+                names: outside,
+            });
+        }
+        self.remove_source(source);
+        let mut keys = Vec::with_capacity(keyed.len());
+        for (key, owner, records) in keyed {
+            let zone_len = self.zone_of(&key).map_or(0, |z| z.len());
+            let state = self.writer.names.entry(key.clone()).or_default();
+            let had_records = !state.contributions.is_empty();
+            state.owner = Some(owner);
+            // Two entries for one name in one source: merge them rather than drop one.
+            match state.contributions.get_mut(source) {
+                Some(existing) => {
+                    existing.addresses.extend(records.addresses);
+                    if existing.cname.is_none() {
+                        existing.cname = records.cname;
+                    }
+                }
+                None => {
+                    state.contributions.insert(source.to_string(), records);
+                    keys.push(key.clone());
+                }
+            }
+            if !had_records {
+                self.adjust_ancestors(&key, zone_len, 1);
+            }
+            self.touched.insert(key);
+        }
+        if !keys.is_empty() {
+            self.writer.sources.insert(source.to_string(), keys);
+        }
+        Ok(())
+    }
+
+    /// Forgets everything `source` said.
+    pub fn remove_source(&mut self, source: &str) {
+        let Some(keys) = self.writer.sources.remove(source) else {
+            return;
+        };
+        for key in keys {
+            let zone_len = self.zone_of(&key).map_or(0, |z| z.len());
+            let Some(state) = self.writer.names.get_mut(&key) else {
+                continue;
+            };
+            if state.contributions.remove(source).is_some() && state.contributions.is_empty() {
+                self.adjust_ancestors(&key, zone_len, -1);
+            }
+            self.touched.insert(key);
+        }
+    }
+
+    /// Forgets every source for which `keep` returns false (used after a full relist).
+    pub fn retain_sources(&mut self, keep: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = self
+            .writer
+            .sources
+            .keys()
+            .filter(|s| !keep(s))
+            .cloned()
+            .collect();
+        for source in gone {
+            self.remove_source(&source);
+        }
+    }
+
+    fn zone_of(&self, key: &[u8]) -> Option<&[u8]> {
+        self.zones.iter().map(|z| z.key()).find(|z| in_zone(key, z))
+    }
+
+    /// Counts a name with records in (+1) or out (-1) of every ancestor below its zone's apex.
+    fn adjust_ancestors(&mut self, key: &[u8], zone_len: usize, delta: i32) {
+        for ancestor in ancestors(key).filter(|a| a.len() > zone_len) {
+            let ancestor: Key = Key::from(ancestor);
+            let state = self.writer.names.entry(ancestor.clone()).or_default();
+            state.below = state.below.saturating_add_signed(delta);
+            self.touched.insert(ancestor);
+        }
+    }
+}
+
+impl Writer {
+    /// Rebuilds the reader-visible node of every touched name.
+    fn rebuild(&mut self, touched: &HashSet<Key>, ttl: u32) {
+        static EMPTY: std::sync::OnceLock<Arc<Node>> = std::sync::OnceLock::new();
+        for key in touched {
+            let Some(state) = self.names.get(key) else {
+                self.nodes.remove(key);
+                continue;
+            };
+            match (&state.owner, state.contributions.is_empty(), state.below) {
+                (Some(owner), false, _) => {
+                    let node = Node::build(owner, ttl, &state.contributions);
+                    self.nodes.insert(key.clone(), Arc::new(node));
+                }
+                (_, true, below) if below > 0 => {
+                    let empty = EMPTY.get_or_init(|| Arc::new(Node::default())).clone();
+                    self.nodes.insert(key.clone(), empty);
+                }
+                _ => {
+                    self.nodes.remove(key);
+                    self.names.remove(key);
+                }
+            }
+        }
+    }
+}
