@@ -53,7 +53,7 @@ impl Agent {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("records.yaml");
         std::fs::write(&path, records).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_xcc-agent"))
+        let child = Command::new(env!("CARGO_BIN_EXE_xcc-agent"))
             .args(["--records", path.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args([
@@ -69,7 +69,15 @@ impl Agent {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
+        // From here on the process is killed on drop, even if the start-up checks below panic.
+        let mut agent = Agent {
+            child,
+            dns: SocketAddr::from(([0, 0, 0, 0], 0)),
+            admin: SocketAddr::from(([0, 0, 0, 0], 0)),
+            _dir: dir,
+            records: path,
+        };
+        let stderr = agent.child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let (mut dns, mut admin) = (None, None);
         for line in lines.by_ref() {
@@ -82,13 +90,9 @@ impl Agent {
         }
         // Keep draining stderr so the agent never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Agent {
-            child,
-            dns: dns.expect("the agent logs its DNS address"),
-            admin: admin.expect("the agent logs its admin address"),
-            _dir: dir,
-            records: path,
-        }
+        agent.dns = dns.expect("the agent logs its DNS address");
+        agent.admin = admin.expect("the agent logs its admin address");
+        agent
     }
 
     fn dig(&self, args: &[&str]) -> String {
