@@ -17,7 +17,11 @@ use xcc_dns::{
 const SOURCES: usize = 1000;
 
 fn name(i: usize) -> Name {
-    Name::from_str(&format!("gateway.cluster-{i}.team-{}.clusters.xcc.test.", i % 97)).unwrap()
+    Name::from_str(&format!(
+        "gateway.cluster-{i}.team-{}.clusters.xcc.test.",
+        i % 97
+    ))
+    .unwrap()
 }
 
 fn records(i: usize, salt: u8) -> HostRecords {
@@ -32,13 +36,18 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let table = RecordTable::new(vec![Zone::new("xcc.test").unwrap()], ZoneSettings::default())
-        .unwrap();
+    let table = RecordTable::new(
+        vec![Zone::new("xcc.test").unwrap()],
+        ZoneSettings::default(),
+    )
+    .unwrap();
     let started = Instant::now();
     table
         .update(|batch| {
             for s in 0..SOURCES {
-                let entries = (s..names).step_by(SOURCES).map(|i| (name(i), records(i, 0)));
+                let entries = (s..names)
+                    .step_by(SOURCES)
+                    .map(|i| (name(i), records(i, 0)));
                 batch.set_source(&format!("slice-{s}"), entries.collect())?;
             }
             Ok(())
@@ -67,7 +76,11 @@ fn main() {
         loop {
             let snapshot = table.snapshot();
             let answer = snapshot.resolve(&qname, RecordType::A);
-            if answer.answers.iter().any(|r| r.data.ip_addr() == Some(want)) {
+            if answer
+                .answers
+                .iter()
+                .any(|r| r.data.ip_addr() == Some(want))
+            {
                 break;
             }
         }
@@ -90,17 +103,30 @@ fn main() {
     let mut answered = 0usize;
     for k in 0..n {
         let snapshot = table.snapshot();
-        let q = if k % 20 == 0 { &missing } else { &qnames[k % qnames.len()] };
+        let q = if k % 20 == 0 {
+            &missing
+        } else {
+            &qnames[k % qnames.len()]
+        };
         answered += snapshot.resolve(q, RecordType::A).answers.len();
     }
     let per = started.elapsed() / n as u32;
-    println!("resolve (snapshot load + lookup): {} ns per query ({answered} answers)", per.as_nanos());
+    println!(
+        "resolve (snapshot load + lookup): {} ns per query ({answered} answers)",
+        per.as_nanos()
+    );
 
     let bar = Duration::from_millis(100);
     if worst < bar {
-        println!("PASS update visible in {:.2} ms < 100 ms", worst.as_secs_f64() * 1e3);
+        println!(
+            "PASS update visible in {:.2} ms < 100 ms",
+            worst.as_secs_f64() * 1e3
+        );
     } else {
-        println!("FAIL update visible in {:.2} ms >= 100 ms", worst.as_secs_f64() * 1e3);
+        println!(
+            "FAIL update visible in {:.2} ms >= 100 ms",
+            worst.as_secs_f64() * 1e3
+        );
         std::process::exit(1);
     }
 }
