@@ -5,7 +5,8 @@
 #   bench/dns.sh            10,000 names; prints each figure and the ratios, then checks the bars
 #
 # Measures, per server:
-#   max q/s   the highest offered rate (steps of 10k q/s, 5 s each) answered in full with zero loss
+#   max q/s   the highest offered rate (5k, then steps of 10k q/s, 5 s each) answered in full with
+#             zero loss
 #   CPU/query server CPU time (utime+stime from /proc) per answered query at a fixed 50k q/s
 # and for the agent alone: RSS with 100k names, and (cargo bench) update → visible time.
 # Bars: agent CPU/query <= 1/2 of CoreDNS's; agent max q/s >= CoreDNS's; zero loss; RSS < 100 MB;
@@ -63,7 +64,7 @@ perf_at() { # port rate seconds
 
 measure() { # label pid port
   local label=$1 pid=$2 port=$3 best=0 rate
-  for rate in $(seq 20000 10000 150000); do
+  for rate in 5000 $(seq 10000 10000 150000); do
     read -r completed lost qps < <(perf_at "$port" "$rate" "$STEP_SECONDS")
     # Zero loss and the offered rate really delivered (dnsperf itself saturates near 110k on 2 cores).
     if [ "$lost" = 0 ] && awk -v q="$qps" -v r="$rate" 'BEGIN {exit !(q >= 0.97 * r)}'; then
@@ -138,7 +139,7 @@ echo "names: $NAMES; queries: 90% A hits, 5% AAAA NODATA, 5% NXDOMAIN; server on
 printf '%-10s %18s %22s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}"
 printf '%-10s %18s %22s\n' xcc-agent "$a_qps" "$a_us"
 printf '%-10s %18s %22s\n' coredns "$c_qps" "$c_us"
-ratio_qps=$(awk -v a="$a_qps" -v c="$c_qps" 'BEGIN {printf "%.2f", a / c}')
+ratio_qps=$(awk -v a="$a_qps" -v c="$c_qps" 'BEGIN {if (c == 0) print "inf"; else printf "%.2f", a / c}')
 ratio_cpu=$(awk -v a="$a_us" -v c="$c_us" 'BEGIN {printf "%.2f", a / c}')
 echo "ratios: max q/s agent/coredns = $ratio_qps; CPU per query agent/coredns = $ratio_cpu"
 echo "agent RSS with 100k names: $((rss_kb / 1024)) MB"
@@ -147,7 +148,7 @@ echo "update visible (worst of 50, 100k names): $(printf '%s\n' "$update_out" | 
 fail=0
 bar() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; fail=1; fi; }
 bar "agent CPU/query <= 1/2 CoreDNS's ($ratio_cpu)" "awk 'BEGIN {exit !($ratio_cpu <= 0.5)}'"
-bar "agent max q/s >= CoreDNS's ($ratio_qps)" "awk 'BEGIN {exit !($ratio_qps >= 1.0)}'"
+bar "agent max q/s >= CoreDNS's ($a_qps vs $c_qps)" "[ $a_qps -ge $c_qps ] && [ $a_qps -gt 0 ]"
 bar "zero lost queries at ${FIXED_RATE} q/s (agent $a_lost, coredns $c_lost)" "[ '$a_lost' = 0 ] && [ '$c_lost' = 0 ]"
 bar "agent RSS < 100 MB ($((rss_kb / 1024)) MB)" "[ $rss_kb -lt 102400 ]"
 bar "update visible < 100 ms" "printf '%s\n' \"\$update_out\" | grep -q '^PASS'"

@@ -7,9 +7,13 @@ use clap::{Args as ArgGroup, Parser};
 
 /// Serves the xcc DNS zone (default `xcc.test`) from an in-memory record table.
 ///
-/// Standalone mode, no cluster needed: `xcc-agent --records records.yaml` serves the names of a
-/// YAML file and reloads it when it changes. A bad file is reported (line and field) and the last
-/// good table keeps being served.
+/// In a cluster (the default): the table is fed by the EndpointSlices that xcc-controller writes
+/// into the agent's namespace (annotation `connectivity.tanzu.vmware.com/dns-hostname`); the
+/// cluster's CoreDNS forwards the zone here (see xcc-coredns-patcher).
+///
+/// Standalone, no cluster needed: `xcc-agent --records records.yaml` serves the names of a YAML
+/// file and reloads it when it changes. A bad file is reported (line and field) and the last good
+/// table keeps being served.
 #[derive(Debug, Parser)]
 #[command(name = "xcc-agent", version, about, long_about)]
 pub struct Args {
@@ -18,6 +22,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub records: RecordsArgs,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
 
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -74,6 +81,22 @@ pub struct RecordsArgs {
         value_parser = humantime::parse_duration
     )]
     pub poll_interval: Duration,
+}
+
+#[derive(Debug, ArgGroup)]
+#[command(next_help_heading = "Kubernetes (when --records is not given)")]
+pub struct KubeArgs {
+    /// Namespace whose EndpointSlices feed the table.
+    #[arg(long, env = "XCC_NAMESPACE", default_value = "xcc-dns")]
+    pub namespace: String,
+
+    /// Kubeconfig file; without it the in-cluster service account (or $KUBECONFIG) is used.
+    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Name reported on Events (the pod name, from the downward API).
+    #[arg(long, env = "XCC_POD_NAME")]
+    pub pod_name: Option<String>,
 }
 
 #[derive(Debug, ArgGroup)]

@@ -1,10 +1,11 @@
 //! `xcc-agent`: one process per member cluster. It serves the xcc DNS zone from an in-memory
-//! record table; in standalone mode the table is fed by a records file.
+//! record table fed either by the EndpointSlices of its namespace or, standalone, by a records file.
 //!
 //! ```text
-//!  records file ──(poll, parse, keep last good)──► RecordTable ──► DNS :53 (UDP × N, TCP)
-//!                                                      │
-//!  admin HTTP: /healthz /readyz /metrics ◄── metrics ──┘
+//!  EndpointSlices (watch) ─┐
+//!                          ├─► RecordTable ──► DNS :53 (UDP × N, TCP)
+//!  records file (poll) ────┘        │
+//!  admin HTTP: /healthz /readyz /metrics
 //! ```
 
 mod admin;
@@ -12,6 +13,7 @@ mod args;
 mod metrics;
 mod records;
 mod run;
+mod slices;
 
 use clap::Parser;
 

@@ -54,6 +54,11 @@ impl RecordsFeed {
         }
     }
 
+    /// The file this feed reads.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Loads the file if it changed since the last call. `Ok(true)` when the table changed.
     pub fn refresh(&mut self) -> Result<bool, xcc_dns::Error> {
         let stamp = stamp(&self.path).map_err(|source| xcc_dns::Error::ReadRecords {
@@ -95,6 +100,8 @@ impl RecordsFeed {
             return self.failed(error);
         }
         self.content = Some(content);
+        drop(text);
+        release_free_memory();
         self.metrics.records_loaded(None);
         let snapshot = self.table.snapshot();
         self.metrics
@@ -130,6 +137,16 @@ impl RecordsFeed {
                 }
             }
         }
+    }
+}
+
+/// Hands the parser's freed buffers back to the OS. A large file is parsed once per change; glibc
+/// keeps the freed heap otherwise, and the agent's RSS would carry the parse's peak forever.
+fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -5,11 +5,14 @@ use std::sync::{Arc, atomic::AtomicBool};
 use anyhow::Context;
 use xcc_dns::{Handler, RecordTable, Sockets, Zone, ZoneSettings};
 
+use kube::runtime::events::{Recorder, Reporter};
+
 use crate::{
     admin::{self, AdminState},
-    args::{Args, LogArgs, LogFormat},
+    args::{Args, KubeArgs, LogArgs, LogFormat},
     metrics::Metrics,
     records::RecordsFeed,
+    slices::{self, SliceIndex},
 };
 
 pub fn init_logging(args: &LogArgs) {
@@ -65,16 +68,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let Some(path) = args.records.file.clone() else {
-        anyhow::bail!(
-            "nothing to serve: give --records FILE (or XCC_RECORDS) to serve a records file; \
-             see examples/records.yaml"
-        );
+    let feed = match args.records.file.clone() {
+        Some(path) => {
+            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone());
+            // Fail fast on a bad file at start: there is no last good table to fall back on yet.
+            feed.refresh()?;
+            ready.store(true, std::sync::atomic::Ordering::Release);
+            Feed::Records(feed)
+        }
+        None => Feed::Slices(kube_client(&args.kube).await?),
     };
-    let mut feed = RecordsFeed::new(path.clone(), table.clone(), metrics.clone());
-    // Fail fast on a bad file at start: there is no last good table to fall back on yet.
-    feed.refresh()?;
-    ready.store(true, std::sync::atomic::Ordering::Release);
 
     let udp_sockets = if args.dns.udp_sockets == 0 {
         cpus()
@@ -99,18 +102,48 @@ async fn run(args: Args) -> anyhow::Result<()> {
         admin_listener,
         AdminState {
             metrics: metrics.clone(),
-            ready,
+            ready: ready.clone(),
         },
         stopped(stop_rx.clone()),
     ));
-    let watcher = tokio::spawn(feed.watch(args.records.poll_interval, stop_rx.clone()));
+    let source = match &feed {
+        Feed::Records(feed) => format!("records file {}", feed.path().display()),
+        Feed::Slices(_) => format!("EndpointSlices in namespace {}", args.kube.namespace),
+    };
+    let watcher = match feed {
+        Feed::Records(feed) => {
+            tokio::spawn(feed.watch(args.records.poll_interval, stop_rx.clone()))
+        }
+        Feed::Slices(client) => {
+            let reporter = Reporter {
+                controller: "xcc-agent".into(),
+                instance: args.kube.pod_name.clone(),
+            };
+            let recorder = Recorder::new(client.clone(), reporter);
+            let run = slices::run(
+                client,
+                args.kube.namespace.clone(),
+                SliceIndex::new(table.clone()),
+                recorder,
+                metrics.clone(),
+                ready.clone(),
+            );
+            let stop = stopped(stop_rx.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = run => {}
+                    () = stop => {}
+                }
+            })
+        }
+    };
     tracing::info!(
         dns = %dns_addr,
         admin = %admin_addr,
         zones = ?args.dns.zones,
         udp_sockets,
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
-        records = %path.display(),
+        %source,
         "xcc-agent serving"
     );
 
@@ -119,9 +152,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     dns.await.context("DNS server task")??;
     admin.await.context("admin server task")??;
-    watcher.await.context("records watcher task")?;
+    watcher.await.context("feed task")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where the table's records come from.
+enum Feed {
+    Records(RecordsFeed),
+    Slices(kube::Client),
+}
+
+async fn kube_client(args: &KubeArgs) -> anyhow::Result<kube::Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no Kubernetes configuration: run in a pod, set KUBECONFIG or --kubeconfig, \
+             or give --records FILE for standalone mode",
+        )?,
+    };
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
 /// Resolves once the shutdown flag is raised.

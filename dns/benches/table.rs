@@ -54,8 +54,9 @@ fn main() {
         })
         .unwrap();
     println!(
-        "initial load: {names} names in {SOURCES} sources, one publish: {:.1} ms",
-        started.elapsed().as_secs_f64() * 1e3
+        "initial load: {names} names in {SOURCES} sources, one publish: {:.1} ms; process RSS {} MB",
+        started.elapsed().as_secs_f64() * 1e3,
+        rss_kb() / 1024
     );
 
     // Update one source and measure until a reader sees the new address.
@@ -129,4 +130,16 @@ fn main() {
         );
         std::process::exit(1);
     }
+}
+
+/// Resident set size of this process, from /proc.
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
 }

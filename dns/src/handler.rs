@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hickory_proto::serialize::binary::{BinDecoder, BinEncodable, BinEncoder};
 use hickory_proto::{
     op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode},
     rr::{DNSClass, RecordType},
@@ -13,7 +14,7 @@ use hickory_proto::{
 use hickory_server::{
     net::runtime::Time,
     server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
-    zone_handler::MessageResponseBuilder,
+    zone_handler::{MessageResponseBuilder, Queries},
 };
 
 use crate::RecordTable;
@@ -54,6 +55,37 @@ impl Handler {
     }
 }
 
+/// The question section to echo, when the request's own bytes cannot be copied as they are.
+///
+/// The server copies the question's raw bytes into the response. A question name that uses a
+/// compression pointer (legal, if odd) points at request offsets, which hold other bytes in the
+/// response: copied, it would make the response unparseable. Such a question is re-encoded; so
+/// is a FORMERR for several questions, which echoes none. The common case allocates nothing.
+fn echoed_question(queries: &Queries) -> Option<Queries> {
+    let empty = || Queries::read(&mut BinDecoder::new(&[]), 0).ok();
+    if queries.len() != 1 {
+        return empty();
+    }
+    let raw = queries.as_bytes();
+    let mut at = 0;
+    loop {
+        match raw.get(at) {
+            Some(0) => return None,
+            Some(len) if len & 0xC0 == 0 => at += 1 + *len as usize,
+            _ => break,
+        }
+    }
+    let mut bytes = Vec::with_capacity(raw.len() + 16);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    // One name cannot be compressed against itself, so the new bytes hold no pointer.
+    if queries.queries()[0].original().emit(&mut encoder).is_err() {
+        return empty();
+    }
+    Queries::read(&mut BinDecoder::new(&bytes), 1)
+        .ok()
+        .or_else(empty)
+}
+
 #[async_trait::async_trait]
 impl RequestHandler for Handler {
     async fn handle_request<R: ResponseHandler, T: Time>(
@@ -72,8 +104,12 @@ impl RequestHandler for Handler {
             ours.set_version(0);
             ours
         });
-        let builder = MessageResponseBuilder::new(&request.queries, response_edns.as_ref());
         let query = request.queries.queries();
+        let echoed = echoed_question(&request.queries);
+        let builder = MessageResponseBuilder::new(
+            echoed.as_ref().unwrap_or(&request.queries),
+            response_edns.as_ref(),
+        );
         let qtype = (query.len() == 1).then(|| query[0].query_type());
 
         let error = if request.edns.as_ref().is_some_and(|e| e.version() > 0) {

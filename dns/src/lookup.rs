@@ -11,7 +11,10 @@ use std::borrow::Cow;
 
 use hickory_proto::{
     op::ResponseCode,
-    rr::{Name, RData, Record, RecordType},
+    rr::{
+        Name, RData, Record, RecordType,
+        rdata::{A, AAAA, CNAME},
+    },
 };
 
 use crate::{
@@ -101,37 +104,47 @@ impl Snapshot {
                 }
                 return out;
             };
-            if let Some(cname) = &node.cname
+            let ttl = self.ttl;
+            let record =
+                |data: RData| Cow::Owned(Record::from_rdata(owner.clone().into_owned(), ttl, data));
+            if let Some(target) = &node.cname
                 && qtype != RecordType::CNAME
                 && qtype != RecordType::ANY
             {
-                push(&mut out.answers, cname, &owner);
-                let RData::CNAME(target) = &cname.data else {
-                    return out;
-                };
-                let Some(next_key) = KeyBuf::from_name(&target.0) else {
+                out.answers
+                    .push(record(RData::CNAME(CNAME((**target).clone()))));
+                let Some(next_key) = KeyBuf::from_name(target) else {
                     return out;
                 };
                 match self.zone_of(next_key.key()) {
                     Some(next_zone) => {
                         key = next_key;
                         zone = next_zone;
-                        owner = Cow::Owned(target.0.clone());
+                        owner = Cow::Owned((**target).clone());
                         continue;
                     }
                     // Out of our zones: the resolver follows it from here.
                     None => return out,
                 }
             }
-            let sets: [&[Record]; 3] = match qtype {
-                RecordType::A => [&node.a, &[], &[]],
-                RecordType::AAAA => [&node.aaaa, &[], &[]],
-                RecordType::CNAME => [node.cname.as_slice(), &[], &[]],
-                RecordType::ANY => [&node.a, &node.aaaa, node.cname.as_slice()],
-                _ => [&[], &[], &[]],
+            let (a, aaaa, cname) = match qtype {
+                RecordType::A => (true, false, false),
+                RecordType::AAAA => (false, true, false),
+                RecordType::CNAME => (false, false, true),
+                RecordType::ANY => (true, true, true),
+                _ => (false, false, false),
             };
-            for record in sets.into_iter().flatten() {
-                push(&mut out.answers, record, &owner);
+            if a {
+                out.answers
+                    .extend(node.a.iter().map(|ip| record(RData::A(A(*ip)))));
+            }
+            if aaaa {
+                out.answers
+                    .extend(node.aaaa.iter().map(|ip| record(RData::AAAA(AAAA(*ip)))));
+            }
+            if let (true, Some(target)) = (cname, &node.cname) {
+                out.answers
+                    .push(record(RData::CNAME(CNAME((**target).clone()))));
             }
             if out.answers.len() == before {
                 out.authority = Some(&zone.apex.soa_negative);
@@ -183,7 +196,7 @@ impl Snapshot {
 }
 
 fn node_with_data(node: &Node) -> Option<&Node> {
-    (!node.a.is_empty() || !node.aaaa.is_empty() || node.cname.is_some()).then_some(node)
+    node.has_data().then_some(node)
 }
 
 /// Adds `record` under `owner`'s spelling, copying it only when the spelling differs.

@@ -11,17 +11,14 @@
 //! O(names) pointer copies plus the changed names, and a batch of updates publishes once.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    net::IpAddr,
+    collections::{HashMap, HashSet},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::{Arc, Mutex},
     time::{SystemTime, UNIX_EPOCH},
 };
 
 use arc_swap::ArcSwap;
-use hickory_proto::rr::{
-    Name, RData, Record,
-    rdata::{A, AAAA, CNAME},
-};
+use hickory_proto::rr::Name;
 
 use crate::{
     Error,
@@ -42,44 +39,47 @@ pub struct HostRecords {
     pub cname: Option<Name>,
 }
 
-/// The records served at one name, built once per change and shared by every snapshot after it.
+/// The data served at one name, built once per change and shared by every snapshot after it.
+/// Kept compact (no prebuilt `Record`s): answers are built per query with the question's owner
+/// name, which a wildcard or a differently-cased question needs anyway.
 #[derive(Debug, Default)]
 pub(crate) struct Node {
-    pub a: Vec<Record>,
-    pub aaaa: Vec<Record>,
-    pub cname: Option<Record>,
+    pub a: Box<[Ipv4Addr]>,
+    pub aaaa: Box<[Ipv6Addr]>,
+    pub cname: Option<Box<Name>>,
 }
 
 impl Node {
-    fn build(owner: &Name, ttl: u32, contributions: &BTreeMap<String, HostRecords>) -> Node {
+    fn build(contributions: &[Contribution]) -> Node {
         let mut addresses: Vec<IpAddr> = contributions
-            .values()
-            .flat_map(|r| r.addresses.iter().copied())
+            .iter()
+            .flat_map(|c| c.addresses.iter().copied())
             .collect();
         addresses.sort_unstable();
         addresses.dedup();
-        let mut node = Node::default();
-        for ip in &addresses {
+        let (mut a, mut aaaa) = (Vec::new(), Vec::new());
+        for ip in addresses {
             match ip {
-                IpAddr::V4(v4) => {
-                    node.a
-                        .push(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4))))
-                }
-                IpAddr::V6(v6) => node.aaaa.push(Record::from_rdata(
-                    owner.clone(),
-                    ttl,
-                    RData::AAAA(AAAA(*v6)),
-                )),
+                IpAddr::V4(v4) => a.push(v4),
+                IpAddr::V6(v6) => aaaa.push(v6),
             }
         }
-        if addresses.is_empty() {
-            node.cname = contributions.values().find_map(|r| {
-                r.cname.as_ref().map(|target| {
-                    Record::from_rdata(owner.clone(), ttl, RData::CNAME(CNAME(target.clone())))
-                })
-            });
+        let cname = if a.is_empty() && aaaa.is_empty() {
+            // Contributions are kept sorted by source: the choice is stable.
+            contributions.iter().find_map(|c| c.cname.clone())
+        } else {
+            None
+        };
+        Node {
+            a: a.into(),
+            aaaa: aaaa.into(),
+            cname,
         }
-        node
+    }
+
+    /// Whether the name has any data (an empty node is an empty non-terminal).
+    pub fn has_data(&self) -> bool {
+        !self.a.is_empty() || !self.aaaa.is_empty() || self.cname.is_some()
     }
 }
 
@@ -94,6 +94,8 @@ pub(crate) struct ZoneEntry {
 #[derive(Debug)]
 pub struct Snapshot {
     serial: u32,
+    /// TTL of positive answers.
+    pub(crate) ttl: u32,
     /// Longest origin first, so the first zone that contains a name is its closest zone.
     pub(crate) zones: Vec<ZoneEntry>,
     pub(crate) nodes: NodeMap,
@@ -117,19 +119,27 @@ impl Snapshot {
     }
 }
 
+/// What one source says about one name, stored compactly (there is one per name and source).
+struct Contribution {
+    source: Arc<str>,
+    addresses: Box<[IpAddr]>,
+    cname: Option<Box<Name>>,
+}
+
 /// Per-name bookkeeping on the writer side.
 #[derive(Default)]
 struct NameState {
-    owner: Option<Name>,
-    contributions: BTreeMap<String, HostRecords>,
+    /// What each source says, sorted by source (usually one entry).
+    contributions: Vec<Contribution>,
     /// How many names with records lie below this one (it is an empty non-terminal if > 0).
     below: u32,
 }
 
 struct Writer {
-    sources: HashMap<String, Vec<Key>>,
+    sources: HashMap<Arc<str>, Vec<Key>>,
     names: HashMap<Key, NameState>,
-    nodes: NodeMap,
+    /// Names with records (not counting empty non-terminals).
+    with_data: usize,
     serial: u32,
 }
 
@@ -168,10 +178,10 @@ impl RecordTable {
         let writer = Writer {
             sources: HashMap::new(),
             names: HashMap::new(),
-            nodes: NodeMap::default(),
+            with_data: 0,
             serial,
         };
-        let first = Self::snapshot_of(&zones, &settings, &writer);
+        let first = Self::snapshot_of(&zones, &settings, &writer, NodeMap::default());
         Ok(RecordTable {
             zones,
             settings,
@@ -212,7 +222,7 @@ impl RecordTable {
     /// Names of the sources that currently contribute records.
     pub fn sources(&self) -> Vec<String> {
         let writer = self.lock();
-        let mut names: Vec<String> = writer.sources.keys().cloned().collect();
+        let mut names: Vec<String> = writer.sources.keys().map(|s| s.to_string()).collect();
         names.sort();
         names
     }
@@ -232,13 +242,14 @@ impl RecordTable {
         let result = f(&mut batch);
         let touched = std::mem::take(&mut batch.touched);
         if !touched.is_empty() {
-            writer.rebuild(&touched, self.settings.ttl);
+            // Only writers touch `current`'s map, and we hold the writer lock: the clone is the
+            // latest version. It copies pointers, not records; the old version goes when its
+            // last reader does.
+            let mut nodes = self.current.load().nodes.clone();
+            writer.rebuild(&touched, &mut nodes);
             writer.serial = writer.serial.wrapping_add(1);
-            self.current.store(Arc::new(Self::snapshot_of(
-                &self.zones,
-                &self.settings,
-                &writer,
-            )));
+            let next = Self::snapshot_of(&self.zones, &self.settings, &writer, nodes);
+            self.current.store(Arc::new(next));
         }
         result
     }
@@ -249,9 +260,15 @@ impl RecordTable {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn snapshot_of(zones: &[Zone], settings: &ZoneSettings, writer: &Writer) -> Snapshot {
+    fn snapshot_of(
+        zones: &[Zone],
+        settings: &ZoneSettings,
+        writer: &Writer,
+        nodes: NodeMap,
+    ) -> Snapshot {
         Snapshot {
             serial: writer.serial,
+            ttl: settings.ttl,
             zones: zones
                 .iter()
                 .map(|z| ZoneEntry {
@@ -259,12 +276,8 @@ impl RecordTable {
                     apex: z.apex(settings, writer.serial),
                 })
                 .collect(),
-            nodes: writer.nodes.clone(),
-            names: writer
-                .names
-                .values()
-                .filter(|s| !s.contributions.is_empty())
-                .count(),
+            nodes,
+            names: writer.with_data,
         }
     }
 }
@@ -287,9 +300,8 @@ impl Batch<'_> {
         let mut outside = Vec::new();
         let mut keyed = Vec::with_capacity(entries.len());
         for (name, records) in entries {
-            let lower = name.to_lowercase();
-            match key_of(&lower).filter(|k| self.zone_of(k).is_some()) {
-                Some(key) => keyed.push((Key::from(key), lower, records)),
+            match key_of(&name).filter(|k| self.zone_of(k).is_some()) {
+                Some(key) => keyed.push((Key::from(key), records)),
                 None => outside.push(name.to_string()),
             }
         }
@@ -300,32 +312,46 @@ impl Batch<'_> {
             });
         }
         self.remove_source(source);
+        let source: Arc<str> = Arc::from(source);
         let mut keys = Vec::with_capacity(keyed.len());
-        for (key, owner, records) in keyed {
+        for (key, records) in keyed {
             let zone_len = self.zone_of(&key).map_or(0, |z| z.len());
             let state = self.writer.names.entry(key.clone()).or_default();
             let had_records = !state.contributions.is_empty();
-            state.owner = Some(owner);
-            // Two entries for one name in one source: merge them rather than drop one.
-            match state.contributions.get_mut(source) {
-                Some(existing) => {
-                    existing.addresses.extend(records.addresses);
+            match state
+                .contributions
+                .binary_search_by(|c| c.source.cmp(&source))
+            {
+                // Two entries for one name in one source: merge them rather than drop one.
+                Ok(at) => {
+                    let existing = &mut state.contributions[at];
+                    let mut addresses = std::mem::take(&mut existing.addresses).into_vec();
+                    addresses.extend(records.addresses);
+                    existing.addresses = addresses.into();
                     if existing.cname.is_none() {
-                        existing.cname = records.cname;
+                        existing.cname = records.cname.map(Box::new);
                     }
                 }
-                None => {
-                    state.contributions.insert(source.to_string(), records);
+                Err(at) => {
+                    let contribution = Contribution {
+                        source: source.clone(),
+                        addresses: records.addresses.into(),
+                        cname: records.cname.map(Box::new),
+                    };
+                    state.contributions.insert(at, contribution);
+                    state.contributions.shrink_to_fit();
                     keys.push(key.clone());
                 }
             }
             if !had_records {
+                self.writer.with_data += 1;
                 self.adjust_ancestors(&key, zone_len, 1);
             }
             self.touched.insert(key);
         }
         if !keys.is_empty() {
-            self.writer.sources.insert(source.to_string(), keys);
+            keys.shrink_to_fit();
+            self.writer.sources.insert(source, keys);
         }
         Ok(())
     }
@@ -340,7 +366,10 @@ impl Batch<'_> {
             let Some(state) = self.writer.names.get_mut(&key) else {
                 continue;
             };
-            if state.contributions.remove(source).is_some() && state.contributions.is_empty() {
+            let before = state.contributions.len();
+            state.contributions.retain(|c| &*c.source != source);
+            if before > 0 && state.contributions.is_empty() {
+                self.writer.with_data -= 1;
                 self.adjust_ancestors(&key, zone_len, -1);
             }
             self.touched.insert(key);
@@ -349,7 +378,7 @@ impl Batch<'_> {
 
     /// Forgets every source for which `keep` returns false (used after a full relist).
     pub fn retain_sources(&mut self, keep: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .writer
             .sources
             .keys()
@@ -378,26 +407,22 @@ impl Batch<'_> {
 
 impl Writer {
     /// Rebuilds the reader-visible node of every touched name.
-    fn rebuild(&mut self, touched: &HashSet<Key>, ttl: u32) {
+    fn rebuild(&mut self, touched: &HashSet<Key>, nodes: &mut NodeMap) {
         static EMPTY: std::sync::OnceLock<Arc<Node>> = std::sync::OnceLock::new();
         for key in touched {
             let Some(state) = self.names.get(key) else {
-                self.nodes.remove(key);
+                nodes.remove(key);
                 continue;
             };
-            match (&state.owner, state.contributions.is_empty(), state.below) {
-                (Some(owner), false, _) => {
-                    let node = Node::build(owner, ttl, &state.contributions);
-                    self.nodes.insert(key.clone(), Arc::new(node));
-                }
-                (_, true, below) if below > 0 => {
-                    let empty = EMPTY.get_or_init(|| Arc::new(Node::default())).clone();
-                    self.nodes.insert(key.clone(), empty);
-                }
-                _ => {
-                    self.nodes.remove(key);
-                    self.names.remove(key);
-                }
+            if !state.contributions.is_empty() {
+                let node = Node::build(&state.contributions);
+                nodes.insert(key.clone(), Arc::new(node));
+            } else if state.below > 0 {
+                let empty = EMPTY.get_or_init(|| Arc::new(Node::default())).clone();
+                nodes.insert(key.clone(), empty);
+            } else {
+                nodes.remove(key);
+                self.names.remove(key);
             }
         }
     }

@@ -94,3 +94,25 @@ fn big_answers_truncate_over_udp_and_come_whole_over_tcp() {
             .truncation
     );
 }
+
+#[test]
+fn a_question_with_a_compression_pointer_gets_a_parseable_answer() {
+    let table = fixture();
+    // The question name is a pointer to offset 2 of the request (its flags: a 1-byte label
+    // holding 0x00). Copied as is, it would point at the response's flags (0x81: not a label).
+    let request = vec![
+        0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x02, 0, 1, 0, 1,
+    ];
+    let bytes = exchange_bytes(&table, request, Protocol::Udp).expect("a response");
+    let resp = Message::from_vec(&bytes).expect("the response parses");
+    assert_eq!(resp.queries.len(), 1);
+    assert_eq!(rcode(&resp), ResponseCode::Refused);
+
+    // Two questions: FORMERR, parseable, echoing none.
+    let mut two = query(GW, RecordType::A).to_vec().unwrap();
+    two[5] = 2;
+    two.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1]);
+    let bytes = exchange_bytes(&table, two, Protocol::Udp).expect("a response");
+    let resp = Message::from_vec(&bytes).expect("the response parses");
+    assert_eq!(rcode(&resp), ResponseCode::FormErr);
+}

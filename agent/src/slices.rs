@@ -1,0 +1,491 @@
+//! The Kubernetes feed: EndpointSlices in the agent's namespace → the record table.
+//!
+//! The management-cluster controller writes one slice per gateway cluster, annotated with the
+//! host name it answers for (XCC's contract). Each slice is one table source (`<ns>/<name>`), so
+//! slices with the same host name merge, and deleting one withdraws only its addresses.
+//! A relist (`InitDone`) replaces the whole set: slices that vanished while the watch was down
+//! are dropped. A malformed slice is reported (log + Event) and its last good records are kept.
+
+use std::{
+    collections::HashSet,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        events::{Event as KubeEvent, EventType, Recorder},
+        watcher,
+    },
+};
+use xcc_dns::{HostRecords, RecordTable, proto::rr::Name};
+
+use crate::metrics::Metrics;
+
+/// Annotation naming the host name a slice answers for (`*.gateway.<cluster>.<ns>.clusters.<zone>`).
+pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
+
+/// Why a slice cannot be served.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SliceError {
+    #[error("annotation {HOSTNAME_ANNOTATION} = {hostname:?} is not a valid host name: {reason}")]
+    BadHostname { hostname: String, reason: String },
+    #[error("endpoint address {address:?} is not a valid {address_type} address")]
+    BadAddress {
+        address: String,
+        address_type: String,
+    },
+    #[error("addressType {0:?} is not supported (IPv4, IPv6 or FQDN)")]
+    UnknownAddressType(String),
+    #[error("an FQDN slice must name one host, found {0:?}")]
+    SeveralHostnames(Vec<String>),
+    #[error("{0}")]
+    Table(String),
+}
+
+impl SliceError {
+    /// Event reason.
+    fn reason(&self) -> &'static str {
+        match self {
+            SliceError::BadHostname { .. } => "InvalidHostname",
+            SliceError::BadAddress { .. } => "InvalidAddress",
+            SliceError::UnknownAddressType(_) => "UnsupportedAddressType",
+            SliceError::SeveralHostnames(_) => "InvalidAddress",
+            SliceError::Table(_) => "OutsideZone",
+        }
+    }
+}
+
+/// The table entries a slice stands for; `None` when the slice is not ours (no annotation).
+///
+/// `*.X` answers for the names below X *and* for X itself (the gateway's own name). Endpoints
+/// whose `ready` condition is explicitly false are left out.
+pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords)>>, SliceError> {
+    let Some(hostname) = slice.annotations().get(HOSTNAME_ANNOTATION) else {
+        return Ok(None);
+    };
+    let bad_host = |reason: String| SliceError::BadHostname {
+        hostname: hostname.clone(),
+        reason,
+    };
+    let mut name = Name::from_ascii(hostname.trim()).map_err(|e| bad_host(e.to_string()))?;
+    name.set_fqdn(true);
+    if name.num_labels() == 0 || name.iter().any(|l| l.is_empty()) {
+        return Err(bad_host("empty label".into()));
+    }
+    let addresses = slice
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter());
+    let bad = |address: &String| SliceError::BadAddress {
+        address: address.clone(),
+        address_type: slice.address_type.clone(),
+    };
+    let mut records = HostRecords::default();
+    match slice.address_type.as_str() {
+        "IPv4" => {
+            for a in addresses {
+                let ip: Ipv4Addr = a.trim().parse().map_err(|_| bad(a))?;
+                records.addresses.push(IpAddr::V4(ip));
+            }
+        }
+        "IPv6" => {
+            for a in addresses {
+                let ip: Ipv6Addr = a.trim().parse().map_err(|_| bad(a))?;
+                records.addresses.push(IpAddr::V6(ip));
+            }
+        }
+        "FQDN" => {
+            let mut hosts: Vec<String> = addresses.map(|a| a.trim().to_ascii_lowercase()).collect();
+            hosts.sort();
+            hosts.dedup();
+            if hosts.len() > 1 {
+                return Err(SliceError::SeveralHostnames(hosts));
+            }
+            if let Some(host) = hosts.first() {
+                let mut target = Name::from_ascii(host).map_err(|_| bad(host))?;
+                target.set_fqdn(true);
+                records.cname = Some(target);
+            }
+        }
+        other => return Err(SliceError::UnknownAddressType(other.to_string())),
+    }
+    if records.addresses.is_empty() && records.cname.is_none() {
+        return Ok(Some(Vec::new()));
+    }
+    let mut entries = vec![(name.clone(), records.clone())];
+    if name.is_wildcard() {
+        entries.push((name.base_name(), records));
+    }
+    Ok(Some(entries))
+}
+
+fn source_of(slice: &EndpointSlice) -> String {
+    format!(
+        "{}/{}",
+        slice.namespace().unwrap_or_default(),
+        slice.name_any()
+    )
+}
+
+/// Applies watch events to the table. Kept free of I/O so it is tested without a cluster; the
+/// problems it finds are returned for the caller to log and publish as Events.
+pub struct SliceIndex {
+    table: Arc<RecordTable>,
+}
+
+impl SliceIndex {
+    pub fn new(table: Arc<RecordTable>) -> Self {
+        SliceIndex { table }
+    }
+
+    /// A slice was added or changed.
+    pub fn apply(&self, slice: &EndpointSlice) -> Result<(), SliceError> {
+        let source = source_of(slice);
+        match records_of(slice)? {
+            Some(entries) => self
+                .table
+                .set_source(&source, entries)
+                .map_err(|e| SliceError::Table(e.to_string())),
+            // The annotation was removed: the slice no longer speaks for any name.
+            None => {
+                self.table.remove_source(&source);
+                Ok(())
+            }
+        }
+    }
+
+    /// A slice was deleted.
+    pub fn delete(&self, slice: &EndpointSlice) {
+        self.table.remove_source(&source_of(slice));
+    }
+
+    /// A full relist: exactly these slices exist. Returns the slices that could not be served.
+    pub fn reset(&self, slices: &[EndpointSlice]) -> Vec<(usize, SliceError)> {
+        let mut problems = Vec::new();
+        let present: HashSet<String> = slices.iter().map(source_of).collect();
+        let _ = self.table.update(|batch| {
+            batch.retain_sources(|s| present.contains(s));
+            for (i, slice) in slices.iter().enumerate() {
+                let source = source_of(slice);
+                match records_of(slice) {
+                    Ok(Some(entries)) => {
+                        if let Err(e) = batch.set_source(&source, entries) {
+                            problems.push((i, SliceError::Table(e.to_string())));
+                        }
+                    }
+                    Ok(None) => batch.remove_source(&source),
+                    Err(e) => problems.push((i, e)),
+                }
+            }
+            Ok(())
+        });
+        problems
+    }
+}
+
+/// Watches EndpointSlices in `namespace` until the stream ends (it retries with backoff forever).
+pub async fn run(
+    client: Client,
+    namespace: String,
+    index: SliceIndex,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) {
+    let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut pending: Vec<EndpointSlice> = Vec::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => pending.clear(),
+            Ok(watcher::Event::InitApply(slice)) => pending.push(slice),
+            Ok(watcher::Event::InitDone) => {
+                let slices = std::mem::take(&mut pending);
+                for (i, error) in index.reset(&slices) {
+                    report(&recorder, &slices[i], &error).await;
+                }
+                publish_metrics(&index, &metrics);
+                if !ready.swap(true, Ordering::AcqRel) {
+                    tracing::info!(%namespace, slices = slices.len(), "first full list of EndpointSlices loaded; ready");
+                }
+            }
+            Ok(watcher::Event::Apply(slice)) => {
+                if let Err(error) = index.apply(&slice) {
+                    report(&recorder, &slice, &error).await;
+                }
+                publish_metrics(&index, &metrics);
+            }
+            Ok(watcher::Event::Delete(slice)) => {
+                index.delete(&slice);
+                publish_metrics(&index, &metrics);
+            }
+            Err(error) => {
+                tracing::warn!(%namespace, %error, "EndpointSlice watch failed; retrying, the table keeps its records");
+            }
+        }
+    }
+}
+
+fn publish_metrics(index: &SliceIndex, metrics: &Metrics) {
+    let snapshot = index.table.snapshot();
+    metrics.table_published(snapshot.len(), snapshot.serial());
+}
+
+async fn report(recorder: &Recorder, slice: &EndpointSlice, error: &SliceError) {
+    let slice_name = source_of(slice);
+    tracing::warn!(slice = %slice_name, %error, "EndpointSlice not served; keeping its last good records");
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: error.reason().to_string(),
+        note: Some(format!(
+            "xcc-agent cannot serve this EndpointSlice: {error}"
+        )),
+        action: "Serve".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &slice.object_ref(&())).await {
+        tracing::debug!(slice = %slice_name, error = %e, "could not publish an Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+    use kube::api::ObjectMeta;
+    use xcc_dns::{Zone, ZoneSettings, proto::rr::RecordType};
+
+    const HOST: &str = "*.gateway.cluster-a.dev-team.clusters.xcc.test";
+
+    fn slice(
+        name: &str,
+        host: Option<&str>,
+        address_type: &str,
+        addresses: &[&str],
+    ) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("xcc-dns".into()),
+                annotations: host
+                    .map(|h| [(HOSTNAME_ANNOTATION.to_string(), h.to_string())].into()),
+                ..Default::default()
+            },
+            address_type: address_type.into(),
+            endpoints: vec![Endpoint {
+                addresses: addresses.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            }],
+            ports: None,
+        }
+    }
+
+    fn table() -> Arc<RecordTable> {
+        Arc::new(
+            RecordTable::new(
+                vec![Zone::new("xcc.test").unwrap()],
+                ZoneSettings::default(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn answers(table: &RecordTable, qname: &str, qtype: RecordType) -> Vec<String> {
+        let snapshot = table.snapshot();
+        let name = Name::from_ascii(qname).unwrap();
+        let resolution = snapshot.resolve(&name, qtype);
+        let mut out: Vec<String> = resolution
+            .answers
+            .iter()
+            .map(|r| r.data.to_string())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn wildcard_hostname_serves_the_gateway_and_everything_below() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        index
+            .apply(&slice(
+                "dev-team-cluster-a-gateway",
+                Some(HOST),
+                "IPv4",
+                &["10.0.0.1", "10.0.0.2"],
+            ))
+            .unwrap();
+        let want = ["10.0.0.1", "10.0.0.2"];
+        assert_eq!(
+            answers(
+                &t,
+                "kuard.gateway.cluster-a.dev-team.clusters.xcc.test.",
+                RecordType::A
+            ),
+            want
+        );
+        assert_eq!(
+            answers(
+                &t,
+                "gateway.cluster-a.dev-team.clusters.xcc.test.",
+                RecordType::A
+            ),
+            want
+        );
+    }
+
+    #[test]
+    fn address_types_map_to_a_aaaa_and_cname() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        index
+            .apply(&slice("v6", Some(HOST), "IPv6", &["fd00::1"]))
+            .unwrap();
+        assert_eq!(
+            answers(
+                &t,
+                "x.gateway.cluster-a.dev-team.clusters.xcc.test.",
+                RecordType::AAAA
+            ),
+            ["fd00::1"]
+        );
+        let host_b = "*.gateway.cluster-b.dev-team.clusters.xcc.test";
+        index
+            .apply(&slice("fqdn", Some(host_b), "FQDN", &["lb.example.com"]))
+            .unwrap();
+        assert_eq!(
+            answers(
+                &t,
+                "x.gateway.cluster-b.dev-team.clusters.xcc.test.",
+                RecordType::A
+            ),
+            ["lb.example.com."]
+        );
+    }
+
+    #[test]
+    fn slices_with_one_hostname_merge_and_deleting_one_withdraws_only_it() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let one = slice("one", Some(HOST), "IPv4", &["10.0.0.1"]);
+        let two = slice("two", Some(HOST), "IPv4", &["10.0.0.2"]);
+        index.apply(&one).unwrap();
+        index.apply(&two).unwrap();
+        let q = "k.gateway.cluster-a.dev-team.clusters.xcc.test.";
+        assert_eq!(answers(&t, q, RecordType::A), ["10.0.0.1", "10.0.0.2"]);
+        index.delete(&one);
+        assert_eq!(answers(&t, q, RecordType::A), ["10.0.0.2"]);
+    }
+
+    #[test]
+    fn slices_without_the_annotation_are_ignored() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        index
+            .apply(&slice("kube-made", None, "IPv4", &["10.0.0.9"]))
+            .unwrap();
+        assert!(t.snapshot().is_empty());
+        // Removing the annotation from a served slice withdraws it.
+        index
+            .apply(&slice("s", Some(HOST), "IPv4", &["10.0.0.1"]))
+            .unwrap();
+        index
+            .apply(&slice("s", None, "IPv4", &["10.0.0.1"]))
+            .unwrap();
+        assert!(t.snapshot().is_empty());
+    }
+
+    #[test]
+    fn malformed_slices_are_errors_and_keep_the_last_good_records() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        index
+            .apply(&slice("s", Some(HOST), "IPv4", &["10.0.0.1"]))
+            .unwrap();
+        let q = "k.gateway.cluster-a.dev-team.clusters.xcc.test.";
+        for (bad, want) in [
+            (
+                slice("s", Some(HOST), "IPv4", &["10.0.0.999"]),
+                "10.0.0.999",
+            ),
+            (slice("s", Some(HOST), "IPv4", &["fd00::1"]), "fd00::1"),
+            (
+                slice("s", Some("bad..name"), "IPv4", &["10.0.0.1"]),
+                "bad..name",
+            ),
+            (
+                slice("s", Some("x.example.com"), "IPv4", &["10.0.0.1"]),
+                "outside",
+            ),
+            (slice("s", Some(HOST), "Appletalk", &["1"]), "Appletalk"),
+            (
+                slice("s", Some(HOST), "FQDN", &["a.example.", "b.example."]),
+                "one host",
+            ),
+        ] {
+            let err = index.apply(&bad).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+            assert_eq!(answers(&t, q, RecordType::A), ["10.0.0.1"], "{err}");
+        }
+    }
+
+    #[test]
+    fn endpoints_marked_not_ready_are_left_out() {
+        let mut s = slice("s", Some(HOST), "IPv4", &["10.0.0.1"]);
+        s.endpoints.push(Endpoint {
+            addresses: vec!["10.0.0.2".into()],
+            conditions: Some(EndpointConditions {
+                ready: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let entries = records_of(&s).unwrap().unwrap();
+        assert_eq!(entries[0].1.addresses, [IpAddr::from([10, 0, 0, 1])]);
+    }
+
+    #[test]
+    fn a_relist_drops_slices_that_disappeared() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let host_b = "*.gateway.cluster-b.dev-team.clusters.xcc.test";
+        index
+            .apply(&slice("a", Some(HOST), "IPv4", &["10.0.0.1"]))
+            .unwrap();
+        index
+            .apply(&slice("b", Some(host_b), "IPv4", &["10.0.0.2"]))
+            .unwrap();
+        let problems = index.reset(&[
+            slice("b", Some(host_b), "IPv4", &["10.0.0.3"]),
+            slice("c", Some(HOST), "IPv4", &["nope"]),
+        ]);
+        assert_eq!(problems.len(), 1);
+        assert!(
+            answers(
+                &t,
+                "k.gateway.cluster-a.dev-team.clusters.xcc.test.",
+                RecordType::A
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            answers(
+                &t,
+                "k.gateway.cluster-b.dev-team.clusters.xcc.test.",
+                RecordType::A
+            ),
+            ["10.0.0.3"]
+        );
+    }
+}
