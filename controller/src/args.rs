@@ -1,0 +1,68 @@
+//! Command-line flags; each can also be set through the environment variable `--help` names.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand};
+
+/// Publishes the gateways of Cluster API workload clusters in DNS.
+///
+/// For each GatewayDNS (connectivity.tanzu.vmware.com/v1alpha1) it reads the load-balancer
+/// address of `spec.service` on every Cluster selected by `spec.clusterSelector` (through the
+/// Cluster API kubeconfig Secret `<cluster>-kubeconfig`) and writes it as an EndpointSlice into
+/// namespace `xcc-dns` of every cluster of the GatewayDNS's namespace, where xcc-agent serves it
+/// as `*.gateway.<cluster>.<namespace>.clusters.<zone>`.
+#[derive(Debug, Parser)]
+#[command(name = "xcc-controller", version, about, long_about)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// DNS zone of the published names (XCC's DOMAIN_SUFFIX).
+    #[arg(long, env = "DOMAIN_SUFFIX", default_value = "xcc.test")]
+    pub zone: String,
+
+    /// Kubeconfig of the management cluster; default: in-cluster or $KUBECONFIG.
+    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Backstop resync of every GatewayDNS; Service watches propagate changes at once.
+    #[arg(long, env = "XCC_RESYNC_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub resync_interval: Duration,
+
+    /// Elect a leader through a Lease, so that several replicas are safe.
+    #[arg(long, env = "XCC_LEADER_ELECTION", default_value_t = false)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader-election Lease (the controller's own namespace).
+    #[arg(long, env = "NAMESPACE", default_value = "xcc-system")]
+    pub lease_namespace: String,
+
+    /// Identity in the Lease and on Events (the pod name).
+    #[arg(long, env = "XCC_POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "XCC_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+
+    /// Log filter (tracing env-filter syntax).
+    #[arg(long = "log", env = "XCC_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions this controller serves, as YAML.
+    Crds,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+}

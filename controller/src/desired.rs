@@ -1,0 +1,592 @@
+//! The desired state, computed without any I/O: which EndpointSlices a GatewayDNS wants on every
+//! cluster of its namespace, and what its status says about each selected cluster.
+//!
+//! Per selected cluster `c` of namespace `ns`, with the gateway Service's load-balancer ingress:
+//! - IPv4 addresses → slice `<ns>-<c>-gateway` (XCC's name and contract, so either side
+//!   interoperates with the original), IPv6 → `<ns>-<c>-gateway-ipv6`, a host name →
+//!   `<ns>-<c>-gateway-fqdn` (a CNAME);
+//! - all three carry the annotations `dns-hostname: *.gateway.<c>.<ns>.clusters.<zone>` and
+//!   `gateway-dns-ref: <ns>/<name>`, and the label `kubernetes.io/service-name`.
+//!
+//! A cluster whose Service cannot be read keeps its slices as they are (never withdraw a gateway
+//! because its cluster is unreachable). Two GatewayDNS selecting one cluster: the oldest (then
+//! the first by name) publishes it; the others report `Conflict` for it.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use k8s_openapi::api::{
+    core::v1::Service,
+    discovery::v1::{Endpoint, EndpointSlice},
+};
+use kube::{ResourceExt, api::ObjectMeta};
+
+use crate::gatewaydns::{ClusterGatewayStatus, GatewayDNS};
+
+pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
+pub const REF_ANNOTATION: &str = "connectivity.tanzu.vmware.com/gateway-dns-ref";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "xcc-controller.connectivity.tanzu.vmware.com";
+/// Namespace of the slices on every cluster.
+pub const SLICE_NAMESPACE: &str = "xcc-dns";
+
+/// What the controller saw of one cluster's gateway Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observation {
+    Addresses {
+        ips: Vec<IpAddr>,
+        hostnames: Vec<String>,
+    },
+    ServiceNotFound,
+    NotLoadBalancer(String),
+    NoAddress,
+    /// The cluster could not be asked (no kubeconfig, API server down, forbidden, ...).
+    Unreachable(String),
+}
+
+/// Reads a Service as the gateway of a cluster (`None`: the Service does not exist).
+pub fn observe(service: Option<&Service>) -> Observation {
+    let Some(service) = service else {
+        return Observation::ServiceNotFound;
+    };
+    let kind = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.type_.clone())
+        .unwrap_or_else(|| "ClusterIP".into());
+    if kind != "LoadBalancer" {
+        return Observation::NotLoadBalancer(kind);
+    }
+    let ingress = service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut ips: Vec<IpAddr> = ingress
+        .iter()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+    let mut hostnames: Vec<String> = ingress
+        .iter()
+        .filter_map(|i| i.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    hostnames.sort();
+    hostnames.dedup();
+    if ips.is_empty() && hostnames.is_empty() {
+        return Observation::NoAddress;
+    }
+    Observation::Addresses { ips, hostnames }
+}
+
+/// A Cluster API Cluster as the controller needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The outcome for one GatewayDNS.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Slices to exist on every cluster of the namespace.
+    pub slices: Vec<EndpointSlice>,
+    /// Names of owned slices to leave alone (their source cluster is unreachable).
+    pub keep: BTreeSet<String>,
+    /// One entry per selected cluster, sorted by cluster name.
+    pub clusters: Vec<ClusterGatewayStatus>,
+}
+
+impl Plan {
+    /// Whether an owned slice named `name` should be deleted.
+    pub fn should_delete(&self, name: &str) -> bool {
+        !self.keep.contains(name)
+            && !self
+                .slices
+                .iter()
+                .any(|s| s.metadata.name.as_deref() == Some(name))
+    }
+}
+
+/// `<ns>/<name>`, the value of the ref annotation.
+pub fn gateway_ref(gateway: &GatewayDNS) -> String {
+    format!(
+        "{}/{}",
+        gateway.namespace().unwrap_or_default(),
+        gateway.name_any()
+    )
+}
+
+/// The host name published for cluster `cluster` of namespace `namespace`.
+pub fn hostname(cluster: &str, namespace: &str, zone: &str) -> String {
+    format!("*.gateway.{cluster}.{namespace}.clusters.{zone}")
+}
+
+/// The three slice names a cluster's gateway may use.
+pub fn slice_names(namespace: &str, cluster: &str) -> [String; 3] {
+    let base = format!("{namespace}-{cluster}-gateway");
+    [base.clone(), format!("{base}-ipv6"), format!("{base}-fqdn")]
+}
+
+/// Whether `selector` matches `labels` (matchLabels and matchExpressions, as the API server does).
+pub fn selects(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
+/// Whether `gateway` is the one that publishes `cluster` among all GatewayDNS of the namespace.
+fn owns_cluster(gateway: &GatewayDNS, all: &[GatewayDNS], cluster: &ClusterInfo) -> Option<String> {
+    let key = |g: &GatewayDNS| {
+        (
+            g.metadata.creation_timestamp.clone().map(|t| t.0),
+            g.name_any(),
+        )
+    };
+    let first = all
+        .iter()
+        .filter(|g| g.metadata.deletion_timestamp.is_none())
+        .filter(|g| selects(&g.spec.cluster_selector, &cluster.labels))
+        .min_by_key(|g| key(g))?;
+    (first.name_any() != gateway.name_any()).then(|| first.name_any())
+}
+
+/// Computes the plan of `gateway`. `all` is every GatewayDNS of its namespace (itself included),
+/// `observe` what its Service looks like on a cluster.
+pub fn plan(
+    gateway: &GatewayDNS,
+    all: &[GatewayDNS],
+    clusters: &[ClusterInfo],
+    zone: &str,
+    mut observe: impl FnMut(&str) -> Observation,
+) -> Plan {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let reference = gateway_ref(gateway);
+    let mut out = Plan::default();
+    let mut selected: Vec<&ClusterInfo> = clusters
+        .iter()
+        .filter(|c| selects(&gateway.spec.cluster_selector, &c.labels))
+        .collect();
+    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    for cluster in selected {
+        let host = hostname(&cluster.name, &namespace, zone);
+        let names = slice_names(&namespace, &cluster.name);
+        let mut status = ClusterGatewayStatus {
+            cluster: cluster.name.clone(),
+            hostname: host.clone(),
+            ..Default::default()
+        };
+        if let Some(owner) = owns_cluster(gateway, all, cluster) {
+            status.state = "Conflict".into();
+            status.message = format!(
+                "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
+                cluster.name
+            );
+            out.clusters.push(status);
+            continue;
+        }
+        match observe(&cluster.name) {
+            Observation::Addresses { ips, hostnames } => {
+                let v4: Vec<String> = ips
+                    .iter()
+                    .filter(|i| i.is_ipv4())
+                    .map(|i| i.to_string())
+                    .collect();
+                let v6: Vec<String> = ips
+                    .iter()
+                    .filter(|i| i.is_ipv6())
+                    .map(|i| i.to_string())
+                    .collect();
+                let fqdn: Vec<String> = hostnames.iter().take(1).cloned().collect();
+                for (name, kind, addresses) in [
+                    (&names[0], "IPv4", &v4),
+                    (&names[1], "IPv6", &v6),
+                    (&names[2], "FQDN", &fqdn),
+                ] {
+                    if !addresses.is_empty() {
+                        out.slices
+                            .push(slice(name, kind, addresses, &host, &reference));
+                    }
+                }
+                status.state = "Published".into();
+                status.addresses = v4.into_iter().chain(v6).chain(fqdn).collect();
+                if hostnames.len() > 1 {
+                    status.message = format!(
+                        "the load balancer gives {} host names; a DNS name can alias only one, {} is published",
+                        hostnames.len(),
+                        hostnames[0]
+                    );
+                }
+            }
+            Observation::ServiceNotFound => {
+                status.state = "ServiceNotFound".into();
+                status.message = format!(
+                    "Service {} not found on cluster {}",
+                    gateway.spec.service, cluster.name
+                );
+            }
+            Observation::NotLoadBalancer(kind) => {
+                status.state = "NotLoadBalancer".into();
+                status.message = format!(
+                    "Service {} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
+                    gateway.spec.service, cluster.name
+                );
+            }
+            Observation::NoAddress => {
+                status.state = "NoAddress".into();
+                status.message = format!(
+                    "Service {} on cluster {} has no load-balancer address yet",
+                    gateway.spec.service, cluster.name
+                );
+            }
+            Observation::Unreachable(why) => {
+                status.state = "Unreachable".into();
+                status.message = format!(
+                    "cluster {} is unreachable, its last records are kept: {why}",
+                    cluster.name
+                );
+                out.keep.extend(names);
+            }
+        }
+        out.clusters.push(status);
+    }
+    out
+}
+
+fn slice(
+    name: &str,
+    address_type: &str,
+    addresses: &[String],
+    host: &str,
+    reference: &str,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(SLICE_NAMESPACE.to_string()),
+            labels: Some(
+                [
+                    (SERVICE_NAME_LABEL.to_string(), name.to_string()),
+                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                ]
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    (HOSTNAME_ANNOTATION.to_string(), host.to_string()),
+                    (REF_ANNOTATION.to_string(), reference.to_string()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        address_type: address_type.to_string(),
+        endpoints: vec![Endpoint {
+            addresses: addresses.to_vec(),
+            ..Default::default()
+        }],
+        ports: None,
+    }
+}
+
+/// Whether `existing` is a slice this GatewayDNS wrote (both annotations, matching ref).
+pub fn is_owned(existing: &EndpointSlice, reference: &str) -> bool {
+    let annotations = existing.annotations();
+    annotations.contains_key(HOSTNAME_ANNOTATION)
+        && annotations.get(REF_ANNOTATION).map(String::as_str) == Some(reference)
+}
+
+/// Whether `existing` already says what `desired` says (no write needed).
+pub fn same_content(existing: &EndpointSlice, desired: &EndpointSlice) -> bool {
+    let addresses = |s: &EndpointSlice| -> Vec<String> {
+        let mut all: Vec<String> = s
+            .endpoints
+            .iter()
+            .flat_map(|e| e.addresses.clone())
+            .collect();
+        all.sort();
+        all
+    };
+    existing.address_type == desired.address_type
+        && addresses(existing) == addresses(desired)
+        && existing.endpoints.len() == 1
+        && desired
+            .annotations()
+            .iter()
+            .all(|(k, v)| existing.annotations().get(k) == Some(v))
+        && desired
+            .labels()
+            .iter()
+            .all(|(k, v)| existing.labels().get(k) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gatewaydns::{GatewayDNSSpec, ResolutionType};
+    use k8s_openapi::{
+        api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceSpec, ServiceStatus},
+        apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, Time},
+        jiff::Timestamp,
+    };
+
+    fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
+        let mut g = GatewayDNS::new(
+            name,
+            GatewayDNSSpec {
+                cluster_selector: LabelSelector {
+                    match_labels: Some(
+                        selector
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    ),
+                    ..Default::default()
+                },
+                service: "projectcontour/envoy".into(),
+                resolution_type: ResolutionType::LoadBalancer,
+            },
+        );
+        g.metadata.namespace = Some("dev-team".into());
+        g.metadata.creation_timestamp = Some(Time(
+            Timestamp::from_second(1_700_000_000 + age_secs).unwrap(),
+        ));
+        g
+    }
+
+    fn cluster(name: &str, labels: &[(&str, &str)]) -> ClusterInfo {
+        ClusterInfo {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn lb(ips: &[&str], hostnames: &[&str]) -> Service {
+        let ingress = ips
+            .iter()
+            .map(|ip| LoadBalancerIngress {
+                ip: Some(ip.to_string()),
+                ..Default::default()
+            })
+            .chain(hostnames.iter().map(|h| LoadBalancerIngress {
+                hostname: Some(h.to_string()),
+                ..Default::default()
+            }))
+            .collect();
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ..Default::default()
+            }),
+            status: Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(ingress),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn contour() -> Vec<ClusterInfo> {
+        vec![
+            cluster("cluster-a", &[("hasContour", "true")]),
+            cluster("cluster-b", &[("hasContour", "true")]),
+            cluster("cluster-c", &[]),
+        ]
+    }
+
+    #[test]
+    fn the_walkthrough_publishes_each_selected_cluster_with_xccs_names() {
+        let g = gateway("dev-team-gateway-dns", 0, &[("hasContour", "true")]);
+        let plan = plan(
+            &g,
+            std::slice::from_ref(&g),
+            &contour(),
+            "xcc.test",
+            |c| match c {
+                "cluster-a" => observe(Some(&lb(&["10.0.0.1"], &[]))),
+                _ => observe(Some(&lb(&["10.0.0.2"], &[]))),
+            },
+        );
+        assert_eq!(plan.clusters.len(), 2, "cluster-c is not selected");
+        let a = &plan.slices[0];
+        assert_eq!(a.name_any(), "dev-team-cluster-a-gateway");
+        assert_eq!(a.namespace().as_deref(), Some("xcc-dns"));
+        assert_eq!(a.address_type, "IPv4");
+        assert_eq!(a.endpoints[0].addresses, ["10.0.0.1"]);
+        assert_eq!(
+            a.annotations()[HOSTNAME_ANNOTATION],
+            "*.gateway.cluster-a.dev-team.clusters.xcc.test"
+        );
+        assert_eq!(
+            a.annotations()[REF_ANNOTATION],
+            "dev-team/dev-team-gateway-dns"
+        );
+        assert_eq!(a.labels()[SERVICE_NAME_LABEL], "dev-team-cluster-a-gateway");
+        assert!(plan.clusters.iter().all(|c| c.state == "Published"));
+    }
+
+    #[test]
+    fn ipv6_and_hostnames_get_their_own_slices() {
+        let g = gateway("g", 0, &[("hasContour", "true")]);
+        let plan = plan(
+            &g,
+            std::slice::from_ref(&g),
+            &contour()[..1],
+            "xcc.test",
+            |_| observe(Some(&lb(&["10.0.0.1", "fd00::1"], &["LB.Example.com"]))),
+        );
+        let kinds: Vec<(String, String)> = plan
+            .slices
+            .iter()
+            .map(|s| (s.name_any(), s.address_type.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("dev-team-cluster-a-gateway".into(), "IPv4".into()),
+                ("dev-team-cluster-a-gateway-ipv6".into(), "IPv6".into()),
+                ("dev-team-cluster-a-gateway-fqdn".into(), "FQDN".into()),
+            ]
+        );
+        assert_eq!(plan.slices[2].endpoints[0].addresses, ["lb.example.com"]);
+    }
+
+    #[test]
+    fn every_failure_is_explained_and_unreachable_keeps_records() {
+        let g = gateway("g", 0, &[]);
+        let clusters = vec![
+            cluster("missing", &[]),
+            cluster("clusterip", &[]),
+            cluster("pending", &[]),
+            cluster("down", &[]),
+        ];
+        let mut clusterip = lb(&[], &[]);
+        clusterip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        let plan = plan(
+            &g,
+            std::slice::from_ref(&g),
+            &clusters,
+            "xcc.test",
+            |c| match c {
+                "missing" => observe(None),
+                "clusterip" => observe(Some(&clusterip)),
+                "pending" => observe(Some(&lb(&[], &[]))),
+                _ => Observation::Unreachable("connection refused".into()),
+            },
+        );
+        assert!(plan.slices.is_empty());
+        let states: Vec<&str> = plan.clusters.iter().map(|c| c.state.as_str()).collect();
+        assert_eq!(
+            states,
+            [
+                "NotLoadBalancer",
+                "Unreachable",
+                "ServiceNotFound",
+                "NoAddress"
+            ]
+        );
+        assert!(plan.clusters[0].message.contains("ClusterIP"));
+        assert!(plan.clusters[1].message.contains("connection refused"));
+        // An unreachable cluster's slices are kept, the others' are withdrawn.
+        assert!(!plan.should_delete("dev-team-down-gateway"));
+        assert!(!plan.should_delete("dev-team-down-gateway-ipv6"));
+        assert!(plan.should_delete("dev-team-missing-gateway"));
+    }
+
+    #[test]
+    fn two_gateways_on_one_cluster_the_older_wins() {
+        let old = gateway("old", 0, &[("hasContour", "true")]);
+        let new = gateway("new", 10, &[]);
+        let all = vec![new.clone(), old.clone()];
+        let seen = |_: &str| observe(Some(&lb(&["10.0.0.1"], &[])));
+        let new_plan = plan(&new, &all, &contour(), "xcc.test", seen);
+        let conflicts: Vec<&str> = new_plan
+            .clusters
+            .iter()
+            .filter(|c| c.state == "Conflict")
+            .map(|c| c.cluster.as_str())
+            .collect();
+        assert_eq!(conflicts, ["cluster-a", "cluster-b"]);
+        assert!(new_plan.clusters[0].message.contains("dev-team/old"));
+        assert_eq!(new_plan.slices.len(), 1, "cluster-c is new's alone");
+        let old_plan = plan(&old, &all, &contour(), "xcc.test", seen);
+        assert_eq!(old_plan.slices.len(), 2);
+    }
+
+    #[test]
+    fn selectors_follow_the_api_semantics() {
+        let labels: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
+        let expr = |op: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..Default::default()
+        };
+        assert!(
+            selects(&LabelSelector::default(), &labels),
+            "empty selects all"
+        );
+        assert!(selects(&expr("In", &["prod", "dev"]), &labels));
+        assert!(!selects(&expr("NotIn", &["prod"]), &labels));
+        assert!(selects(&expr("Exists", &[]), &labels));
+        assert!(!selects(&expr("DoesNotExist", &[]), &labels));
+        assert!(!selects(&expr("Bogus", &[]), &labels));
+    }
+
+    #[test]
+    fn ownership_and_sameness() {
+        let g = gateway("g", 0, &[]);
+        let plan = plan(
+            &g,
+            std::slice::from_ref(&g),
+            &contour()[..1],
+            "xcc.test",
+            |_| observe(Some(&lb(&["10.0.0.1"], &[]))),
+        );
+        let mine = plan.slices[0].clone();
+        assert!(is_owned(&mine, "dev-team/g"));
+        assert!(!is_owned(&mine, "dev-team/other"));
+        let mut by_hand = mine.clone();
+        by_hand.metadata.annotations = None;
+        assert!(
+            !is_owned(&by_hand, "dev-team/g"),
+            "a slice made by a person is never ours"
+        );
+        assert!(same_content(&mine, &plan.slices[0]));
+        let mut moved = mine.clone();
+        moved.endpoints[0].addresses = vec!["10.0.0.9".into()];
+        assert!(!same_content(&moved, &plan.slices[0]));
+    }
+}
