@@ -1,1 +1,26 @@
-//! The multi-cluster test bed (real kube-apiservers on one machine) and the e2e tests.
+//! The test bed: several real Kubernetes API servers on one machine, no containers.
+//!
+//! ```text
+//!   etcd (one, 127.0.0.1) ◄── kube-apiserver cluster-0  (--etcd-prefix /xcc/cluster-0, RBAC, SA keys,
+//!                        ◄── kube-apiserver cluster-1    aggregation layer, 127.0.0.1:<port>)
+//!                        ◄── kube-apiserver cluster-2 ...
+//! ```
+//!
+//! No pods run: the programs under test run as local processes with kubeconfigs minted from
+//! ServiceAccount tokens, so the RBAC of our manifests is exercised for real. Every process is
+//! killed when the [`Testbed`] is dropped, and — through `PR_SET_PDEATHSIG` on a spawner thread that
+//! lives as long as the test process — when the test process dies.
+//!
+//! The binaries come from `tests/testbed/install.sh` (built from their Go modules, cached outside
+//! the repository); [`require_testbed`] finds them.
+
+mod binaries;
+mod certs;
+mod cluster;
+mod egress;
+mod process;
+pub mod xcc;
+
+pub use binaries::{Binaries, require_testbed};
+pub use cluster::{Cluster, Kubeconfig, Testbed};
+pub use process::{Process, free_port, spawn};

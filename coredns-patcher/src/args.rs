@@ -1,0 +1,197 @@
+//! Command-line flags; each can also be set through the environment variable `--help` names.
+//! XCC's own variables (`DOMAIN_SUFFIX`, `DNS_SERVICE_*`, `COREFILE_CONFIGMAP_*`) keep working.
+
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+use clap::Parser;
+
+/// Makes the cluster's CoreDNS forward the xcc zones to xcc-agent.
+///
+/// Edits the key `Corefile` of the ConfigMap kube-system/coredns (see
+/// --corefile-configmap-namespace and --corefile-configmap-name): appends, between the lines
+/// `### BEGIN CROSS CLUSTER CONNECTIVITY` and `### END CROSS CLUSTER CONNECTIVITY`, one server
+/// block per zone that forwards the zone to the ClusterIP of the Service xcc-dns/dns-server (or
+/// to --forward-to). CoreDNS's `reload` plugin picks the change up by itself.
+///
+/// Only the text between the markers is ever written; the rest of the Corefile and of the
+/// ConfigMap is kept. A run whose block is already there changes nothing, a different block is
+/// replaced, and --remove takes the block out again. Updates carry the resourceVersion that was
+/// read, and are retried when someone else changed the ConfigMap in between.
+///
+/// Exits 0 when the Corefile is as wanted (changed or not), non-zero with a one-line error
+/// otherwise.
+#[derive(Debug, Parser)]
+#[command(name = "xcc-coredns-patcher", version, about, long_about)]
+pub struct Args {
+    /// Namespace of the Service whose ClusterIP CoreDNS forwards to.
+    #[arg(long, env = "DNS_SERVICE_NAMESPACE", default_value = "xcc-dns")]
+    pub dns_service_namespace: String,
+
+    /// Name of the Service whose ClusterIP CoreDNS forwards to.
+    #[arg(long, env = "DNS_SERVICE_NAME", default_value = "dns-server")]
+    pub dns_service_name: String,
+
+    /// Namespace of the ConfigMap that holds CoreDNS's Corefile.
+    #[arg(
+        long,
+        env = "COREFILE_CONFIGMAP_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub corefile_configmap_namespace: String,
+
+    /// Name of the ConfigMap that holds CoreDNS's Corefile (key `Corefile`).
+    #[arg(long, env = "COREFILE_CONFIGMAP_NAME", default_value = "coredns")]
+    pub corefile_configmap_name: String,
+
+    /// DNS zone to forward; repeat the flag, or separate zones by commas in the variable.
+    #[arg(
+        long,
+        env = "DOMAIN_SUFFIX",
+        default_value = "xcc.test",
+        value_delimiter = ',',
+        value_parser = parse_zone,
+        value_name = "ZONE"
+    )]
+    pub zone: Vec<String>,
+
+    /// Forward to this address (`ip` or `ip:port`) instead of the Service's ClusterIP, for
+    /// clusters where the agent is reached at a fixed address. The Service is then not read.
+    #[arg(long, env = "XCC_FORWARD_TO", value_parser = parse_forward_to, value_name = "ADDR")]
+    pub forward_to: Option<ForwardTo>,
+
+    /// How long to wait for the Service to have a ClusterIP (polled every 500 ms).
+    #[arg(long, env = "XCC_SERVICE_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub service_wait: Duration,
+
+    /// Take the block out of the Corefile again, and do nothing else (no Service is needed).
+    #[arg(long, env = "XCC_REMOVE", default_value_t = false)]
+    pub remove: bool,
+
+    /// Kubeconfig of the cluster; default: in-cluster or $KUBECONFIG.
+    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log filter (tracing env-filter syntax).
+    #[arg(long = "log", env = "XCC_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+/// Where CoreDNS forwards the zones to, as its `forward` plugin writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardTo {
+    /// Port 53.
+    Ip(IpAddr),
+    Socket(SocketAddr),
+}
+
+impl fmt::Display for ForwardTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForwardTo::Ip(ip) => ip.fmt(f),
+            // `[v6]:port` for IPv6, which CoreDNS reads.
+            ForwardTo::Socket(addr) => addr.fmt(f),
+        }
+    }
+}
+
+fn parse_forward_to(s: &str) -> Result<ForwardTo, String> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(ForwardTo::Ip(ip));
+    }
+    s.parse::<SocketAddr>().map(ForwardTo::Socket).map_err(|_| {
+        format!("{s:?} is neither an IP address nor ip:port (such as 10.96.0.53 or [fd00::53]:53)")
+    })
+}
+
+/// A zone goes into the Corefile verbatim, so anything that could change its syntax is refused.
+fn parse_zone(s: &str) -> Result<String, String> {
+    let zone = s.trim();
+    if zone.is_empty() {
+        return Err("a zone must not be empty".into());
+    }
+    if let Some(bad) = zone
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "zone {zone:?} contains {bad:?}: only letters, digits, '-', '_' and '.' are allowed"
+        ));
+    }
+    if zone.split('.').filter(|l| !l.is_empty()).count() == 0 || zone.contains("..") {
+        return Err(format!("zone {zone:?} is not a domain name"));
+    }
+    Ok(zone.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        for arg in Args::command().get_arguments() {
+            let id = arg.get_id().as_str();
+            if id != "help" && id != "version" {
+                assert!(
+                    arg.get_env().is_some(),
+                    "--{id} has no environment variable"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_are_xccs() {
+        let args = Args::try_parse_from(["xcc-coredns-patcher"]).unwrap();
+        assert_eq!(args.dns_service_namespace, "xcc-dns");
+        assert_eq!(args.dns_service_name, "dns-server");
+        assert_eq!(args.corefile_configmap_namespace, "kube-system");
+        assert_eq!(args.corefile_configmap_name, "coredns");
+        assert_eq!(args.zone, ["xcc.test"]);
+        assert_eq!(args.forward_to, None);
+        assert_eq!(args.service_wait, Duration::from_secs(5));
+        assert!(!args.remove);
+    }
+
+    #[test]
+    fn zones_repeat() {
+        let args =
+            Args::try_parse_from(["p", "--zone", "a.test", "--zone", "b.test,c.test"]).unwrap();
+        assert_eq!(args.zone, ["a.test", "b.test", "c.test"]);
+    }
+
+    #[test]
+    fn zones_that_would_break_the_corefile_are_refused() {
+        for bad in ["", "a b", "a{", "x.test }", "a..b", "#x", "."] {
+            assert!(parse_zone(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(
+            parse_zone("Multi-Cluster.example.com.").unwrap(),
+            "Multi-Cluster.example.com."
+        );
+    }
+
+    #[test]
+    fn forward_to_takes_an_ip_or_a_socket_address() {
+        let parse = |s| parse_forward_to(s).map(|f| f.to_string());
+        assert_eq!(parse("10.96.0.53").unwrap(), "10.96.0.53");
+        assert_eq!(parse("10.96.0.53:5353").unwrap(), "10.96.0.53:5353");
+        assert_eq!(parse("fd00::53").unwrap(), "fd00::53");
+        assert_eq!(parse("[fd00::53]:53").unwrap(), "[fd00::53]:53");
+        let err = parse("dns.example.com").unwrap_err();
+        assert!(err.contains("neither an IP address nor ip:port"), "{err}");
+        assert!(Args::try_parse_from(["p", "--forward-to", "10.0.0.300"]).is_err());
+    }
+}

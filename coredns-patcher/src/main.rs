@@ -1,0 +1,44 @@
+//! `xcc-coredns-patcher`, a one-shot Job on each workload cluster: makes the cluster's CoreDNS
+//! forward the xcc zones to xcc-agent by adding a marked server block to its Corefile.
+//!
+//! ```text
+//!  Service xcc-dns/dns-server ──ClusterIP──┐
+//!  (or --forward-to)                       ▼
+//!  ConfigMap kube-system/coredns ─► corefile::patch ─► replace (resourceVersion; retry on 409)
+//! ```
+//!
+//! `corefile` is plain text editing and knows nothing of Kubernetes; `service` and `configmap`
+//! do the API calls.
+
+mod args;
+mod configmap;
+mod corefile;
+mod report;
+mod run;
+mod service;
+#[cfg(test)]
+mod testing;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let args = args::Args::parse();
+    run::init_logging(&args.log_filter);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("xcc-coredns-patcher: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run::run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xcc-coredns-patcher: {}", report::one_line(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

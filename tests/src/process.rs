@@ -1,0 +1,125 @@
+//! Child processes that cannot outlive the tests.
+//!
+//! Children are spawned by one thread that lives as long as the test process, with
+//! `PR_SET_PDEATHSIG = SIGKILL`: the kernel kills them when that thread — that is, the test
+//! process — dies, even by SIGKILL. (The signal follows the spawning *thread*, so spawning from a
+//! short-lived test or runtime thread would kill them too early.) Dropping a [`Process`] stops it.
+
+use std::{
+    fs::File,
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{Mutex, OnceLock, mpsc},
+    time::{Duration, Instant},
+};
+
+type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+fn spawner() -> &'static Mutex<mpsc::Sender<Request>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("testbed-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+                // Keep this thread alive for the life of the process: its exit would kill
+                // every child (PDEATHSIG follows the thread).
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawner thread");
+        Mutex::new(tx)
+    })
+}
+
+/// A running child, stopped (SIGTERM, then SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Process {
+    pub name: String,
+    child: Option<Child>,
+}
+
+/// Spawns `program args`, logging its output to `log`.
+pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Process> {
+    let out = File::create(log)?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    spawner()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((command, tx))
+        .map_err(|_| anyhow::anyhow!("spawner thread is gone"))?;
+    let child = rx
+        .recv()?
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", program.display()))?;
+    Ok(Process {
+        name: name.to_string(),
+        child: Some(child),
+    })
+}
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Whether the process has exited (and its exit status, if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGTERM, up to `grace` to exit, then SIGKILL; reaps the process.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SAFETY: signalling our own child by pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(3));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (released before return: good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

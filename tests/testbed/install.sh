@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Installs what the tests need, idempotently, one line per step:
+#  - Debian packages: dnsutils (dig), dnsperf;
+#  - the test bed's real binaries, built from their Go modules with this machine's Go toolchain and
+#    cached outside the repository, keyed by version:
+#      kube-apiserver, kubectl, kube-controller-manager  (k8s.io/kubernetes $K8S_VERSION)
+#      etcd                                              (the version Kubernetes pins)
+#      coredns                                           (github.com/coredns/coredns $COREDNS_VERSION)
+# and writes $XCC_TESTBED_DIR/env, which exports XCC_KUBE_APISERVER, XCC_KUBECTL,
+# XCC_KUBE_CONTROLLER_MANAGER, XCC_ETCD and XCC_COREDNS.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.35.4}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
+dir=${XCC_TESTBED_DIR:-$HOME/.cache/xcc-testbed}
+mkdir -p "$dir"
+
+step() { printf '==> testbed: %s\n' "$*"; }
+
+# --- Debian packages -------------------------------------------------------------------------
+pkgs=()
+command -v dig >/dev/null || pkgs+=(dnsutils)
+command -v dnsperf >/dev/null || pkgs+=(dnsperf)
+if [ ${#pkgs[@]} -gt 0 ]; then
+  step "apt-get install ${pkgs[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+
+command -v go >/dev/null || { echo "testbed: the Go toolchain is needed to build the test bed" >&2; exit 1; }
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+ldflags='-s -w'
+
+# --- Kubernetes ------------------------------------------------------------------------------
+k8s=$dir/kubernetes-$K8S_VERSION
+if [ ! -x "$k8s/bin/kube-apiserver" ] || [ ! -x "$k8s/bin/kubectl" ] || [ ! -x "$k8s/bin/kube-controller-manager" ] || [ ! -x "$k8s/bin/etcd" ]; then
+  start=$(date +%s)
+  step "building Kubernetes $K8S_VERSION (kube-apiserver, kubectl, kube-controller-manager, etcd); cold this takes a while"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work"
+  printf 'module xcc.invalid/testbed\n\ngo 1.25\n' > go.mod
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
+  gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
+  minor=$(echo "$K8S_VERSION" | sed 's/^v1\.\([0-9]*\)\.\([0-9]*\)$/v0.\1.\2/')
+  # k8s.io/kubernetes replaces each staging module with ./staging/...: point them at their
+  # published versions instead (tag kubernetes-1.X.Y ⇒ v0.X.Y).
+  staging=$(awk '/=> .\/staging/ {print $1}' "$gomod")
+  {
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    for m in $staging; do echo "replace $m => $m $minor"; done
+  } >> go.mod
+  etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' "$gomod")
+  go get "k8s.io/kubernetes@$K8S_VERSION" "go.etcd.io/etcd/server/v3@$etcd_version" >/dev/null 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION" "go.etcd.io/etcd/server/v3@$etcd_version"
+  mkdir -p "$k8s/bin.tmp"
+  for cmd in kube-apiserver kubectl kube-controller-manager; do
+    step "go build $cmd"
+    go build -trimpath -ldflags="$ldflags" -o "$k8s/bin.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+  done
+  step "go build etcd $etcd_version"
+  go build -trimpath -ldflags="$ldflags" -o "$k8s/bin.tmp/etcd" go.etcd.io/etcd/server/v3
+  rm -rf "$k8s/bin" && mv "$k8s/bin.tmp" "$k8s/bin"
+  echo "$etcd_version" > "$k8s/etcd-version"
+  cd - >/dev/null
+  step "Kubernetes built in $(( $(date +%s) - start )) s"
+fi
+
+# --- CoreDNS ---------------------------------------------------------------------------------
+coredns=$dir/coredns-$COREDNS_VERSION
+if [ ! -x "$coredns/bin/coredns" ]; then
+  start=$(date +%s)
+  step "building CoreDNS $COREDNS_VERSION"
+  mkdir -p "$coredns"
+  GOBIN="$coredns/bin" GOFLAGS= go install -trimpath -ldflags="$ldflags" "github.com/coredns/coredns@$COREDNS_VERSION"
+  step "CoreDNS built in $(( $(date +%s) - start )) s"
+fi
+
+cat > "$dir/env.tmp" <<ENV
+export XCC_KUBE_APISERVER=$k8s/bin/kube-apiserver
+export XCC_KUBECTL=$k8s/bin/kubectl
+export XCC_KUBE_CONTROLLER_MANAGER=$k8s/bin/kube-controller-manager
+export XCC_ETCD=$k8s/bin/etcd
+export XCC_COREDNS=$coredns/bin/coredns
+ENV
+mv "$dir/env.tmp" "$dir/env"
+step "ready: $dir/env"

@@ -1,0 +1,447 @@
+//! Cross-cluster DNS end to end: the XCC walkthrough on three real API servers, with our
+//! controller and agents running under kubeconfigs minted from our manifests' ServiceAccounts.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use k8s_openapi::{
+    ByteString,
+    api::{core::v1::Secret, discovery::v1::EndpointSlice},
+};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+};
+use xcc_e2e::{
+    Cluster, Testbed, require_testbed, spawn,
+    xcc::{Agent, binary, dig, wait_dig},
+};
+
+const KUARD: &str = "kuard.gateway.cluster-a.dev-team.clusters.xcc.test";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn manifest(path: &str) -> String {
+    repo().join(path).display().to_string()
+}
+
+/// Management cluster set up as in the walkthrough: CRDs, our controller's RBAC, namespace
+/// dev-team with one Cluster API Cluster (labelled hasContour=true) and kubeconfig Secret per
+/// workload cluster.
+async fn management(bed: &Testbed, workloads: &[&str]) {
+    let mgmt = bed.cluster("management");
+    mgmt.install_crds(&repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/controller/controller.yaml"),
+    ])
+    .await
+    .unwrap();
+    mgmt.kubectl(&["create", "namespace", "dev-team"])
+        .await
+        .unwrap();
+    for name in workloads {
+        mgmt.apply_yaml(&format!(
+            "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {{name: {name}, namespace: dev-team}}\nspec: {{}}\n"
+        ))
+        .await
+        .unwrap();
+        mgmt.kubectl(&[
+            "-n",
+            "dev-team",
+            "label",
+            "cluster",
+            name,
+            "hasContour=true",
+            "--overwrite",
+        ])
+        .await
+        .unwrap();
+        let kubeconfig = std::fs::read(&bed.cluster(name).kubeconfig).unwrap();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-kubeconfig")),
+                namespace: Some("dev-team".into()),
+                labels: Some(
+                    [(
+                        "cluster.x-k8s.io/cluster-name".to_string(),
+                        name.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data: Some([("value".to_string(), ByteString(kubeconfig))].into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(mgmt.client.clone(), "dev-team")
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+}
+
+/// Our agent on a workload cluster, under the manifests' ServiceAccount.
+async fn agent(cluster: &Cluster) -> Agent {
+    cluster
+        .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
+        .await
+        .unwrap();
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap();
+    let mut agent =
+        Agent::start(&kubeconfig.path, &cluster.dir().join("xcc-agent.log"), &[]).unwrap();
+    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
+    agent
+}
+
+fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
+    let mgmt = bed.cluster("management");
+    spawn(
+        "xcc-controller",
+        &binary("xcc-controller"),
+        &[
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--admin-listen=127.0.0.1:0".into(),
+            "--log=info,xcc_controller=debug".into(),
+        ],
+        &mgmt.dir().join("xcc-controller.log"),
+    )
+    .unwrap()
+}
+
+async fn set_lb(cluster: &Cluster, ingress: &str) {
+    cluster
+        .kubectl(&[
+            "-n",
+            "projectcontour",
+            "patch",
+            "service",
+            "envoy",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"loadBalancer":{{"ingress":{ingress}}}}}}}"#),
+        ])
+        .await
+        .unwrap();
+}
+
+async fn envoy(cluster: &Cluster, ingress: &str) {
+    cluster
+        .apply_yaml(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: projectcontour}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: envoy, namespace: projectcontour}\n\
+             spec:\n  type: LoadBalancer\n  ports: [{name: http, port: 80}]\n",
+        )
+        .await
+        .unwrap();
+    set_lb(cluster, ingress).await;
+}
+
+fn a(ips: &[&str]) -> impl Fn(&xcc_e2e::xcc::DigAnswer) -> bool {
+    let want: Vec<String> = ips.iter().map(|s| s.to_string()).collect();
+    move |answer| answer.status == "NOERROR" && answer.data == want
+}
+
+fn nxdomain(answer: &xcc_e2e::xcc::DigAnswer) -> bool {
+    answer.status == "NXDOMAIN"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthrough_and_every_change_after_it() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["management", "cluster-a", "cluster-b"])
+        .await
+        .unwrap();
+    management(&bed, &["cluster-a", "cluster-b"]).await;
+    let mgmt = bed.cluster("management");
+    let controller_kubeconfig = mgmt
+        .mint_kubeconfig("xcc-system", "xcc-controller")
+        .await
+        .unwrap();
+    let _controller = controller(&bed, &controller_kubeconfig.path);
+    let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
+    let agent_a = agent(ca).await;
+    let agent_b = agent(cb).await;
+    envoy(ca, r#"[{"ip":"10.1.2.3"}]"#).await;
+
+    // The GatewayDNS of the walkthrough, verbatim.
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+    let took = wait_dig(
+        agent_b.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(30),
+        a(&["10.1.2.3"]),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "walkthrough: resolvable from cluster-b {:.2} s after the GatewayDNS",
+        took.as_secs_f64()
+    );
+    wait_dig(
+        agent_a.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(5),
+        a(&["10.1.2.3"]),
+    )
+    .await
+    .unwrap();
+    // The bare gateway name too, and NODATA (not NXDOMAIN) for a type it lacks.
+    wait_dig(
+        agent_b.dns,
+        "gateway.cluster-a.dev-team.clusters.xcc.test",
+        "A",
+        Duration::from_secs(5),
+        a(&["10.1.2.3"]),
+    )
+    .await
+    .unwrap();
+    let aaaa = dig(agent_b.dns, KUARD, "AAAA").await.unwrap();
+    assert_eq!(
+        (aaaa.status.as_str(), aaaa.data.len()),
+        ("NOERROR", 0),
+        "{aaaa:?}"
+    );
+
+    // Status explains cluster-b (no envoy Service there).
+    let table = mgmt
+        .kubectl(&["-n", "dev-team", "get", "gatewaydns"])
+        .await
+        .unwrap();
+    assert!(table.contains("1/2 published"), "{table}");
+    assert!(table.contains("ServiceNotFound"), "{table}");
+
+    // The load-balancer address changes: the new answer follows in well under a second.
+    set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
+    let took = wait_dig(
+        agent_b.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(10),
+        a(&["10.1.2.4"]),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "LB change visible on cluster-b after {:.3} s",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(3), "propagation took {took:?}");
+
+    // IPv6 → AAAA; a load balancer host name → CNAME.
+    set_lb(ca, r#"[{"ip":"10.1.2.4"},{"ip":"fd00::4"}]"#).await;
+    wait_dig(
+        agent_b.dns,
+        KUARD,
+        "AAAA",
+        Duration::from_secs(10),
+        a(&["fd00::4"]),
+    )
+    .await
+    .unwrap();
+    envoy(cb, r#"[{"hostname":"lb-1234.elb.example.com"}]"#).await;
+    let kuard_b = "kuard.gateway.cluster-b.dev-team.clusters.xcc.test";
+    wait_dig(
+        agent_a.dns,
+        kuard_b,
+        "CNAME",
+        Duration::from_secs(10),
+        a(&["lb-1234.elb.example.com."]),
+    )
+    .await
+    .unwrap();
+    mgmt.kubectl(&[
+        "-n",
+        "dev-team",
+        "wait",
+        "gatewaydns/dev-team-gateway-dns",
+        "--for=condition=Ready",
+        "--timeout=20s",
+    ])
+    .await
+    .unwrap();
+
+    // A slice made by a person in xcc-dns is never touched.
+    cb.apply_yaml(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: by-hand\n  namespace: xcc-dns\n\
+         \x20 annotations: {connectivity.tanzu.vmware.com/dns-hostname: manual.xcc.test}\naddressType: IPv4\n\
+         endpoints: [{addresses: [10.9.9.9]}]\n",
+    )
+    .await
+    .unwrap();
+    wait_dig(
+        agent_b.dns,
+        "manual.xcc.test",
+        "A",
+        Duration::from_secs(10),
+        a(&["10.9.9.9"]),
+    )
+    .await
+    .unwrap();
+
+    // Selector change: cluster-b withdrawn everywhere, then added back.
+    mgmt.kubectl(&[
+        "-n",
+        "dev-team",
+        "label",
+        "cluster",
+        "cluster-b",
+        "hasContour-",
+    ])
+    .await
+    .unwrap();
+    wait_dig(
+        agent_a.dns,
+        kuard_b,
+        "CNAME",
+        Duration::from_secs(10),
+        nxdomain,
+    )
+    .await
+    .unwrap();
+    mgmt.kubectl(&[
+        "-n",
+        "dev-team",
+        "label",
+        "cluster",
+        "cluster-b",
+        "hasContour=true",
+    ])
+    .await
+    .unwrap();
+    wait_dig(
+        agent_a.dns,
+        kuard_b,
+        "CNAME",
+        Duration::from_secs(10),
+        a(&["lb-1234.elb.example.com."]),
+    )
+    .await
+    .unwrap();
+
+    // Service deleted → withdrawn; restored → back.
+    ca.kubectl(&["-n", "projectcontour", "delete", "service", "envoy"])
+        .await
+        .unwrap();
+    wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(10), nxdomain)
+        .await
+        .unwrap();
+    envoy(ca, r#"[{"ip":"10.1.2.5"}]"#).await;
+    wait_dig(
+        agent_b.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(10),
+        a(&["10.1.2.5"]),
+    )
+    .await
+    .unwrap();
+
+    // GatewayDNS deleted → NXDOMAIN everywhere; the person's slice stays.
+    mgmt.kubectl(&[
+        "-n",
+        "dev-team",
+        "delete",
+        "gatewaydns",
+        "dev-team-gateway-dns",
+        "--timeout=30s",
+    ])
+    .await
+    .unwrap();
+    wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(10), nxdomain)
+        .await
+        .unwrap();
+    wait_dig(agent_a.dns, kuard_b, "A", Duration::from_secs(10), nxdomain)
+        .await
+        .unwrap();
+    let slices = Api::<EndpointSlice>::namespaced(cb.client.clone(), "xcc-dns");
+    assert!(
+        slices.get_opt("by-hand").await.unwrap().is_some(),
+        "a person's slice is never deleted"
+    );
+    assert_eq!(
+        dig(agent_b.dns, "manual.xcc.test", "A").await.unwrap().data,
+        ["10.9.9.9"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_keep_answering_while_the_management_cluster_is_down() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["management", "cluster-a"])
+        .await
+        .unwrap();
+    management(&bed, &["cluster-a"]).await;
+    let mgmt = bed.cluster("management");
+    let controller_kubeconfig = mgmt
+        .mint_kubeconfig("xcc-system", "xcc-controller")
+        .await
+        .unwrap();
+    let _controller = controller(&bed, &controller_kubeconfig.path);
+    let ca = bed.cluster("cluster-a");
+    let agent_a = agent(ca).await;
+    envoy(ca, r#"[{"ip":"10.1.2.3"}]"#).await;
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+    wait_dig(
+        agent_a.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(30),
+        a(&["10.1.2.3"]),
+    )
+    .await
+    .unwrap();
+
+    mgmt.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        dig(agent_a.dns, KUARD, "A").await.unwrap().data,
+        ["10.1.2.3"],
+        "answers survive"
+    );
+
+    mgmt.restart().await.unwrap();
+    // The controller recovers by itself: a change after the restart propagates.
+    set_lb(ca, r#"[{"ip":"10.1.2.9"}]"#).await;
+    wait_dig(
+        agent_a.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(60),
+        a(&["10.1.2.9"]),
+    )
+    .await
+    .unwrap();
+}
