@@ -89,6 +89,70 @@ impl Agent {
     }
 }
 
+/// A real CoreDNS on 127.0.0.1, serving `corefile` (server blocks without a port get its port).
+pub struct CoreDns {
+    pub process: Process,
+    pub dns: SocketAddr,
+}
+
+impl CoreDns {
+    /// Writes `corefile` into `dir` and starts `coredns` on it; waits until it answers.
+    pub async fn start(coredns: &Path, corefile: &str, dir: &Path) -> anyhow::Result<CoreDns> {
+        let port = free_port();
+        let conf = dir.join("Corefile");
+        std::fs::write(&conf, corefile)?;
+        let mut process = spawn(
+            "coredns",
+            coredns,
+            &[
+                "-conf".into(),
+                conf.display().to_string(),
+                "-dns.port".into(),
+                port.to_string(),
+            ],
+            &dir.join("coredns.log"),
+        )?;
+        let dns: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if dig(dns, "ready.invalid", "A").await?.status != "NO-RESPONSE" {
+                return Ok(CoreDns { process, dns });
+            }
+            if let Some(status) = process.exited() {
+                bail!(
+                    "coredns exited ({status}); see {}",
+                    dir.join("coredns.log").display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "coredns does not answer on {dns}; see {}",
+                    dir.join("coredns.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Runs `xcc-coredns-patcher` to completion with `kubeconfig` and `args`; returns its output.
+pub async fn coredns_patcher(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = tokio::process::Command::new(binary("xcc-coredns-patcher"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .await?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("xcc-coredns-patcher {} failed: {text}", args.join(" "));
+    }
+    Ok(text)
+}
+
 /// Status code of `GET path` on `addr`, `None` when nothing answers.
 pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

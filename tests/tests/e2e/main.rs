@@ -1,6 +1,8 @@
 //! End-to-end tests on the real multi-cluster test bed (one test binary, one module per topic).
 //! Without a test bed they skip with one loud line, except with CI=true where they fail.
 
+mod bench_propagation;
+mod secrets;
 mod smoke;
 mod teardown;
 mod xcc_dns;

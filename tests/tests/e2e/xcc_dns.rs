@@ -16,10 +16,10 @@ use kube::{
 };
 use xcc_e2e::{
     Cluster, Testbed, require_testbed, spawn,
-    xcc::{Agent, binary, dig, wait_dig},
+    xcc::{Agent, CoreDns, binary, coredns_patcher, dig, wait_dig},
 };
 
-const KUARD: &str = "kuard.gateway.cluster-a.dev-team.clusters.xcc.test";
+pub(crate) const KUARD: &str = "kuard.gateway.cluster-a.dev-team.clusters.xcc.test";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,14 +28,14 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn manifest(path: &str) -> String {
+pub(crate) fn manifest(path: &str) -> String {
     repo().join(path).display().to_string()
 }
 
 /// Management cluster set up as in the walkthrough: CRDs, our controller's RBAC, namespace
 /// dev-team with one Cluster API Cluster (labelled hasContour=true) and kubeconfig Secret per
 /// workload cluster.
-async fn management(bed: &Testbed, workloads: &[&str]) {
+pub(crate) async fn management(bed: &Testbed, workloads: &[&str]) {
     let mgmt = bed.cluster("management");
     mgmt.install_crds(&repo().join("manifests/crds"))
         .await
@@ -92,7 +92,7 @@ async fn management(bed: &Testbed, workloads: &[&str]) {
 }
 
 /// Our agent on a workload cluster, under the manifests' ServiceAccount.
-async fn agent(cluster: &Cluster) -> Agent {
+pub(crate) async fn agent(cluster: &Cluster) -> Agent {
     cluster
         .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
         .await
@@ -107,7 +107,70 @@ async fn agent(cluster: &Cluster) -> Agent {
     agent
 }
 
-fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
+/// The cluster's own CoreDNS, as kubeadm installs it (its `kubernetes` plugin left out: nothing
+/// here runs pods), with the Corefile that our patcher, under the ServiceAccount of our Job
+/// manifest, made forward the zone to `agent`.
+async fn coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) -> CoreDns {
+    cluster
+        .apply_yaml(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: coredns, namespace: kube-system}\n\
+             data:\n  Corefile: |\n    . {\n        errors\n        cache 30\n        loadbalance\n    }\n",
+        )
+        .await
+        .unwrap();
+    cluster
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("manifests/coredns-patcher/job.yaml"),
+        ])
+        .await
+        .unwrap();
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-coredns-patcher")
+        .await
+        .unwrap();
+    let forward = format!("--forward-to={}", agent.dns);
+    let first = coredns_patcher(&kubeconfig.path, &[&forward])
+        .await
+        .unwrap();
+    assert!(first.contains("Corefile updated"), "{first}");
+    let again = coredns_patcher(&kubeconfig.path, &[&forward])
+        .await
+        .unwrap();
+    assert!(
+        again.contains("already up to date"),
+        "a second run changes nothing: {again}"
+    );
+    let corefile = cluster
+        .kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ])
+        .await
+        .unwrap();
+    assert!(
+        corefile.contains(&format!(
+            "### BEGIN CROSS CLUSTER CONNECTIVITY\nxcc.test {{\n    forward . {}\n    reload\n}}\n### END CROSS CLUSTER CONNECTIVITY",
+            agent.dns
+        )),
+        "{corefile}"
+    );
+    assert!(
+        corefile.starts_with(". {\n    errors"),
+        "the rest is kept: {corefile}"
+    );
+    CoreDns::start(&bed.binaries.coredns, &corefile, cluster.dir())
+        .await
+        .unwrap()
+}
+
+pub(crate) fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
     let mgmt = bed.cluster("management");
     spawn(
         "xcc-controller",
@@ -139,7 +202,7 @@ async fn set_lb(cluster: &Cluster, ingress: &str) {
         .unwrap();
 }
 
-async fn envoy(cluster: &Cluster, ingress: &str) {
+pub(crate) async fn envoy(cluster: &Cluster, ingress: &str) {
     cluster
         .apply_yaml(
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: projectcontour}\n---\n\
@@ -151,7 +214,7 @@ async fn envoy(cluster: &Cluster, ingress: &str) {
     set_lb(cluster, ingress).await;
 }
 
-fn a(ips: &[&str]) -> impl Fn(&xcc_e2e::xcc::DigAnswer) -> bool {
+pub(crate) fn a(ips: &[&str]) -> impl Fn(&xcc_e2e::xcc::DigAnswer) -> bool {
     let want: Vec<String> = ips.iter().map(|s| s.to_string()).collect();
     move |answer| answer.status == "NOERROR" && answer.data == want
 }
@@ -201,6 +264,17 @@ async fn the_walkthrough_and_every_change_after_it() {
         "walkthrough: resolvable from cluster-b {:.2} s after the GatewayDNS",
         took.as_secs_f64()
     );
+    // What a pod on cluster-b asks: its cluster's CoreDNS, which forwards the zone to our agent.
+    let coredns_b = coredns(&bed, cb, &agent_b).await;
+    wait_dig(
+        coredns_b.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(10),
+        a(&["10.1.2.3"]),
+    )
+    .await
+    .unwrap();
     wait_dig(
         agent_a.dns,
         KUARD,
@@ -238,7 +312,7 @@ async fn the_walkthrough_and_every_change_after_it() {
     // The load-balancer address changes: the new answer follows in well under a second.
     set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
     let took = wait_dig(
-        agent_b.dns,
+        coredns_b.dns,
         KUARD,
         "A",
         Duration::from_secs(10),
@@ -373,6 +447,9 @@ async fn the_walkthrough_and_every_change_after_it() {
     .await
     .unwrap();
     wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(10), nxdomain)
+        .await
+        .unwrap();
+    wait_dig(coredns_b.dns, KUARD, "A", Duration::from_secs(10), nxdomain)
         .await
         .unwrap();
     wait_dig(agent_a.dns, kuard_b, "A", Duration::from_secs(10), nxdomain)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Propagation on the real test bed: a load-balancer address change of cluster-a's gateway
+# Service, until cluster-b's xcc-agent answers the new address; 50 changes, prints p50/p99/max
+# and fails when p99 misses the 1 s bar. Release builds of the agent and the controller.
+#
+#   bench/propagation.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests/testbed/install.sh >/dev/null
+cargo test --release --quiet -p xcc-e2e --test e2e -- --ignored --exact --nocapture \
+  bench_propagation::propagation_benchmark 2>&1 | grep -E '^propagation|panicked|FAILED|test result'

@@ -1,0 +1,146 @@
+//! Propagation benchmark (run by `bench/propagation.sh`, not by the default test run): a
+//! load-balancer address change on cluster-a's gateway Service, until the agent on cluster-b
+//! answers the new address. 50 changes; prints p50, p99 and the worst; the bar is p99 < 1 s.
+//!
+//! The clock starts when the API server has accepted the status write and stops at the first
+//! DNS answer with the new address (UDP queries straight to the agent, one every millisecond).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::{Duration, Instant},
+};
+
+use hickory_proto::{
+    op::{Message, Query},
+    rr::{Name, RecordType},
+};
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use xcc_e2e::{Testbed, require_testbed, xcc::wait_dig};
+
+use crate::xcc_dns::{KUARD, a, agent, controller, envoy, management, manifest};
+
+const CHANGES: usize = 50;
+
+async fn ask(
+    socket: &tokio::net::UdpSocket,
+    server: SocketAddr,
+    name: &Name,
+    id: u16,
+) -> Vec<IpAddr> {
+    let mut msg = Message::query();
+    msg.metadata.id = id;
+    msg.add_query(Query::query(name.clone(), RecordType::A));
+    if socket
+        .send_to(&msg.to_vec().expect("a query encodes"), server)
+        .await
+        .is_err()
+    {
+        return Vec::new();
+    }
+    let mut buf = [0u8; 1500];
+    match tokio::time::timeout(Duration::from_millis(200), socket.recv_from(&mut buf)).await {
+        Ok(Ok((n, _))) => Message::from_vec(&buf[..n])
+            .ok()
+            .filter(|m| m.metadata.id == id)
+            .map(|m| m.answers.iter().filter_map(|r| r.data.ip_addr()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: bench/propagation.sh runs it"]
+async fn propagation_benchmark() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["management", "cluster-a", "cluster-b"])
+        .await
+        .unwrap();
+    management(&bed, &["cluster-a", "cluster-b"]).await;
+    let mgmt = bed.cluster("management");
+    let kubeconfig = mgmt
+        .mint_kubeconfig("xcc-system", "xcc-controller")
+        .await
+        .unwrap();
+    let _controller = controller(&bed, &kubeconfig.path);
+    let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
+    let _agent_a = agent(ca).await;
+    let agent_b = agent(cb).await;
+    envoy(ca, r#"[{"ip":"10.1.0.1"}]"#).await;
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+    wait_dig(
+        agent_b.dns,
+        KUARD,
+        "A",
+        Duration::from_secs(30),
+        a(&["10.1.0.1"]),
+    )
+    .await
+    .unwrap();
+
+    let services = Api::<Service>::namespaced(ca.client.clone(), "projectcontour");
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let name = Name::from_ascii(KUARD).unwrap();
+    let mut took = Vec::with_capacity(CHANGES);
+    let mut id = 0u16;
+    for i in 0..CHANGES {
+        let ip: IpAddr = format!("10.1.{}.{}", 1 + i / 200, 2 + i % 200)
+            .parse()
+            .unwrap();
+        let patch =
+            serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip.to_string()}]}}});
+        services
+            .patch_status("envoy", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        loop {
+            id = id.wrapping_add(1);
+            if ask(&socket, agent_b.dns, &name, id).await == [ip] {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "change {i} to {ip} never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        took.push(started.elapsed());
+        // Changes a little apart, as real address changes are.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    took.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (p50, p99, worst) = (
+        percentile(&took, 50.0),
+        percentile(&took, 99.0),
+        took[took.len() - 1],
+    );
+    println!(
+        "propagation, LB address on cluster-a → answer from cluster-b's agent, {CHANGES} changes: \
+         p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (bar: p99 < 1000 ms)",
+        ms(p50),
+        ms(p99),
+        ms(worst)
+    );
+    assert!(
+        p99 < Duration::from_secs(1),
+        "p99 {p99:?} misses the 1 s bar"
+    );
+}
