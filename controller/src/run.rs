@@ -45,19 +45,7 @@ pub fn init_logging(filter: &str) {
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no Kubernetes configuration: run in a pod, or set KUBECONFIG or --kubeconfig",
-        )?,
-    };
-    Client::try_from(config).context("cannot build a Kubernetes client")
+    Ok(xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -24,6 +24,19 @@ pub enum KubeconfigError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    #[error("cannot read kubeconfig {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no Kubernetes configuration: run in a pod, or set KUBECONFIG or --kubeconfig ({source})"
+    )]
+    NoConfig {
+        #[source]
+        source: kube::config::InferConfigError,
+    },
     #[error("cannot build a client from the kubeconfig in {origin}: {source}")]
     Client {
         origin: String,
@@ -38,9 +51,40 @@ impl KubeconfigError {
         match self {
             KubeconfigError::MissingKey { .. } => "KubeconfigMissing",
             KubeconfigError::Parse { .. } | KubeconfigError::Config { .. } => "KubeconfigInvalid",
+            KubeconfigError::Read { .. } => "KubeconfigUnreadable",
+            KubeconfigError::NoConfig { .. } => "NoKubeconfig",
             KubeconfigError::Client { .. } => "ClientFailed",
         }
     }
+}
+
+/// The client of a binary's own cluster: from the kubeconfig file `path` when given (its current
+/// context), else in-cluster or `$KUBECONFIG`.
+pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client, KubeconfigError> {
+    let (config, origin) = match path {
+        Some(path) => {
+            let origin = path.display().to_string();
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| KubeconfigError::Read {
+                    path: origin.clone(),
+                    source,
+                })?;
+            let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| KubeconfigError::Config {
+                    origin: origin.clone(),
+                    source,
+                })?;
+            (config, origin)
+        }
+        None => {
+            let config = Config::infer()
+                .await
+                .map_err(|source| KubeconfigError::NoConfig { source })?;
+            (config, "the inferred configuration".to_string())
+        }
+    };
+    Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })
 }
 
 /// A client from kubeconfig text; `origin` names where it came from, for error messages.

@@ -7,4 +7,6 @@ mod conditions;
 mod kubeconfig;
 
 pub use conditions::{ConditionStatus, set_condition};
-pub use kubeconfig::{KubeconfigError, client_from_kubeconfig, client_from_secret};
+pub use kubeconfig::{
+    KubeconfigError, client_from_kubeconfig, client_from_secret, own_cluster_client,
+};
