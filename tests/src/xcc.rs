@@ -32,6 +32,8 @@ pub fn binary(name: &str) -> PathBuf {
             "xcc-agent",
             "-p",
             "xcc-controller",
+            "-p",
+            "xcc-coredns-patcher",
         ]);
         if profile == "release" {
             cargo.arg("--release");
