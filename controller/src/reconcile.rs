@@ -115,20 +115,24 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
     let me = ObjectRef::from_obj(gateway);
-    let clusters = list_clusters(ctx, &namespace).await?;
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
-    let all = api.list(&ListParams::default()).await?.items;
+    let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
+        Ok(api.list(&ListParams::default()).await?.items)
+    })?;
 
-    let mut observations = HashMap::new();
-    let mut used = BTreeSet::new();
-    for cluster in clusters
+    // The reconcile is on the path of every address change: independent calls go out together.
+    let selected: Vec<&ClusterInfo> = clusters
         .iter()
         .filter(|c| desired::selects(&gateway.spec.cluster_selector, &c.labels))
-    {
-        let seen = ctx
-            .workloads
+        .collect();
+    let seen = futures::future::join_all(selected.iter().map(|cluster| {
+        ctx.workloads
             .observe(&namespace, &cluster.name, &gateway.spec.service, &me)
-            .await;
+    }))
+    .await;
+    let mut observations = HashMap::new();
+    let mut used = BTreeSet::new();
+    for (cluster, seen) in selected.iter().zip(seen) {
         observations.insert(cluster.name.clone(), seen);
         used.insert((cluster.name.clone(), gateway.spec.service.clone()));
     }
@@ -140,13 +144,15 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
             .unwrap_or_else(|| Observation::Unreachable("not observed".into()))
     });
 
-    let mut problems = Vec::new();
-    for cluster in &clusters {
-        if let Err(problem) = write_cluster(ctx, &namespace, &cluster.name, &reference, &plan).await
-        {
-            problems.push(problem);
-        }
-    }
+    // Every cluster at once: one slow or unreachable cluster delays none of the others.
+    let writes = clusters
+        .iter()
+        .map(|cluster| write_cluster(ctx, &namespace, &cluster.name, &reference, &plan));
+    let problems: Vec<String> = futures::future::join_all(writes)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
     update_status(&api, gateway, &plan, &problems, ctx).await?;
     Ok(Action::requeue(ctx.resync))
 }
