@@ -3,13 +3,15 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use clap::{Args as ArgGroup, Parser};
+use clap::{Args as ArgGroup, Parser, Subcommand};
 
 /// Serves the xcc DNS zone (default `xcc.test`) from an in-memory record table.
 ///
 /// In a cluster (the default): the table is fed by the EndpointSlices that xcc-controller writes
 /// into the agent's namespace (annotation `connectivity.tanzu.vmware.com/dns-hostname`); the
-/// cluster's CoreDNS forwards the zone here (see xcc-coredns-patcher).
+/// cluster's CoreDNS forwards the zone here (see xcc-coredns-patcher). The agent also runs the
+/// sync reconcilers, which read from peer clusters and write only to this one (Secret replication:
+/// SecretExport, SecretImport and the monitors; `xcc-agent crds` prints their CRDs).
 ///
 /// Standalone, no cluster needed: `xcc-agent --records records.yaml` serves the names of a YAML
 /// file and reloads it when it changes. A bad file is reported (line and field) and the last good
@@ -17,6 +19,9 @@ use clap::{Args as ArgGroup, Parser};
 #[derive(Debug, Parser)]
 #[command(name = "xcc-agent", version, about, long_about)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     #[command(flatten)]
     pub dns: DnsArgs,
 
@@ -25,6 +30,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub kube: KubeArgs,
+
+    #[command(flatten)]
+    pub sync: SyncArgs,
 
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -99,6 +107,47 @@ pub struct KubeArgs {
     pub pod_name: Option<String>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions the agent serves, as YAML.
+    Crds {
+        /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead.
+        #[arg(long, env = "XCC_CRDS_DIR", value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, ArgGroup)]
+#[command(next_help_heading = "Sync reconcilers (when --records is not given)")]
+pub struct SyncArgs {
+    /// Replicate Secrets between clusters: SecretExport, SecretImport, the
+    /// ClusterResource{Import,Export}Monitors and their bindings
+    /// (replication.apiresources.multicluster.x-tanzu.vmware.com). Off in standalone mode.
+    #[arg(
+        long = "secret-replication",
+        env = "XCC_SECRET_REPLICATION",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub secret_replication: bool,
+
+    /// Cluster groups and resource sync: Cluster, ClusterFeature and ResourceSyncRule
+    /// (clusterregistry.k8s.cisco.com). Off in standalone mode.
+    #[arg(
+        long = "resource-sync",
+        env = "XCC_RESOURCE_SYNC",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub resource_sync: bool,
+}
+
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "Admin")]
 pub struct AdminArgs {
@@ -149,6 +198,42 @@ mod tests {
         assert_eq!(args.dns.zones, ["xcc.test"]);
         assert_eq!(args.dns.listen.port(), 53);
         assert_eq!(args.dns.ttl, 30);
+        assert!(args.command.is_none());
+        assert!(args.sync.secret_replication);
+    }
+
+    #[test]
+    fn standalone_mode_is_unchanged_by_the_subcommand() {
+        let args = Args::try_parse_from(["xcc-agent", "--records", "records.yaml"]).unwrap();
+        assert!(args.command.is_none());
+        assert_eq!(args.records.file, Some(PathBuf::from("records.yaml")));
+    }
+
+    #[test]
+    fn crds_is_a_subcommand() {
+        let args = Args::try_parse_from(["xcc-agent", "crds"]).unwrap();
+        assert!(matches!(args.command, Some(Command::Crds { dir: None })));
+    }
+
+    #[test]
+    fn secret_replication_can_be_switched_off() {
+        for off in [
+            &["xcc-agent", "--secret-replication=false"][..],
+            &["xcc-agent", "--secret-replication", "false"],
+        ] {
+            let args = Args::try_parse_from(off).unwrap();
+            assert!(!args.sync.secret_replication, "{off:?}");
+        }
+        let args = Args::try_parse_from(["xcc-agent", "--secret-replication"]).unwrap();
+        assert!(args.sync.secret_replication);
+    }
+
+    #[test]
+    fn resource_sync_is_on_by_default_and_can_be_switched_off() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert!(args.sync.resource_sync);
+        let args = Args::try_parse_from(["xcc-agent", "--resource-sync=false"]).unwrap();
+        assert!(!args.sync.resource_sync);
     }
 
     #[test]

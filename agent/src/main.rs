@@ -6,19 +6,37 @@
 //!                          ├─► RecordTable ──► DNS :53 (UDP × N, TCP)
 //!  records file (poll) ────┘        │
 //!  admin HTTP: /healthz /readyz /metrics
+//!
+//!  sync reconcilers (each can be switched off): Secret replication (SecretExport, SecretImport,
+//!  the monitors and their bindings)
+//!  peers (kubeconfig Secret → client) ─► read ─► sink (SSA + origin annotation) ─► local cluster
 //! ```
 
 mod admin;
 mod args;
+mod clusterregistry;
 mod metrics;
+mod peers;
 mod records;
+mod replication;
 mod run;
+mod sink;
 mod slices;
+mod wakers;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
+    if let Some(args::Command::Crds { dir }) = &args.command {
+        return match run::print_crds(dir.as_deref()) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("xcc-agent: {error:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     run::init_logging(&args.log);
     match run::main(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -14,6 +14,7 @@
 //! The binaries come from `tests/testbed/install.sh` (built from their Go modules, cached outside
 //! the repository); [`require_testbed`] finds them.
 
+pub mod aggregation;
 mod binaries;
 mod certs;
 mod cluster;

@@ -1,0 +1,454 @@
+//! The Cluster reconciler: tells the local Cluster from the peers (by the UID of kube-system),
+//! builds each peer's client from its Secret, checks that the peer answers (at most every 5 s,
+//! backing off while it does not), and writes what it found into the status and the peer table
+//! the sync engine reads.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use xcc_kube::{ConditionStatus, set_condition};
+
+use super::{
+    CLUSTER_DISABLED_ANNOTATION, DEFAULT_SECRET_NAMESPACE, PeerState, PeerTable, SECRET_TYPE,
+    api::{Cluster, ClusterStatus},
+};
+use crate::{
+    peers::{PeerClient, PeerClients, WatchBackoff},
+    sink::FIELD_MANAGER,
+};
+
+/// Liveness checks of one peer are at least this far apart.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest wait between checks of a failing peer.
+const MAX_CHECK_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a liveness check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The last liveness check of a peer.
+pub struct Check {
+    identity: String,
+    /// Not checked again before this.
+    next: Instant,
+    failures: u32,
+    /// The UID of kube-system there, or why it could not be read.
+    result: Result<String, String>,
+}
+
+pub struct Context {
+    pub client: Client,
+    pub local_id: String,
+    pub peers: PeerClients,
+    pub table: tokio::sync::watch::Sender<PeerTable>,
+    pub clusters: Store<Cluster>,
+    pub checks: Mutex<HashMap<String, Check>>,
+}
+
+/// The delay before the next check after `failures` failures in a row (0: healthy).
+pub fn check_delay(failures: u32) -> Duration {
+    if failures == 0 {
+        return CHECK_INTERVAL;
+    }
+    CHECK_INTERVAL
+        .saturating_mul(2u32.saturating_pow(failures - 1))
+        .min(MAX_CHECK_BACKOFF)
+}
+
+/// What the reconciler found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub state: &'static str,
+    pub local: bool,
+    pub message: String,
+}
+
+impl Found {
+    fn peer(state: &'static str, message: impl Into<String>) -> Found {
+        Found {
+            state,
+            local: false,
+            message: message.into(),
+        }
+    }
+}
+
+async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String, String> {
+    let now = Instant::now();
+    {
+        let checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(check) = checks.get(name)
+            && check.identity == peer.identity
+            && now < check.next
+        {
+            return check.result.clone();
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(peer.client.clone());
+    let result = match tokio::time::timeout(CHECK_TIMEOUT, namespaces.get("kube-system")).await {
+        Ok(Ok(ns)) => Ok(ns.uid().unwrap_or_default()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
+    };
+    let mut checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
+    let failures = match (&result, checks.get(name)) {
+        (Ok(_), _) => 0,
+        (Err(_), Some(old)) if old.identity == peer.identity => old.failures + 1,
+        (Err(_), _) => 1,
+    };
+    checks.insert(
+        name.to_string(),
+        Check {
+            identity: peer.identity.clone(),
+            next: now + check_delay(failures),
+            failures,
+            result: result.clone(),
+        },
+    );
+    result
+}
+
+/// Examines a peer Cluster; returns what it found and the client to read it with.
+async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerClient>) {
+    let name = cluster.name_any();
+    if super::disabled(cluster) {
+        let message = format!(
+            "annotation {CLUSTER_DISABLED_ANNOTATION}=true: nothing is read from this cluster; remove the annotation to read from it again"
+        );
+        return (Found::peer("Disabled", message), None);
+    }
+    let Some(secret_ref) = cluster
+        .spec
+        .auth_info
+        .as_ref()
+        .and_then(|a| a.secret_ref.as_ref())
+        .filter(|r| !r.name.is_empty())
+    else {
+        let message = format!(
+            "spec.authInfo.secretRef is not set: name a Secret of type {SECRET_TYPE} whose key kubeconfig reads cluster {name}"
+        );
+        return (Found::peer("MissingAuthInfo", message), None);
+    };
+    let namespace = secret_ref
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.to_string());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret = match secrets.get_opt(&secret_ref.name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            ctx.peers.forget(&namespace, &secret_ref.name);
+            let message = format!(
+                "Secret {namespace}/{} not found: copy it from cluster {name} (it holds a kubeconfig that reads that cluster)",
+                secret_ref.name
+            );
+            return (Found::peer("MissingAuthInfo", message), None);
+        }
+        Err(error) => {
+            let message = format!(
+                "cannot read Secret {namespace}/{}: {error}",
+                secret_ref.name
+            );
+            return (Found::peer("MissingAuthInfo", message), None);
+        }
+    };
+    let peer = match ctx.peers.client_for(&secret).await {
+        Ok(peer) => peer,
+        Err(error) => {
+            let message = format!(
+                "Secret {namespace}/{}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig",
+                secret_ref.name
+            );
+            return (Found::peer("InvalidAuthInfo", message), None);
+        }
+    };
+    match liveness(ctx, &name, &peer).await {
+        Ok(uid) if uid == cluster.spec.cluster_id => (
+            Found::peer(
+                "Ready",
+                format!(
+                    "reachable with the kubeconfig of Secret {namespace}/{}",
+                    secret_ref.name
+                ),
+            ),
+            Some(peer),
+        ),
+        Ok(uid) => {
+            let message = format!(
+                "the kubeconfig of Secret {namespace}/{} reaches the cluster with ID {uid}, not spec.clusterID {}: fix the Secret or the Cluster",
+                secret_ref.name, cluster.spec.cluster_id
+            );
+            (Found::peer("InvalidAuthInfo", message), None)
+        }
+        Err(error) => {
+            let message = format!(
+                "cannot reach the API server with the kubeconfig of Secret {namespace}/{}: {error}; retrying with backoff",
+                secret_ref.name
+            );
+            (Found::peer("Failed", message), Some(peer))
+        }
+    }
+}
+
+/// The status `found` gives a Cluster whose status was `old`.
+pub fn next_status(
+    old: Option<&ClusterStatus>,
+    generation: Option<i64>,
+    found: &Found,
+    conflict: bool,
+    synced: bool,
+) -> ClusterStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.state = Some(found.state.to_string());
+    status.type_ = Some(if found.local { "Local" } else { "Peer" }.to_string());
+    status.message = Some(found.message.clone());
+    status.observed_generation = generation;
+    let truth = |b: bool| {
+        if b {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    };
+    let conditions = &mut status.conditions;
+    set_condition(
+        conditions,
+        "LocalCluster",
+        truth(found.local),
+        if found.local {
+            "LocalCluster"
+        } else {
+            "PeerCluster"
+        },
+        "",
+        generation,
+    );
+    if found.local {
+        set_condition(
+            conditions,
+            "LocalConflict",
+            truth(conflict),
+            if conflict {
+                "LocalConflict"
+            } else {
+                "NoConflict"
+            },
+            if conflict {
+                "more than one Cluster has this cluster's ID as spec.clusterID"
+            } else {
+                ""
+            },
+            generation,
+        );
+    }
+    set_condition(
+        conditions,
+        "Ready",
+        truth(found.state == "Ready"),
+        found.state,
+        found.message.clone(),
+        generation,
+    );
+    set_condition(
+        conditions,
+        "ClustersSynced",
+        truth(synced),
+        if synced { "Synced" } else { "NotSynced" },
+        if synced {
+            ""
+        } else if found.local {
+            "not every peer cluster is reachable"
+        } else {
+            "this cluster is not reachable"
+        },
+        generation,
+    );
+    status
+}
+
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let local = cluster.spec.cluster_id == ctx.local_id;
+    let (found, synced, conflict) = if local {
+        ctx.table.send_if_modified(|t| t.remove(&name).is_some());
+        let conflict = ctx
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| c.spec.cluster_id == ctx.local_id)
+            .count()
+            > 1;
+        let table = ctx.table.borrow();
+        let live_clusters = ctx.clusters.state();
+        let synced = live_clusters
+            .iter()
+            .filter(|c| c.spec.cluster_id != ctx.local_id)
+            .filter(|c| !super::disabled(c))
+            .all(|c| table.get(&c.name_any()).is_some_and(|p| p.live));
+        let found = Found {
+            state: "Ready",
+            local: true,
+            message: "this cluster (spec.clusterID is the UID of namespace kube-system)".into(),
+        };
+        (found, synced, conflict)
+    } else {
+        let (found, client) = examine_peer(&cluster, &ctx).await;
+        let live = found.state == "Ready";
+        let state = PeerState {
+            id: cluster.spec.cluster_id.clone(),
+            client,
+            live,
+        };
+        ctx.table.send_if_modified(|t| {
+            let changed = t.get(&name).is_none_or(|old| {
+                old.id != state.id
+                    || old.live != state.live
+                    || old.client.as_ref().map(|c| &c.identity)
+                        != state.client.as_ref().map(|c| &c.identity)
+            });
+            t.insert(name.clone(), state);
+            changed
+        });
+        (found, live, false)
+    };
+    // Forget the peers whose Cluster is gone.
+    let names: Vec<String> = ctx.clusters.state().iter().map(|c| c.name_any()).collect();
+    ctx.table.send_if_modified(|t| {
+        let before = t.len();
+        t.retain(|n, _| names.contains(n));
+        t.len() != before
+    });
+
+    let old = cluster.status.as_ref();
+    let status = next_status(old, cluster.metadata.generation, &found, conflict, synced);
+    if Some(&status) != old {
+        if old.and_then(|s| s.state.as_deref()) != Some(found.state) {
+            tracing::info!(cluster = %name, state = found.state, message = %found.message, "Cluster state");
+        }
+        let patch = json!({
+            "apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
+            "kind": "Cluster",
+            "status": status,
+        });
+        Api::<Cluster>::all(ctx.client.clone())
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(patch),
+            )
+            .await?;
+    }
+    let next = if local {
+        CHECK_INTERVAL
+    } else {
+        let checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
+        match found.state {
+            "Ready" | "Failed" => checks
+                .get(&name)
+                .map_or(CHECK_INTERVAL, |c| {
+                    c.next.saturating_duration_since(Instant::now())
+                })
+                .max(Duration::from_millis(100)),
+            _ => Duration::from_secs(30),
+        }
+    };
+    Ok(Action::requeue(next))
+}
+
+pub fn error_policy(_: Arc<Cluster>, _: &Error, _: Arc<Context>) -> Action {
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Wakes the Clusters whose `secretRef` names a Secret that changed.
+pub fn secret_triggers(
+    client: Client,
+    clusters: Store<Cluster>,
+) -> impl Stream<Item = ObjectRef<Cluster>> + Send {
+    let api = Api::<PartialObjectMeta<Secret>>::all(client);
+    watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .touched_objects()
+        .filter_map(|secret| std::future::ready(secret.ok()))
+        .flat_map(move |secret| {
+            let namespace = secret.namespace().unwrap_or_default();
+            let name = secret.name_any();
+            let woken: Vec<ObjectRef<Cluster>> = clusters
+                .state()
+                .iter()
+                .filter(|c| {
+                    c.spec
+                        .auth_info
+                        .as_ref()
+                        .and_then(|a| a.secret_ref.as_ref())
+                        .is_some_and(|r| {
+                            r.name == name
+                                && r.namespace
+                                    .as_deref()
+                                    .filter(|n| !n.is_empty())
+                                    .unwrap_or(DEFAULT_SECRET_NAMESPACE)
+                                    == namespace
+                        })
+                })
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect();
+            futures::stream::iter(woken)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_back_off_from_five_seconds_to_a_minute() {
+        let delays: Vec<u64> = (0..7).map(|f| check_delay(f).as_secs()).collect();
+        assert_eq!(delays, [5, 5, 10, 20, 40, 60, 60]);
+    }
+
+    #[test]
+    fn status_names_state_type_and_synced() {
+        let found = Found::peer("Failed", "cannot reach the API server");
+        let status = next_status(None, Some(2), &found, false, false);
+        assert_eq!(status.state.as_deref(), Some("Failed"));
+        assert_eq!(status.type_.as_deref(), Some("Peer"));
+        assert_eq!(status.observed_generation, Some(2));
+        let condition = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+        };
+        assert_eq!(condition("Ready").as_deref(), Some("False"));
+        assert_eq!(condition("ClustersSynced").as_deref(), Some("False"));
+        assert_eq!(condition("LocalCluster").as_deref(), Some("False"));
+        assert_eq!(condition("LocalConflict"), None);
+        // Nothing new: the same status, so no write.
+        assert_eq!(
+            next_status(Some(&status), Some(2), &found, false, false),
+            status
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! Cluster groups and resource sync (the cluster-registry API, `clusterregistry.k8s.cisco.com`).
+//!
+//! ```text
+//!  Cluster ──► cluster reconciler: local or peer (kube-system UID); peer Secret ─► PeerClients
+//!                │  liveness (GET kube-system, ≥ 5 s apart, backoff) ─► status, peer table
+//!                ▼
+//!  ResourceSyncRule ──► engine: one watch per (cluster, kind), shared by every rule of that kind
+//!                        (local cluster + each peer) ─► decide(key) ─► SSA / delete, local only
+//! ```
+//!
+//! Every copy carries the annotation and label [`OWNER_ANNOTATION`] naming the cluster the object
+//! originates from; that is what makes it a copy. Objects without it were made here and are never
+//! touched. See [`decide`] for the rules.
+
+pub mod api;
+mod clusters;
+mod decide;
+mod engine;
+mod rules;
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, CustomResourceExt, ResourceExt,
+    runtime::{
+        Controller,
+        events::{Recorder, Reporter},
+        watcher,
+    },
+};
+
+use crate::peers::{PeerClient, PeerClients, WatchBackoff};
+use api::{Cluster, ClusterFeature, ResourceSyncRule};
+
+/// Annotation and label on every copy: the ID of the cluster the object originates from. Kept
+/// when the source already has it, so the origin survives intermediaries.
+pub const OWNER_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/resource-owner-cluster-id";
+/// `"true"` on a source: do not copy it. On a copy: leave it alone.
+pub const SYNC_DISABLED_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/resource-sync-disabled";
+/// `"true"` on a peer's Cluster: do not read from that cluster.
+pub const CLUSTER_DISABLED_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/cluster-disabled";
+/// The type of peer kubeconfig Secrets (data key `kubeconfig`).
+pub const SECRET_TYPE: &str = "k8s.cisco.com/cluster-registry-secret";
+/// Namespace of a peer Secret whose `secretRef` names none.
+pub const DEFAULT_SECRET_NAMESPACE: &str = "cluster-registry";
+
+/// The CRDs of this module.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![
+        Cluster::crd(),
+        ClusterFeature::crd(),
+        ResourceSyncRule::crd(),
+    ]
+}
+
+/// Whether `cluster` carries [`CLUSTER_DISABLED_ANNOTATION`]`=true`.
+pub fn disabled(cluster: &Cluster) -> bool {
+    cluster
+        .annotations()
+        .get(CLUSTER_DISABLED_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// A peer as the cluster reconciler last saw it.
+#[derive(Clone)]
+pub struct PeerState {
+    /// Its cluster ID (`spec.clusterID`).
+    pub id: String,
+    /// Its client, when its Secret gave one.
+    pub client: Option<PeerClient>,
+    /// The last liveness check passed.
+    pub live: bool,
+}
+
+/// Peers by Cluster name.
+pub type PeerTable = BTreeMap<String, PeerState>;
+
+/// The UID of this cluster's kube-system namespace; retried until the API server answers.
+async fn local_cluster_id(
+    client: &Client,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut backoff = WatchBackoff::default();
+    loop {
+        match namespaces.get("kube-system").await {
+            Ok(ns) => return ns.uid(),
+            Err(error) => {
+                let delay = backoff.next().unwrap_or(Duration::from_secs(5));
+                tracing::warn!(%error, "cannot read namespace kube-system (the cluster ID); retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stop.wait_for(|s| *s) => return None,
+                }
+            }
+        }
+    }
+}
+
+/// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
+pub async fn run(
+    client: Client,
+    instance: Option<String>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
+        return;
+    };
+    if let Err(kube::Error::Api(s)) = Api::<Cluster>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        && s.code == 404
+    {
+        tracing::warn!(
+            "the cluster-registry CRDs are not installed (manifests/crds); resource sync waits for them"
+        );
+    }
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "xcc-agent".into(),
+            instance,
+        },
+    );
+    let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
+    let controller = Controller::new(
+        Api::<Cluster>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let clusters_store = controller.store();
+    let secrets = clusters::secret_triggers(client.clone(), clusters_store.clone());
+    let ctx = Arc::new(clusters::Context {
+        client: client.clone(),
+        local_id: local_id.clone(),
+        peers: PeerClients::default(),
+        table: table_tx,
+        clusters: clusters_store.clone(),
+        checks: Default::default(),
+    });
+    let stopped = {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let clusters = controller
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_on(secrets)
+        .graceful_shutdown_on(stopped)
+        .run(clusters::reconcile, clusters::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::warn!(cluster = %object.name, %error, "reconcile failed; retrying")
+                }
+                Err(error) => tracing::debug!(%error, "Cluster controller"),
+            }
+        });
+    let engine = engine::Engine::new(client, local_id.clone(), recorder, clusters_store, table_rx);
+    tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
+    futures::join!(clusters, engine.run(stop));
+}

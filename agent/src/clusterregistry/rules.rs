@@ -1,0 +1,648 @@
+//! ResourceSyncRules compiled for use: which objects a rule matches, which peers it reads from,
+//! and what the local copy of a matching object looks like. Pure functions over JSON objects.
+
+use std::collections::BTreeMap;
+
+use kube::core::{Selector, SelectorExt};
+use serde_json::{Map, Value};
+use serde_json_path::JsonPath;
+
+use super::{
+    OWNER_ANNOTATION,
+    api::{
+        ClusterFeatureMatch, GroupVersionKind, LabelSelector, MapMutations, Match, Mutations,
+        Override, ResourceSyncRuleSpec,
+    },
+};
+
+/// Why a ResourceSyncRule cannot work.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    #[error("{field}: invalid selector: {reason}")]
+    Selector { field: String, reason: String },
+    #[error("{field}: invalid JSONPath {path:?}: {reason}")]
+    JsonPath {
+        field: String,
+        path: String,
+        reason: String,
+    },
+    #[error("{field}: {reason}")]
+    Override { field: String, reason: String },
+    #[error(
+        "{field}: writing copies as another kind is not supported; drop the field or write a rule for that kind"
+    )]
+    KindMutation { field: String },
+}
+
+impl RuleError {
+    /// Short label for Events and status reasons.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RuleError::Selector { .. } => "InvalidSelector",
+            RuleError::JsonPath { .. } => "InvalidJSONPath",
+            RuleError::Override { .. } => "InvalidOverride",
+            RuleError::KindMutation { .. } => "UnsupportedMutation",
+        }
+    }
+}
+
+/// A ResourceSyncRule, checked and ready to match.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    pub name: String,
+    pub gvk: GroupVersionKind,
+    features: Vec<(String, Selector)>,
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    matches: Vec<Matcher>,
+    mutations: Mutations,
+}
+
+#[derive(Debug, Clone)]
+struct Matcher {
+    name: Option<String>,
+    namespace: Option<String>,
+    namespaces: Vec<String>,
+    labels: Vec<Selector>,
+    annotations: Vec<Selector>,
+    content: Vec<(JsonPath, Value)>,
+}
+
+fn selector(
+    field: String,
+    labels: &BTreeMap<String, String>,
+    expressions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement],
+) -> Result<Selector, RuleError> {
+    let selector = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: Some(labels.clone()),
+        match_expressions: Some(expressions.to_vec()),
+    };
+    Selector::try_from(selector).map_err(|e| RuleError::Selector {
+        field,
+        reason: e.to_string(),
+    })
+}
+
+fn json_path(field: String, key: &str) -> Result<JsonPath, RuleError> {
+    // cluster-registry's keys are written `.spec.type`; RFC 9535 wants `$.spec.type`.
+    let query = if key.starts_with('$') {
+        key.to_string()
+    } else if key.starts_with('.') || key.starts_with('[') {
+        format!("${key}")
+    } else {
+        format!("$.{key}")
+    };
+    JsonPath::parse(&query).map_err(|e| RuleError::JsonPath {
+        field,
+        path: key.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn check_override(field: String, o: &Override) -> Result<(), RuleError> {
+    let fail = |reason: String| {
+        Err(RuleError::Override {
+            field: field.clone(),
+            reason,
+        })
+    };
+    if !o.path.starts_with('/') || o.path.len() < 2 {
+        return fail(format!(
+            "path {:?} must be a JSON pointer such as /spec/replicas",
+            o.path
+        ));
+    }
+    match o.type_.as_str() {
+        "replace" => {
+            let value = o.value.as_deref().unwrap_or_default();
+            if value.contains("{{") {
+                return fail(
+                    "values with templates ({{ ... }}) are not supported; give a literal value"
+                        .into(),
+                );
+            }
+            if o.parse_value {
+                serde_yaml::from_str::<Value>(value)
+                    .map(drop)
+                    .or_else(|e| fail(format!("value is not YAML: {e}")))?;
+            }
+            Ok(())
+        }
+        "remove" => Ok(()),
+        other => fail(format!(
+            "type {other:?} is not one of \"replace\", \"remove\""
+        )),
+    }
+}
+
+fn matcher(field: &str, m: &Match) -> Result<Matcher, RuleError> {
+    let key = m.object_key.as_ref();
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    Ok(Matcher {
+        name: key
+            .and_then(|k| non_empty(&k.name))
+            .or_else(|| m.name.clone().filter(|n| !n.is_empty())),
+        namespace: key
+            .and_then(|k| non_empty(&k.namespace))
+            .or_else(|| m.namespace.clone().filter(|n| !n.is_empty())),
+        namespaces: m.namespaces.clone(),
+        labels: m
+            .labels
+            .iter()
+            .enumerate()
+            .map(|(i, s): (usize, &LabelSelector)| {
+                selector(
+                    format!("{field}.labels[{i}]"),
+                    &s.match_labels,
+                    &s.match_expressions,
+                )
+            })
+            .collect::<Result<_, _>>()?,
+        annotations: m
+            .annotations
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                selector(
+                    format!("{field}.annotations[{i}]"),
+                    &s.match_annotations,
+                    &s.match_expressions,
+                )
+            })
+            .collect::<Result<_, _>>()?,
+        content: m
+            .content
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Ok((
+                    json_path(format!("{field}.content[{i}].key"), &c.key)?,
+                    c.value.clone(),
+                ))
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn string_map(object: &Value, field: &str) -> BTreeMap<String, String> {
+    object["metadata"][field]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Matcher {
+    fn matches(&self, object: &Value, namespaced: bool) -> bool {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        if self.name.as_deref().is_some_and(|n| n != name) {
+            return false;
+        }
+        if namespaced {
+            if self.namespace.as_deref().is_some_and(|n| n != namespace) {
+                return false;
+            }
+            if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == namespace) {
+                return false;
+            }
+        }
+        let labels = string_map(object, "labels");
+        if !self.labels.iter().all(|s| s.matches(&labels)) {
+            return false;
+        }
+        let annotations = string_map(object, "annotations");
+        if !self.annotations.iter().all(|s| s.matches(&annotations)) {
+            return false;
+        }
+        self.content
+            .iter()
+            .all(|(path, value)| path.query(object).all().contains(&value))
+    }
+}
+
+impl RuleSet {
+    pub fn compile(name: &str, spec: &ResourceSyncRuleSpec) -> Result<RuleSet, RuleError> {
+        let features = spec
+            .cluster_feature_match
+            .iter()
+            .enumerate()
+            .map(|(i, f): (usize, &ClusterFeatureMatch)| {
+                Ok((
+                    f.feature_name.clone(),
+                    selector(
+                        format!("spec.clusterFeatureMatch[{i}]"),
+                        &f.match_labels,
+                        &f.match_expressions,
+                    )?,
+                ))
+            })
+            .collect::<Result<_, RuleError>>()?;
+        let mut rules = Vec::new();
+        for (i, rule) in spec.rules.iter().enumerate() {
+            let field = format!("spec.rules[{i}]");
+            let mutations = rule.mutations.clone().unwrap_or_default();
+            if mutations.group_version_kind.is_some() {
+                return Err(RuleError::KindMutation {
+                    field: format!("{field}.mutations.groupVersionKind"),
+                });
+            }
+            for (j, o) in mutations.overrides.iter().enumerate() {
+                check_override(format!("{field}.mutations.overrides[{j}]"), o)?;
+            }
+            let matches = rule
+                .matches
+                .iter()
+                .enumerate()
+                .map(|(j, m)| matcher(&format!("{field}.match[{j}]"), m))
+                .collect::<Result<_, _>>()?;
+            rules.push(Rule { matches, mutations });
+        }
+        Ok(RuleSet {
+            name: name.to_string(),
+            gvk: spec.group_version_kind.clone(),
+            features,
+            rules,
+        })
+    }
+
+    /// The mutations of the first rule matching `object`, if any rule does.
+    pub fn matching(&self, object: &Value, namespaced: bool) -> Option<&Mutations> {
+        self.rules
+            .iter()
+            .find(|r| {
+                r.matches.is_empty() || r.matches.iter().any(|m| m.matches(object, namespaced))
+            })
+            .map(|r| &r.mutations)
+    }
+
+    /// Whether this rule reads from a peer whose ClusterFeatures are `features`: always without
+    /// `clusterFeatureMatch`, else when one of them matches an entry (feature name and labels).
+    pub fn reads_from(&self, features: &[Value]) -> bool {
+        self.features.is_empty()
+            || self.features.iter().any(|(name, selector)| {
+                features.iter().any(|f| {
+                    (name.is_empty() || f["spec"]["featureName"].as_str() == Some(name))
+                        && selector.matches(&string_map(f, "labels"))
+                })
+            })
+    }
+
+    /// Whether a rule needs the peers' ClusterFeatures.
+    pub fn uses_features(&self) -> bool {
+        !self.features.is_empty()
+    }
+}
+
+/// Metadata fields a copy keeps; the rest (uid, resourceVersion, managedFields, ownerReferences,
+/// finalizers, timestamps, generation) belongs to the source's API server.
+const KEPT_METADATA: [&str; 4] = ["name", "namespace", "labels", "annotations"];
+
+/// Annotations that describe how the source was written, not what it is.
+const DROPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// The local copy of `source`: server-managed metadata stripped, `mutations` applied, and the
+/// owner annotation and label set to `owner` unless the source already names its owner.
+pub fn desired_copy(source: &Value, owner: &str, mutations: &Mutations) -> Value {
+    let mut copy = Map::new();
+    for (key, value) in source.as_object().into_iter().flatten() {
+        match key.as_str() {
+            "metadata" => {
+                let metadata: Map<String, Value> = value
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| KEPT_METADATA.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                copy.insert(key.clone(), Value::Object(metadata));
+            }
+            "status" if !mutations.sync_status => {}
+            _ => {
+                copy.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    let mut copy = Value::Object(copy);
+    let owner = source["metadata"]["annotations"][OWNER_ANNOTATION]
+        .as_str()
+        .unwrap_or(owner)
+        .to_string();
+    for annotation in DROPPED_ANNOTATIONS {
+        remove_key(&mut copy, "annotations", annotation);
+    }
+    if let Some(m) = &mutations.annotations {
+        mutate_map(&mut copy, "annotations", m);
+    }
+    if let Some(m) = &mutations.labels {
+        mutate_map(&mut copy, "labels", m);
+    }
+    for o in &mutations.overrides {
+        apply_override(&mut copy, o);
+    }
+    for map in ["annotations", "labels"] {
+        set_key(&mut copy, map, OWNER_ANNOTATION, &owner);
+    }
+    copy
+}
+
+fn meta_map<'a>(object: &'a mut Value, map: &str) -> &'a mut Map<String, Value> {
+    let metadata = &mut object["metadata"];
+    if !metadata[map].is_object() {
+        metadata[map] = Value::Object(Map::new());
+    }
+    metadata[map].as_object_mut().expect("an object")
+}
+
+fn set_key(object: &mut Value, map: &str, key: &str, value: &str) {
+    meta_map(object, map).insert(key.to_string(), Value::String(value.to_string()));
+}
+
+fn remove_key(object: &mut Value, map: &str, key: &str) {
+    if let Some(m) = object["metadata"][map].as_object_mut() {
+        m.remove(key);
+        if m.is_empty() {
+            object["metadata"]
+                .as_object_mut()
+                .expect("metadata is an object")
+                .remove(map);
+        }
+    }
+}
+
+fn mutate_map(object: &mut Value, map: &str, mutation: &MapMutations) {
+    for key in &mutation.remove {
+        remove_key(object, map, key);
+    }
+    for (key, value) in &mutation.add {
+        set_key(object, map, key, value);
+    }
+}
+
+fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+/// Applies one override (checked by [`RuleSet::compile`]).
+fn apply_override(object: &mut Value, o: &Override) {
+    let tokens: Vec<String> = o.path[1..].split('/').map(unescape).collect();
+    let (last, parents) = tokens.split_last().expect("a checked path has a token");
+    let mut node = object;
+    for token in parents {
+        node = match node {
+            Value::Array(items) => match token.parse::<usize>().ok().and_then(|i| items.get_mut(i))
+            {
+                Some(item) => item,
+                None => return,
+            },
+            Value::Object(map) => {
+                if o.type_ == "remove" && !map.contains_key(token) {
+                    return;
+                }
+                map.entry(token.clone())
+                    .or_insert_with(|| Value::Object(Map::new()))
+            }
+            _ => return,
+        };
+    }
+    let raw = o.value.clone().unwrap_or_default();
+    let value = if o.parse_value {
+        serde_yaml::from_str(&raw).unwrap_or(Value::String(raw))
+    } else {
+        Value::String(raw)
+    };
+    match (node, o.type_.as_str()) {
+        (Value::Object(map), "replace") => {
+            map.insert(last.clone(), value);
+        }
+        (Value::Object(map), _) => {
+            map.remove(last);
+        }
+        (Value::Array(items), kind) => {
+            if let Some(i) = last.parse::<usize>().ok().filter(|i| *i < items.len()) {
+                if kind == "replace" {
+                    items[i] = value;
+                } else {
+                    items.remove(i);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(spec: Value) -> Result<RuleSet, RuleError> {
+        let spec: ResourceSyncRuleSpec = serde_json::from_value(spec).unwrap();
+        RuleSet::compile("r", &spec)
+    }
+
+    fn rule(rules: Value) -> RuleSet {
+        compile(json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"}, "rules": rules}))
+            .unwrap()
+    }
+
+    fn object(namespace: &str, name: &str, labels: Value, annotations: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                            "annotations": annotations},
+               "data": {"mode": "blue", "size": "3"}})
+    }
+
+    fn plain(namespace: &str, name: &str) -> Value {
+        object(namespace, name, json!({}), json!({}))
+    }
+
+    #[test]
+    fn an_empty_match_matches_everything_and_no_rule_matches_nothing() {
+        assert!(rule(json!([{}])).matching(&plain("a", "b"), true).is_some());
+        assert!(rule(json!([])).matching(&plain("a", "b"), true).is_none());
+    }
+
+    #[test]
+    fn object_keys_match_name_and_namespace() {
+        let r = rule(json!([{"match": [{"objectKey": {"name": "x", "namespace": "ns"}}]}]));
+        assert!(r.matching(&plain("ns", "x"), true).is_some());
+        assert!(r.matching(&plain("other", "x"), true).is_none());
+        assert!(r.matching(&plain("ns", "y"), true).is_none());
+        // Cluster-scoped kinds ignore the namespace.
+        assert!(r.matching(&plain("", "x"), false).is_some());
+    }
+
+    #[test]
+    fn the_published_example_with_flattened_name_and_namespace_is_an_object_key() {
+        // `- objectKey:` followed by `name:` and `namespace:` at the same indentation.
+        let r = rule(json!([{"match": [{"objectKey": null, "name": "test-secret",
+                                        "namespace": "cluster-registry"}]}]));
+        assert!(
+            r.matching(&plain("cluster-registry", "test-secret"), true)
+                .is_some()
+        );
+        assert!(
+            r.matching(&plain("cluster-registry", "other"), true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn fields_of_one_entry_are_anded_and_entries_ored() {
+        let r = rule(json!([{"match": [
+            {"namespaces": ["a", "b"], "labels": [{"matchLabels": {"team": "x"}}]},
+            {"objectKey": {"name": "special"}}
+        ]}]));
+        let labelled = |ns| object(ns, "n", json!({"team": "x"}), json!({}));
+        assert!(r.matching(&labelled("a"), true).is_some());
+        assert!(r.matching(&labelled("c"), true).is_none());
+        assert!(r.matching(&plain("a", "n"), true).is_none());
+        assert!(r.matching(&plain("c", "special"), true).is_some());
+    }
+
+    #[test]
+    fn label_and_annotation_expressions() {
+        let r = rule(json!([{"match": [{
+            "labels": [{"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "db"]}]}],
+            "annotations": [{"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]},
+                            {"matchAnnotations": {"owner": "me"}}]
+        }]}]));
+        let o = |tier, ann: Value| object("a", "n", json!({"tier": tier}), ann);
+        assert!(
+            r.matching(&o("web", json!({"owner": "me"})), true)
+                .is_some()
+        );
+        assert!(
+            r.matching(&o("cache", json!({"owner": "me"})), true)
+                .is_none()
+        );
+        assert!(
+            r.matching(&o("db", json!({"owner": "me", "skip": ""})), true)
+                .is_none()
+        );
+        assert!(
+            r.matching(&o("db", json!({"owner": "you"})), true)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn content_is_matched_with_json_path() {
+        let r = rule(json!([{"match": [{"content": [
+            {"key": ".data.mode", "value": "blue"},
+            {"key": "$.metadata.name", "value": "n"}
+        ]}]}]));
+        assert!(r.matching(&plain("a", "n"), true).is_some());
+        let mut green = plain("a", "n");
+        green["data"]["mode"] = json!("green");
+        assert!(r.matching(&green, true).is_none());
+    }
+
+    #[test]
+    fn rules_that_cannot_work_say_which_field_is_wrong() {
+        let bad_path = compile(
+            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"content": [{"key": "$[?", "value": 1}]}]}]}),
+        )
+        .unwrap_err();
+        assert_eq!(bad_path.reason(), "InvalidJSONPath");
+        assert!(
+            bad_path
+                .to_string()
+                .contains("spec.rules[0].match[0].content[0].key"),
+            "{bad_path}"
+        );
+        let bad_selector = compile(json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"labels": [{"matchExpressions": [{"key": "a", "operator": "Near"}]}]}]}]}))
+        .unwrap_err();
+        assert_eq!(bad_selector.reason(), "InvalidSelector");
+        let template = compile(
+            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{"mutations": {"overrides": [{"type": "replace", "path": "/metadata/name",
+                "value": "{{ printf \"%s-%s\" .Object.GetName .Cluster.GetName }}"}]}}]}),
+        )
+        .unwrap_err();
+        assert_eq!(template.reason(), "InvalidOverride");
+        let kind = compile(
+            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{"mutations": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}}]}),
+        )
+        .unwrap_err();
+        assert_eq!(kind.reason(), "UnsupportedMutation");
+    }
+
+    #[test]
+    fn copies_lose_server_metadata_and_keep_an_existing_owner() {
+        let mut source = object(
+            "a",
+            "n",
+            json!({"team": "x"}),
+            json!({
+            "kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "hi"}),
+        );
+        source["metadata"]["uid"] = json!("u-1");
+        source["metadata"]["resourceVersion"] = json!("42");
+        source["metadata"]["managedFields"] = json!([{}]);
+        source["metadata"]["ownerReferences"] = json!([{}]);
+        source["metadata"]["creationTimestamp"] = json!("2024-01-01T00:00:00Z");
+        source["status"] = json!({"phase": "Up"});
+        let copy = desired_copy(&source, "peer-id", &Mutations::default());
+        assert_eq!(
+            copy["metadata"],
+            json!({"name": "n", "namespace": "a",
+                   "labels": {"team": "x", OWNER_ANNOTATION: "peer-id"},
+                   "annotations": {"note": "hi", OWNER_ANNOTATION: "peer-id"}})
+        );
+        assert!(copy.get("status").is_none());
+        assert_eq!(copy["data"], source["data"]);
+
+        source["metadata"]["annotations"][OWNER_ANNOTATION] = json!("first");
+        let with_status = Mutations {
+            sync_status: true,
+            ..Default::default()
+        };
+        let copy = desired_copy(&source, "peer-id", &with_status);
+        assert_eq!(copy["metadata"]["annotations"][OWNER_ANNOTATION], "first");
+        assert_eq!(copy["metadata"]["labels"][OWNER_ANNOTATION], "first");
+        assert_eq!(copy["status"]["phase"], "Up");
+    }
+
+    #[test]
+    fn mutations_edit_labels_annotations_and_fields() {
+        let spec = json!([{"mutations": {
+            "labels": {"add": {"copied": "yes"}, "remove": ["team"]},
+            "annotations": {"add": {"a": "1"}, "remove": ["note", OWNER_ANNOTATION]},
+            "overrides": [
+                {"type": "replace", "path": "/data/mode", "value": "green"},
+                {"type": "replace", "path": "/data/extra~1key", "value": "v"},
+                {"type": "replace", "path": "/spec/replicas", "value": "3", "parseValue": true},
+                {"type": "remove", "path": "/data/size"},
+                {"type": "remove", "path": "/missing/field"}
+            ]
+        }}]);
+        let r = rule(spec);
+        let source = object("a", "n", json!({"team": "x"}), json!({"note": "hi"}));
+        let mutations = r.matching(&source, true).unwrap();
+        let copy = desired_copy(&source, "peer-id", mutations);
+        assert_eq!(
+            copy["metadata"]["labels"],
+            json!({"copied": "yes", OWNER_ANNOTATION: "peer-id"})
+        );
+        // The owner annotation cannot be mutated away.
+        assert_eq!(
+            copy["metadata"]["annotations"],
+            json!({"a": "1", OWNER_ANNOTATION: "peer-id"})
+        );
+        assert_eq!(copy["data"], json!({"mode": "green", "extra/key": "v"}));
+        assert_eq!(copy["spec"]["replicas"], json!(3));
+        assert!(copy.get("missing").is_none());
+    }
+}

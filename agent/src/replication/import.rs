@@ -1,0 +1,535 @@
+//! SecretImport: copies one Secret of the service cluster (same namespace, same name) into the
+//! local cluster and keeps it current.
+//!
+//! Each reconcile reads the remote Secret afresh (a GET through the peer client), so the status
+//! always says what the service cluster answers now; a watch of that one Secret on the peer only
+//! wakes the reconcile, so a change there lands here within the watch latency, without polling.
+//! The copy is removed when the import goes (finalizer) or when the service cluster says the
+//! Secret is gone (404); never because the service cluster cannot be reached or refuses (403).
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::ObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder},
+        finalizer::{Event as FinalizerEvent, finalizer},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+
+use super::{Error, FINALIZER, Verdict, api::SecretImport, finalized, reason, write_status};
+use crate::{
+    peers::{PeerClient, PeerClients, WatchBackoff},
+    sink::{self, LocalWriter, ORIGIN_ANNOTATION, Written},
+    wakers::Wakers,
+};
+
+pub struct Context {
+    pub client: Client,
+    pub peers: PeerClients,
+    pub recorder: Recorder,
+    pub remote: Wakers<SecretImport>,
+}
+
+/// The local copy of `remote`: same type and data, named `namespace/name`, annotated with its
+/// origin. Nothing else of the remote object (labels, annotations, owners) is carried over.
+pub fn desired_secret(remote: &Secret, namespace: &str, name: &str, origin: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            annotations: Some([(ORIGIN_ANNOTATION.to_string(), origin.to_string())].into()),
+            ..Default::default()
+        },
+        type_: remote.type_.clone(),
+        // Always present, so that a key removed at the source is removed here.
+        data: Some(remote.data.clone().unwrap_or_default()),
+        immutable: None,
+        string_data: None,
+    }
+}
+
+/// Whether a local copy of `namespace/source` with origin `previous` (not ours) was left by a
+/// SecretImport that no longer writes it: the origin names the same Secret, and no other import
+/// (`claims`: the origins the other imports of the namespace write) would write it.
+pub fn orphaned_copy(previous: &str, namespace: &str, source: &str, claims: &[String]) -> bool {
+    previous.ends_with(&format!("/{namespace}/{source}"))
+        && !claims.iter().any(|claim| claim == previous)
+}
+
+/// What the service cluster answered for the remote Secret.
+#[derive(Debug)]
+pub enum Remote {
+    Found(Box<Secret>),
+    NotFound,
+    Forbidden(String),
+    Unreachable(String),
+}
+
+pub fn classify(result: Result<Option<Secret>, kube::Error>) -> Remote {
+    match result {
+        Ok(Some(secret)) => Remote::Found(Box::new(secret)),
+        Ok(None) => Remote::NotFound,
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+            Remote::Forbidden(status.message.clone())
+        }
+        Err(error) => Remote::Unreachable(error.to_string()),
+    }
+}
+
+pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = import.namespace().unwrap_or_default();
+    let api: Api<SecretImport> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalized(
+        finalizer(&api, FINALIZER, import, |event| async {
+            match event {
+                FinalizerEvent::Apply(import) => apply(&api, &import, &ctx).await,
+                FinalizerEvent::Cleanup(import) => cleanup(&import, &ctx).await,
+            }
+        })
+        .await,
+    )
+}
+
+pub fn error_policy(import: Arc<SecretImport>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        namespace = %import.namespace().unwrap_or_default(),
+        import = %import.name_any(),
+        %error,
+        "SecretImport reconcile failed"
+    );
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn apply(
+    api: &Api<SecretImport>,
+    import: &SecretImport,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let verdict = replicate(import, ctx).await;
+    let namespace = import.namespace().unwrap_or_default();
+    let name = import.name_any();
+    let reason_changed = write_status(api, import, import.status.as_ref(), &verdict).await?;
+    if reason_changed {
+        if verdict.ready {
+            tracing::info!(%namespace, import = %name, secret = %import.spec.secret.name, "Secret replicated");
+        } else {
+            tracing::info!(%namespace, import = %name, reason = verdict.reason, message = %verdict.message, "SecretImport not ready");
+        }
+        if verdict.reason == reason::CONFLICT {
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: reason::CONFLICT.into(),
+                note: Some(verdict.message.clone()),
+                action: "Replicate".into(),
+                secondary: None,
+            };
+            if let Err(error) = ctx.recorder.publish(&event, &import.object_ref(&())).await {
+                tracing::debug!(%namespace, import = %name, %error, "could not publish an Event");
+            }
+        }
+    }
+    Ok(Action::requeue(verdict.requeue()))
+}
+
+async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
+    let namespace = import.namespace().unwrap_or_default();
+    let key = ObjectRef::from_obj(import);
+    let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let kubeconfig_name = &import.spec.remote_kubeconfig.name;
+    let source = &import.spec.secret.name;
+
+    let kubeconfig = match local.get_opt(kubeconfig_name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            ctx.peers.forget(&namespace, kubeconfig_name);
+            ctx.remote.stop(&key);
+            return Verdict::not_ready(
+                reason::KUBECONFIG_MISSING,
+                format!(
+                    "Secret {namespace}/{kubeconfig_name} (spec.remoteKubeconfig) does not exist; \
+                     create it with a kubeconfig for the service cluster under key \"kubeconfig\""
+                ),
+            );
+        }
+        Err(error) => {
+            return Verdict::not_ready(
+                reason::WRITE_FAILED,
+                format!("cannot read Secret {namespace}/{kubeconfig_name}: {error}"),
+            );
+        }
+    };
+    let peer = match ctx.peers.client_for(&kubeconfig).await {
+        Ok(peer) => peer,
+        Err(error) => {
+            ctx.remote.stop(&key);
+            return Verdict::not_ready(error.reason(), error.to_string());
+        }
+    };
+    watch_remote(ctx, key, &peer, &namespace, source);
+
+    let origin = sink::origin(kubeconfig_name, &namespace, source);
+    let remote = classify(
+        Api::<Secret>::namespaced(peer.client.clone(), &namespace)
+            .get_opt(source)
+            .await,
+    );
+    let current = match local.get_opt(source).await {
+        Ok(current) => current,
+        Err(error) => {
+            return Verdict::not_ready(
+                reason::WRITE_FAILED,
+                format!("cannot read the local Secret {namespace}/{source}: {error}"),
+            );
+        }
+    };
+    let writer = LocalWriter::new(local);
+    match remote {
+        Remote::Unreachable(error) => Verdict::not_ready(
+            reason::REMOTE_UNREACHABLE,
+            format!(
+                "cannot reach the service cluster through Secret {namespace}/{kubeconfig_name}: \
+                 {error}; the local copy is kept"
+            ),
+        ),
+        Remote::Forbidden(message) => Verdict::not_ready(
+            reason::FORBIDDEN,
+            format!(
+                "the service cluster refuses to let the kubeconfig of Secret \
+                 {namespace}/{kubeconfig_name} read Secret {namespace}/{source} ({message}); \
+                 is there a SecretExport for it? The local copy is kept"
+            ),
+        ),
+        Remote::NotFound => {
+            let removed = match &current {
+                Some(current) => writer.delete(current, &origin).await,
+                None => Ok(false),
+            };
+            match removed {
+                Ok(removed) => {
+                    if removed {
+                        tracing::info!(%namespace, secret = %source, "source Secret gone; local copy deleted");
+                    }
+                    Verdict::not_ready(
+                        reason::SECRET_NOT_FOUND,
+                        format!(
+                            "Secret {namespace}/{source} does not exist on the service cluster"
+                        ),
+                    )
+                }
+                Err(error) => Verdict::not_ready(
+                    reason::WRITE_FAILED,
+                    format!("cannot delete the local copy {namespace}/{source}: {error}"),
+                ),
+            }
+        }
+        Remote::Found(remote) => {
+            let desired = desired_secret(&remote, &namespace, source, &origin);
+            // A Secret's type cannot change in place: a copy of the wrong type is replaced.
+            let mut current = current;
+            if let Some(copy) = &current
+                && copy.type_ != desired.type_
+                && sink::ownership(Some(copy), &origin) == sink::Ownership::Ours
+            {
+                match writer.delete(copy, &origin).await {
+                    Ok(_) => current = None,
+                    Err(error) => {
+                        return Verdict::not_ready(
+                            reason::WRITE_FAILED,
+                            format!("cannot replace the local copy {namespace}/{source}: {error}"),
+                        );
+                    }
+                }
+            }
+            // A copy written for this Secret through another kubeconfig Secret that no other
+            // import uses any more (this import's spec.remoteKubeconfig was changed) is adopted.
+            if let Some(copy) = &current
+                && let sink::Ownership::Foreign {
+                    origin: Some(previous),
+                } = sink::ownership(Some(copy), &origin)
+            {
+                let imports: Api<SecretImport> = Api::namespaced(ctx.client.clone(), &namespace);
+                let claims = match imports.list(&Default::default()).await {
+                    Ok(list) => list
+                        .items
+                        .iter()
+                        .filter(|other| other.name_any() != import.name_any())
+                        .map(|other| {
+                            sink::origin(
+                                &other.spec.remote_kubeconfig.name,
+                                &namespace,
+                                &other.spec.secret.name,
+                            )
+                        })
+                        .collect(),
+                    Err(_) => vec![previous.clone()],
+                };
+                if orphaned_copy(&previous, &namespace, source, &claims) {
+                    tracing::info!(%namespace, secret = %source, %previous, "adopting a copy no other SecretImport claims");
+                    current = None;
+                }
+            }
+            match writer.apply(&desired, current.as_ref()).await {
+                Ok(Written::Applied | Written::Unchanged) => Verdict::ready(
+                    reason::REPLICATED,
+                    format!("Secret {namespace}/{source} is a copy of the service cluster's"),
+                ),
+                Ok(Written::Conflict { origin: other }) => Verdict::not_ready(
+                    reason::CONFLICT,
+                    match other {
+                        None => format!(
+                            "Secret {namespace}/{source} exists here and was not created by a \
+                             SecretImport; it is left as is. Delete or rename it to replicate"
+                        ),
+                        Some(other) => format!(
+                            "Secret {namespace}/{source} is already a copy from {other}; it is \
+                             left as is"
+                        ),
+                    },
+                ),
+                Err(error) => Verdict::not_ready(
+                    reason::WRITE_FAILED,
+                    format!("cannot write Secret {namespace}/{source}: {error}"),
+                ),
+            }
+        }
+    }
+}
+
+/// The import is being deleted: remove the local copy if it is ours, whatever the service
+/// cluster's state.
+async fn cleanup(import: &SecretImport, ctx: &Context) -> Result<Action, Error> {
+    let namespace = import.namespace().unwrap_or_default();
+    ctx.remote.stop(&ObjectRef::from_obj(import));
+    let source = &import.spec.secret.name;
+    let origin = sink::origin(&import.spec.remote_kubeconfig.name, &namespace, source);
+    let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(current) = local.get_opt(source).await?
+        && LocalWriter::new(local).delete(&current, &origin).await?
+    {
+        tracing::info!(%namespace, secret = %source, import = %import.name_any(), "SecretImport deleted; local copy deleted");
+    }
+    Ok(Action::await_change())
+}
+
+/// Wakes `import` on every change of the one remote Secret it reads (the exported Role allows
+/// nothing wider: `resourceNames` admits a watch only with a `metadata.name` field selector), and
+/// on every failure of that watch, so that the status says RemoteUnreachable while the service
+/// cluster is away and recovers as soon as it is back.
+fn watch_remote(
+    ctx: &Context,
+    import: ObjectRef<SecretImport>,
+    peer: &PeerClient,
+    namespace: &str,
+    name: &str,
+) {
+    let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(api, config).backoff(WatchBackoff::default());
+    ctx.remote.ensure(
+        import,
+        format!("{} {namespace}/{name}", peer.identity),
+        format!("remote Secret {namespace}/{name}"),
+        events,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use kube::core::Status;
+
+    fn remote() -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("dumbo".into()),
+                namespace: Some("project-1".into()),
+                uid: Some("remote-uid".into()),
+                resource_version: Some("42".into()),
+                labels: Some([("team".to_string(), "a".to_string())].into()),
+                owner_references: Some(vec![Default::default()]),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/basic-auth".into()),
+            data: Some([("password".to_string(), ByteString(b"s3cret".to_vec()))].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_copy_has_the_data_and_type_and_our_origin_only() {
+        let copy = desired_secret(
+            &remote(),
+            "project-1",
+            "dumbo",
+            "energy-source/project-1/dumbo",
+        );
+        assert_eq!(copy.metadata.name.as_deref(), Some("dumbo"));
+        assert_eq!(copy.metadata.namespace.as_deref(), Some("project-1"));
+        assert_eq!(
+            copy.annotations()
+                .get(ORIGIN_ANNOTATION)
+                .map(String::as_str),
+            Some("energy-source/project-1/dumbo")
+        );
+        assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/basic-auth"));
+        assert_eq!(copy.data, remote().data);
+        // Nothing server-managed or owner-related crosses clusters.
+        assert_eq!(copy.metadata.uid, None);
+        assert_eq!(copy.metadata.resource_version, None);
+        assert_eq!(copy.metadata.owner_references, None);
+        assert_eq!(copy.metadata.labels, None);
+    }
+
+    #[test]
+    fn a_source_without_data_gives_an_empty_data_map() {
+        let mut empty = remote();
+        empty.data = None;
+        let copy = desired_secret(&empty, "project-1", "dumbo", "o");
+        assert_eq!(copy.data, Some(Default::default()));
+        let json = serde_json::to_value(&copy).unwrap();
+        assert_eq!(json["data"], serde_json::json!({}));
+    }
+
+    fn respond(object: &impl serde::Serialize) -> http::Response<kube::client::Body> {
+        http::Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(
+                serde_json::to_vec(object).unwrap(),
+            ))
+            .unwrap()
+    }
+
+    /// The reconcile's reads and writes against a mocked local API server, with a service
+    /// cluster that refuses connections: two reads, no write, no delete.
+    #[tokio::test]
+    async fn an_unreachable_service_cluster_never_deletes_the_copy() {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = Client::new(service, "default");
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Context {
+            client: client.clone(),
+            peers: PeerClients::default(),
+            recorder: Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            remote: Wakers::new(tx),
+        };
+        let mut import = SecretImport::new(
+            "small-postgres-23.status.binding.name",
+            crate::replication::api::SecretImportSpec {
+                secret: crate::replication::api::LocalRef {
+                    name: "dumbo".into(),
+                },
+                remote_kubeconfig: crate::replication::api::LocalRef {
+                    name: "energy-source".into(),
+                },
+            },
+        );
+        import.metadata.namespace = Some("project-1".into());
+        // Port 1 on the loopback: nothing listens, connections are refused at once.
+        let kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster: \
+            {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\nusers:\n- name: u\n  \
+            user: {token: t}\ncontexts:\n- name: c\n  context: {cluster: s, user: u}\n\
+            current-context: c\n";
+        let mut kubeconfig_secret = remote();
+        kubeconfig_secret.metadata.name = Some("energy-source".into());
+        kubeconfig_secret.data = Some(
+            [(
+                "kubeconfig".to_string(),
+                ByteString(kubeconfig.as_bytes().to_vec()),
+            )]
+            .into(),
+        );
+        let copy = desired_secret(
+            &remote(),
+            "project-1",
+            "dumbo",
+            "energy-source/project-1/dumbo",
+        );
+
+        let server = async {
+            let mut seen = Vec::new();
+            for answer in [respond(&kubeconfig_secret), respond(&copy)] {
+                let (request, send) = handle.next_request().await.expect("a request");
+                seen.push(format!("{} {}", request.method(), request.uri().path()));
+                send.send_response(answer);
+            }
+            seen
+        };
+        let (verdict, seen) = tokio::join!(replicate(&import, &ctx), server);
+        assert_eq!(verdict.reason, reason::REMOTE_UNREACHABLE, "{verdict:?}");
+        assert!(verdict.message.contains("the local copy is kept"));
+        assert_eq!(
+            seen,
+            [
+                "GET /api/v1/namespaces/project-1/secrets/energy-source",
+                "GET /api/v1/namespaces/project-1/secrets/dumbo",
+            ]
+        );
+        let more = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await;
+        assert!(
+            !matches!(more, Ok(Some(_))),
+            "no write or delete may follow"
+        );
+    }
+
+    #[test]
+    fn a_copy_is_adopted_only_when_no_other_import_writes_it() {
+        let previous = "old-kubeconfig/project-1/dumbo";
+        assert!(orphaned_copy(previous, "project-1", "dumbo", &[]));
+        assert!(!orphaned_copy(
+            previous,
+            "project-1",
+            "dumbo",
+            &[previous.to_string()]
+        ));
+        // A copy of another Secret, or from another namespace, is never adopted.
+        assert!(!orphaned_copy(previous, "project-1", "other", &[]));
+        assert!(!orphaned_copy(previous, "project-2", "dumbo", &[]));
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(Status {
+            code,
+            ..Status::failure(&format!("code {code}"), "Forbidden")
+        }))
+    }
+
+    #[test]
+    fn only_a_404_means_the_source_is_gone() {
+        assert!(matches!(classify(Ok(None)), Remote::NotFound));
+        assert!(matches!(classify(Ok(Some(remote()))), Remote::Found(_)));
+        assert!(matches!(
+            classify(Err(api_error(403))),
+            Remote::Forbidden(_)
+        ));
+        assert!(matches!(
+            classify(Err(api_error(401))),
+            Remote::Forbidden(_)
+        ));
+        assert!(matches!(
+            classify(Err(api_error(503))),
+            Remote::Unreachable(_)
+        ));
+        assert!(matches!(
+            classify(Err(kube::Error::LinesCodecMaxLineLengthExceeded)),
+            Remote::Unreachable(_)
+        ));
+    }
+}

@@ -1,0 +1,416 @@
+//! Secret replication (Services Toolkit's `replication.apiresources.multicluster.x-tanzu.vmware.com`).
+//!
+//! ```text
+//!  service cluster                                workload cluster
+//!  ┌───────────────────────────────────┐          ┌──────────────────────────────────────────┐
+//!  │ SecretExport ─► Role (get/list/   │  read    │ SecretImport ─► peer client (kubeconfig  │
+//!  │   watch on exactly that Secret)   │◄─────────┤   Secret, cached) ─► watch + get of the  │
+//!  │   + RoleBinding to its SA         │  only    │   remote Secret ─► local writer (SSA,    │
+//!  └───────────────────────────────────┘          │   origin annotation) ─► local Secret     │
+//!                                                 └──────────────────────────────────────────┘
+//! ```
+//!
+//! The same agent runs both halves; each cluster only acts on the kinds it holds. Both
+//! reconcilers are woken by one metadata-only watch of the local Secrets (a kubeconfig Secret
+//! changed, an exported Secret appeared, an imported copy was edited or deleted), by their own
+//! objects, and — for imports — by a watch of the one remote Secret each import reads.
+
+pub mod api;
+mod export;
+mod import;
+mod monitors;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::{
+    core::v1::Secret,
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{
+    Api, Client, CustomResourceExt, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    core::PartialObjectMeta,
+    runtime::{
+        Controller, WatchStreamExt,
+        events::{Recorder, Reporter},
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+use xcc_kube::{ConditionStatus, set_condition};
+
+use crate::{
+    peers::{PeerClients, WatchBackoff},
+    sink::FIELD_MANAGER,
+};
+use api::{ReplicationStatus, SecretExport, SecretImport};
+
+/// Finalizer on SecretExports and SecretImports: the agent removes what it made (the Role and
+/// RoleBinding of an export, the local copy of an import) before the object goes.
+pub const FINALIZER: &str = "replication.xcc.test/cleanup";
+
+/// Ready condition reasons.
+pub mod reason {
+    pub const EXPORTED: &str = "Exported";
+    pub const REPLICATED: &str = "Replicated";
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    pub const FORBIDDEN: &str = "Forbidden";
+    pub const REMOTE_UNREACHABLE: &str = "RemoteUnreachable";
+    pub const CONFLICT: &str = "Conflict";
+    pub const KUBECONFIG_MISSING: &str = "KubeconfigMissing";
+    pub const WRITE_FAILED: &str = "WriteFailed";
+}
+
+/// The CRDs of this module.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![
+        SecretExport::crd(),
+        SecretImport::crd(),
+        api::ClusterResourceImportMonitor::crd(),
+        api::ResourceImportMonitorBinding::crd(),
+        api::ClusterResourceExportMonitor::crd(),
+        api::ResourceExportMonitorBinding::crd(),
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// The result of a reconcile run through kube's `finalizer()`. A stale trigger may clean up an
+/// object whose finalizer was already removed (the object is gone): that is success, not an
+/// error to retry and log.
+pub fn finalized(
+    result: Result<kube::runtime::controller::Action, kube::runtime::finalizer::Error<Error>>,
+) -> Result<kube::runtime::controller::Action, Error> {
+    use kube::runtime::finalizer::Error as F;
+    match result {
+        Ok(action) => Ok(action),
+        Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
+            if s.code == 404 =>
+        {
+            Ok(kube::runtime::controller::Action::await_change())
+        }
+        Err(error) => Err(Error::Finalizer(Box::new(error))),
+    }
+}
+
+/// The outcome of one reconcile, as the `Ready` condition says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn ready(reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            ready: true,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_ready(reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            ready: false,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// When to look again without being woken: soon when something is wrong, rarely otherwise
+    /// (watches deliver every change; this is a backstop).
+    pub fn requeue(&self) -> Duration {
+        if self.ready {
+            Duration::from_secs(600)
+        } else {
+            Duration::from_secs(30)
+        }
+    }
+}
+
+/// The status `verdict` gives an object whose status was `old`.
+pub fn next_status(
+    old: Option<&ReplicationStatus>,
+    generation: Option<i64>,
+    verdict: &Verdict,
+) -> ReplicationStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let condition = if verdict.ready {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        condition,
+        verdict.reason,
+        verdict.message.clone(),
+        generation,
+    );
+    status
+}
+
+fn ready_reason(status: Option<&ReplicationStatus>) -> Option<&str> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str())
+}
+
+/// Writes the status `verdict` gives `obj` (nothing when it would not change). Returns whether
+/// the Ready reason changed.
+pub async fn write_status<K>(
+    api: &Api<K>,
+    obj: &K,
+    old: Option<&ReplicationStatus>,
+    verdict: &Verdict,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let status = next_status(old, obj.meta().generation, verdict);
+    if Some(&status) == old {
+        return Ok(false);
+    }
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    Ok(ready_reason(old) != Some(verdict.reason))
+}
+
+/// Runs both reconcilers until `stop` resolves.
+pub async fn run(
+    client: Client,
+    instance: Option<String>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "xcc-agent".into(),
+            instance,
+        },
+    );
+    if let Err(kube::Error::Api(s)) = Api::<SecretImport>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        && s.code == 404
+    {
+        tracing::warn!(
+            "the replication CRDs are not installed (manifests/crds); secret replication waits for them"
+        );
+    }
+    let peers = PeerClients::default();
+    let (import_tx, import_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (export_tx, export_rx) = tokio::sync::mpsc::unbounded_channel();
+
+    let imports = Controller::new(
+        Api::<SecretImport>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let exports = Controller::new(
+        Api::<SecretExport>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
+    .owns(
+        Api::<RoleBinding>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let secrets = tokio::spawn(local_secret_triggers(
+        client.clone(),
+        imports.store(),
+        exports.store(),
+        import_tx.clone(),
+        export_tx,
+        peers.clone(),
+    ));
+
+    let import_ctx = Arc::new(import::Context {
+        client: client.clone(),
+        peers,
+        recorder: recorder.clone(),
+        remote: crate::wakers::Wakers::new(import_tx),
+    });
+    let export_ctx = Arc::new(export::Context {
+        client: client.clone(),
+        recorder,
+    });
+    let imports = imports
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_on(channel_stream(import_rx))
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(import::reconcile, import::error_policy, import_ctx)
+        .for_each(|result| async move { log_result("SecretImport", result) });
+    let exports = exports
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_on(channel_stream(export_rx))
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(export::reconcile, export::error_policy, export_ctx)
+        .for_each(|result| async move { log_result("SecretExport", result) });
+    tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
+    futures::join!(
+        imports,
+        exports,
+        monitors::run::<monitors::Import>(client.clone(), stop.clone()),
+        monitors::run::<monitors::Export>(client, stop.clone()),
+    );
+    secrets.abort();
+}
+
+fn log_result<K, E1: std::fmt::Display, E2: std::fmt::Display>(
+    kind: &str,
+    result: Result<
+        (ObjectRef<K>, kube::runtime::controller::Action),
+        kube::runtime::controller::Error<E1, E2>,
+    >,
+) where
+    K: Resource,
+    K::DynamicType: std::fmt::Debug + Clone + Eq + std::hash::Hash,
+{
+    match result {
+        Ok((object, _)) => tracing::debug!(kind, object = %object, "reconciled"),
+        Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+            tracing::warn!(kind, object = %object, %error, "reconcile failed; retrying")
+        }
+        Err(error) => tracing::debug!(kind, %error, "controller"),
+    }
+}
+
+fn channel_stream<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// One metadata-only watch of every local Secret, fanned out to the imports and exports that
+/// name it: an import's kubeconfig Secret or copy, an export's Secret.
+async fn local_secret_triggers(
+    client: Client,
+    imports: Store<SecretImport>,
+    exports: Store<SecretExport>,
+    import_tx: UnboundedSender<ObjectRef<SecretImport>>,
+    export_tx: UnboundedSender<ObjectRef<SecretExport>>,
+    peers: PeerClients,
+) {
+    let api = Api::<PartialObjectMeta<Secret>>::all(client);
+    let mut events = watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .boxed();
+    let wake = |secret: &PartialObjectMeta<Secret>| {
+        let namespace = secret.namespace();
+        let name = secret.name_any();
+        for import in imports.state() {
+            if import.namespace() == namespace
+                && (import.spec.secret.name == name || import.spec.remote_kubeconfig.name == name)
+            {
+                let _ = import_tx.send(ObjectRef::from_obj(import.as_ref()));
+            }
+        }
+        for export in exports.state() {
+            if export.namespace() == namespace && export.spec.secret.name == name {
+                let _ = export_tx.send(ObjectRef::from_obj(export.as_ref()));
+            }
+        }
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(secret)) => wake(&secret),
+            Ok(watcher::Event::Delete(secret)) => {
+                peers.forget(&secret.namespace().unwrap_or_default(), &secret.name_any());
+                wake(&secret);
+            }
+            // A relist: the reconcilers' own watches relist too and look at everything.
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "watch of local Secrets failed; retrying"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_records_generation_and_reason() {
+        let verdict = Verdict::not_ready(reason::CONFLICT, "Secret project-1/dumbo is not ours");
+        let status = next_status(None, Some(3), &verdict);
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(status.conditions.len(), 1);
+        let ready = &status.conditions[0];
+        assert_eq!(
+            (
+                ready.type_.as_str(),
+                ready.status.as_str(),
+                ready.reason.as_str()
+            ),
+            ("Ready", "False", "Conflict")
+        );
+        assert_eq!(ready_reason(Some(&status)), Some("Conflict"));
+        // The same verdict again changes nothing (no write, no new Event).
+        assert_eq!(next_status(Some(&status), Some(3), &verdict), status);
+    }
+
+    #[test]
+    fn a_finalizer_on_an_object_already_gone_is_not_an_error() {
+        use kube::runtime::finalizer::Error as F;
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::failure("x", "y")
+            }))
+        };
+        assert!(finalized(Err(F::RemoveFinalizer(status(404)))).is_ok());
+        assert!(finalized(Err(F::AddFinalizer(status(404)))).is_ok());
+        assert!(finalized(Err(F::RemoveFinalizer(status(409)))).is_err());
+        assert!(finalized(Err(F::CleanupFailed(Error::Kube(status(404))))).is_err());
+    }
+
+    #[test]
+    fn crds_serve_the_services_toolkit_group() {
+        for crd in crds() {
+            assert_eq!(
+                crd.spec.group,
+                "replication.apiresources.multicluster.x-tanzu.vmware.com"
+            );
+            assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+            let cluster_scoped = crd.spec.names.kind.starts_with("Cluster");
+            assert_eq!(
+                crd.spec.scope,
+                if cluster_scoped {
+                    "Cluster"
+                } else {
+                    "Namespaced"
+                },
+                "{}",
+                crd.spec.names.kind
+            );
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Watches that wake a reconciler: one task per reconciled object, watching whatever that object
+//! reads (a remote Secret, the instances of a monitored kind) and sending the object's reference
+//! to its controller on every change and every watch failure. A task is replaced when what it
+//! watches changes (its `identity`), and stopped when the object goes.
+
+use std::{collections::HashMap, fmt::Debug, hash::Hash, sync::Mutex};
+
+use futures::{Stream, StreamExt};
+use kube::{Resource, runtime::reflector::ObjectRef, runtime::watcher};
+use tokio::sync::mpsc::UnboundedSender;
+
+pub struct Wakers<K: Resource>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    tasks: Mutex<HashMap<ObjectRef<K>, (String, tokio::task::AbortHandle)>>,
+    trigger: UnboundedSender<ObjectRef<K>>,
+}
+
+impl<K> Wakers<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash + Clone + Debug + Send + Sync,
+{
+    pub fn new(trigger: UnboundedSender<ObjectRef<K>>) -> Self {
+        Wakers {
+            tasks: Mutex::default(),
+            trigger,
+        }
+    }
+
+    /// Makes sure `object` is woken by `events` (a watch described by `identity`); a running
+    /// watch with the same identity is kept and `events` dropped unpolled.
+    pub fn ensure<T, S>(&self, object: ObjectRef<K>, identity: String, what: String, events: S)
+    where
+        S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if tasks.get(&object).is_some_and(|(id, _)| *id == identity) {
+            return;
+        }
+        if let Some((_, old)) = tasks.remove(&object) {
+            old.abort();
+        }
+        let task = tokio::spawn(wake_on(events, object.clone(), what, self.trigger.clone()));
+        tasks.insert(object, (identity, task.abort_handle()));
+    }
+
+    pub fn stop(&self, object: &ObjectRef<K>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, task)) = tasks.remove(object) {
+            task.abort();
+        }
+    }
+}
+
+impl<K: Resource> Drop for Wakers<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn drop(&mut self) {
+        let tasks = self.tasks.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, (_, task)) in tasks.drain() {
+            task.abort();
+        }
+    }
+}
+
+/// Sends `object` on every change (after the first full list) and every failure, so that the
+/// reconciler re-reads the source and its status follows an unreachable or returning peer.
+async fn wake_on<K, T, S>(
+    events: S,
+    object: ObjectRef<K>,
+    what: String,
+    trigger: UnboundedSender<ObjectRef<K>>,
+) where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone,
+    S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send,
+{
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+            Err(error) => {
+                tracing::debug!(watch = %what, %error, "watch failed; retrying");
+            }
+        }
+        if trigger.send(object.clone()).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn event(name: &str) -> Result<watcher::Event<String>, watcher::Error> {
+        Ok(watcher::Event::Apply(name.to_string()))
+    }
+
+    #[tokio::test]
+    async fn changes_wake_the_object_and_a_new_identity_replaces_the_watch() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let wakers: Wakers<Secret> = Wakers::new(tx);
+        let object = ObjectRef::<Secret>::new("dumbo").within("project-1");
+        let first = futures::stream::iter(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply("a".to_string())),
+            Ok(watcher::Event::InitDone),
+            event("a"),
+        ]);
+        wakers.ensure(object.clone(), "one".into(), "test".into(), first);
+        assert_eq!(rx.recv().await, Some(object.clone()));
+        assert_eq!(rx.recv().await, Some(object.clone()));
+        // Same identity: the new stream is not used.
+        wakers.ensure(
+            object.clone(),
+            "one".into(),
+            "test".into(),
+            futures::stream::iter(vec![event("b")]),
+        );
+        wakers.ensure(
+            object.clone(),
+            "two".into(),
+            "test".into(),
+            futures::stream::iter(vec![event("c")]),
+        );
+        assert_eq!(rx.recv().await, Some(object.clone()));
+        wakers.stop(&object);
+        assert!(rx.try_recv().is_err());
+    }
+}
