@@ -232,20 +232,9 @@ enum Feed {
 }
 
 async fn kube_client(args: &KubeArgs) -> anyhow::Result<kube::Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no Kubernetes configuration: run in a pod, set KUBECONFIG or --kubeconfig, \
-             or give --records FILE for standalone mode",
-        )?,
-    };
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    xcc_kube::own_cluster_client(args.kubeconfig.as_deref())
+        .await
+        .context("no cluster to read records from; for standalone mode give --records FILE")
 }
 
 /// Resolves once the shutdown flag is raised.

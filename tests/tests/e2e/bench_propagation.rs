@@ -19,9 +19,9 @@ use kube::{
     Api,
     api::{Patch, PatchParams},
 };
-use xcc_e2e::{Testbed, require_testbed, xcc::wait_dig};
+use xcc_e2e::require_testbed;
 
-use crate::xcc_dns::{KUARD, a, agent, controller, envoy, management, manifest};
+use crate::xcc_dns::{KUARD, walkthrough};
 
 const CHANGES: usize = 50;
 
@@ -63,36 +63,8 @@ async fn propagation_benchmark() {
     let Some(binaries) = require_testbed() else {
         return;
     };
-    let bed = Testbed::start_named(&binaries, &["management", "cluster-a", "cluster-b"])
-        .await
-        .unwrap();
-    management(&bed, &["cluster-a", "cluster-b"]).await;
-    let mgmt = bed.cluster("management");
-    let kubeconfig = mgmt
-        .mint_kubeconfig("xcc-system", "xcc-controller")
-        .await
-        .unwrap();
-    let _controller = controller(&bed, &kubeconfig.path);
-    let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
-    let _agent_a = agent(ca).await;
-    let agent_b = agent(cb).await;
-    envoy(ca, r#"[{"ip":"10.1.0.1"}]"#).await;
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
-    wait_dig(
-        agent_b.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(30),
-        a(&["10.1.0.1"]),
-    )
-    .await
-    .unwrap();
+    let w = walkthrough(&binaries, r#"[{"ip":"10.1.0.1"}]"#).await;
+    let (ca, agent_b) = (w.bed.cluster("cluster-a"), &w.agent_b);
 
     let services = Api::<Service>::namespaced(ca.client.clone(), "projectcontour");
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();

@@ -223,26 +223,36 @@ fn nxdomain(answer: &xcc_e2e::xcc::DigAnswer) -> bool {
     answer.status == "NXDOMAIN"
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_walkthrough_and_every_change_after_it() {
-    let Some(binaries) = require_testbed() else {
-        return;
-    };
-    let bed = Testbed::start_named(&binaries, &["management", "cluster-a", "cluster-b"])
+/// The XCC walkthrough on management + cluster-a + cluster-b: our controller, an agent on each
+/// workload cluster, envoy on cluster-a with load-balancer `ingress`, the GatewayDNS of the
+/// walkthrough applied verbatim, and cluster-b's agent answering with that address.
+pub(crate) struct Walkthrough {
+    // Fields drop in order: our processes stop before the API servers they talk to.
+    _controller: xcc_e2e::Process,
+    pub agent_a: Agent,
+    pub agent_b: Agent,
+    pub bed: Testbed,
+    /// From applying the GatewayDNS to the first answer from cluster-b's agent.
+    pub took: Duration,
+}
+
+pub(crate) async fn walkthrough(binaries: &xcc_e2e::Binaries, ingress: &str) -> Walkthrough {
+    let bed = Testbed::start_named(binaries, &["management", "cluster-a", "cluster-b"])
         .await
         .unwrap();
     management(&bed, &["cluster-a", "cluster-b"]).await;
     let mgmt = bed.cluster("management");
-    let controller_kubeconfig = mgmt
+    let kubeconfig = mgmt
         .mint_kubeconfig("xcc-system", "xcc-controller")
         .await
         .unwrap();
-    let _controller = controller(&bed, &controller_kubeconfig.path);
+    let controller = controller(&bed, &kubeconfig.path);
     let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
     let agent_a = agent(ca).await;
     let agent_b = agent(cb).await;
-    envoy(ca, r#"[{"ip":"10.1.2.3"}]"#).await;
-
+    envoy(ca, ingress).await;
+    let ip: serde_json::Value = serde_json::from_str(ingress).unwrap();
+    let ip = ip[0]["ip"].as_str().unwrap().to_string();
     // The GatewayDNS of the walkthrough, verbatim.
     mgmt.kubectl(&[
         "apply",
@@ -251,21 +261,34 @@ async fn the_walkthrough_and_every_change_after_it() {
     ])
     .await
     .unwrap();
-    let took = wait_dig(
-        agent_b.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(30),
-        a(&["10.1.2.3"]),
-    )
-    .await
-    .unwrap();
+    let took = wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(30), a(&[&ip]))
+        .await
+        .unwrap();
+    Walkthrough {
+        _controller: controller,
+        agent_a,
+        agent_b,
+        bed,
+        took,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthrough_and_every_change_after_it() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let w = walkthrough(&binaries, r#"[{"ip":"10.1.2.3"}]"#).await;
+    let (bed, agent_a, agent_b) = (&w.bed, &w.agent_a, &w.agent_b);
+    let mgmt = bed.cluster("management");
+    let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
+    let took = w.took;
     eprintln!(
         "walkthrough: resolvable from cluster-b {:.2} s after the GatewayDNS",
         took.as_secs_f64()
     );
     // What a pod on cluster-b asks: its cluster's CoreDNS, which forwards the zone to our agent.
-    let coredns_b = coredns(&bed, cb, &agent_b).await;
+    let coredns_b = coredns(bed, cb, agent_b).await;
     wait_dig(
         coredns_b.dns,
         KUARD,
