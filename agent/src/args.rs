@@ -146,6 +146,22 @@ pub struct SyncArgs {
         value_name = "BOOL"
     )]
     pub resource_sync: bool,
+
+    /// With resource sync: also copy the peers' Cluster objects, peer kubeconfig Secrets (type
+    /// k8s.cisco.com/cluster-registry-secret) and ResourceSyncRules, so that one Cluster+Secret
+    /// exchange with any member joins a cluster to the whole group and a rule made on one
+    /// cluster reaches all (cluster-registry's core sync rules). Off: every cluster needs every
+    /// Cluster, Secret and rule applied by hand.
+    #[arg(
+        long = "group-sync",
+        env = "XCC_GROUP_SYNC",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub group_sync: bool,
 }
 
 #[derive(Debug, ArgGroup)]
@@ -232,8 +248,11 @@ mod tests {
     fn resource_sync_is_on_by_default_and_can_be_switched_off() {
         let args = Args::try_parse_from(["xcc-agent"]).unwrap();
         assert!(args.sync.resource_sync);
+        assert!(args.sync.group_sync);
         let args = Args::try_parse_from(["xcc-agent", "--resource-sync=false"]).unwrap();
         assert!(!args.sync.resource_sync);
+        let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();
+        assert!(!args.sync.group_sync);
     }
 
     #[test]

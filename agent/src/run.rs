@@ -165,9 +165,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
     let resource_sync = match &feed {
-        Feed::Slices(client) if args.sync.resource_sync => Some(tokio::spawn(
-            clusterregistry::run(client.clone(), args.kube.pod_name.clone(), stop_rx.clone()),
-        )),
+        Feed::Slices(client) if args.sync.resource_sync => {
+            Some(tokio::spawn(clusterregistry::run(
+                client.clone(),
+                args.kube.pod_name.clone(),
+                args.sync.group_sync,
+                stop_rx.clone(),
+            )))
+        }
         _ => None,
     };
     let watcher = match feed {

@@ -1,6 +1,6 @@
 //! Watches that wake a reconciler: one task per reconciled object, watching whatever that object
 //! reads (a remote Secret, the instances of a monitored kind) and sending the object's reference
-//! to its controller on every change and every watch failure. A task is replaced when what it
+//! to its controller on every change, and when the watch starts failing or recovers. A task is replaced when what it
 //! watches changes (its `identity`), and stopped when the object goes.
 
 use std::{collections::HashMap, fmt::Debug, hash::Hash, sync::Mutex};
@@ -67,8 +67,11 @@ where
     }
 }
 
-/// Sends `object` on every change (after the first full list) and every failure, so that the
-/// reconciler re-reads the source and its status follows an unreachable or returning peer.
+/// Sends `object` on every change (after the first full list), when the watch starts failing and
+/// when it recovers, so that the reconciler re-reads the source and its status follows an
+/// unreachable or returning peer. A watch that keeps failing (a peer away, a Secret not yet
+/// exported) wakes the object once, not on every retry: a thousand such watches must not turn
+/// into a storm of reconciles against the peer.
 async fn wake_on<K, T, S>(
     events: S,
     object: ObjectRef<K>,
@@ -80,13 +83,18 @@ async fn wake_on<K, T, S>(
     S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send,
 {
     let mut events = std::pin::pin!(events);
+    let mut failing = false;
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                failing = false;
             }
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
             Err(error) => {
                 tracing::debug!(watch = %what, %error, "watch failed; retrying");
+                if std::mem::replace(&mut failing, true) {
+                    continue;
+                }
             }
         }
         if trigger.send(object.clone()).is_err() {
@@ -133,6 +141,33 @@ mod tests {
         );
         assert_eq!(rx.recv().await, Some(object.clone()));
         wakers.stop(&object);
+        assert!(rx.try_recv().is_err());
+    }
+
+    fn failure() -> Result<watcher::Event<String>, watcher::Error> {
+        Err(watcher::Error::NoResourceVersion)
+    }
+
+    #[tokio::test]
+    async fn a_failing_watch_wakes_once_until_it_recovers() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let wakers: Wakers<Secret> = Wakers::new(tx);
+        let object = ObjectRef::<Secret>::new("dumbo").within("project-1");
+        let events = futures::stream::iter(vec![
+            failure(),
+            failure(),
+            failure(),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitDone),
+            failure(),
+            failure(),
+        ]);
+        wakers.ensure(object.clone(), "one".into(), "test".into(), events);
+        // Started failing, recovered, failed again: three wakes, not six.
+        for _ in 0..3 {
+            assert_eq!(rx.recv().await, Some(object.clone()));
+        }
+        tokio::task::yield_now().await;
         assert!(rx.try_recv().is_err());
     }
 }

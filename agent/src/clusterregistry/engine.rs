@@ -32,7 +32,9 @@ use xcc_kube::{ConditionStatus, set_condition};
 
 use super::{
     PeerTable,
+    access::Access,
     api::{Cluster, GroupVersionKind, ResourceSyncRule},
+    core,
     decide::{Action, PeerView, decide},
     rules::RuleSet,
 };
@@ -94,6 +96,10 @@ pub struct Engine {
     sources: HashMap<SourceKey, Source>,
     /// What each rule last reported (reason, message), so that it is said once.
     reported: HashMap<String, (String, String)>,
+    /// Whether the built-in rules that form the group run ([`core`]).
+    group_sync: bool,
+    /// What the agent may do here and read on each peer (SelfSubjectAccessReviews).
+    access: Access,
     wake_tx: UnboundedSender<Wake>,
     wake_rx: UnboundedReceiver<Wake>,
 }
@@ -117,6 +123,7 @@ impl Engine {
         recorder: Recorder,
         clusters: Store<Cluster>,
         table: tokio::sync::watch::Receiver<PeerTable>,
+        group_sync: bool,
     ) -> Engine {
         let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
         Engine {
@@ -129,6 +136,8 @@ impl Engine {
             rules: HashMap::new(),
             sources: HashMap::new(),
             reported: HashMap::new(),
+            group_sync,
+            access: Access::default(),
             wake_tx,
             wake_rx,
         }
@@ -214,6 +223,10 @@ impl Engine {
         let mut rules: HashMap<GroupVersionKind, Vec<RuleSet>> = HashMap::new();
         let mut objects = rule_store.state();
         objects.sort_by_key(|r| r.name_any());
+        let peers = self.peers();
+        // (peer, kind) pairs whose objects this agent may not list and watch: not read.
+        let mut unreadable: BTreeSet<SourceKey> = BTreeSet::new();
+        let mut denied = false;
         for rule in &objects {
             let name = rule.name_any();
             let compiled = match RuleSet::compile(&name, &rule.spec) {
@@ -233,15 +246,67 @@ impl Engine {
                 self.report(rule, false, "UnknownKind", message).await;
                 continue;
             }
-            let message = format!(
-                "copying matching {} objects from the peer clusters",
-                compiled.gvk.kind
-            );
-            self.report(rule, true, "Ready", message).await;
+            let resource = self.kinds[&compiled.gvk].resource.clone();
+            if let Some(missing) = self
+                .access
+                .missing("local", &self.client, &resource, Access::WRITE)
+                .await
+            {
+                denied = true;
+                let message = format!(
+                    "this agent may not {missing} {} here; grant it with a ClusterRole labelled \
+                     cluster-registry.k8s.cisco.com/controller-aggregated: \"true\"",
+                    resource.plural
+                );
+                self.report(rule, false, "MissingPermission", message).await;
+                continue;
+            }
+            let mut refused = Vec::new();
+            for (peer, client, identity) in &peers {
+                if let Some(missing) = self
+                    .access
+                    .missing(identity, client, &resource, Access::READ)
+                    .await
+                {
+                    refused.push(format!("{peer} ({missing})"));
+                    unreadable.insert((Some(peer.clone()), compiled.gvk.clone()));
+                }
+            }
+            if refused.is_empty() {
+                let message = format!(
+                    "copying matching {} objects from the peer clusters",
+                    compiled.gvk.kind
+                );
+                self.report(rule, true, "Ready", message).await;
+            } else {
+                denied = true;
+                let message = format!(
+                    "the peer kubeconfig may not read {} on {}; grant it there with a \
+                     ClusterRole labelled cluster-registry.k8s.cisco.com/reader-aggregated: \
+                     \"true\". Copying from the other peers",
+                    resource.plural,
+                    refused.join(", ")
+                );
+                self.report(rule, false, "MissingPermission", message).await;
+            }
             rules
                 .entry(compiled.gvk.clone())
                 .or_default()
                 .push(compiled);
+        }
+        if self.group_sync {
+            for rule in core::core_rules() {
+                if self.resolve(&rule.gvk).await.is_err() {
+                    tracing::debug!(rule = %rule.name, "kind not served; built-in rule waits");
+                    continue;
+                }
+                rules.entry(rule.gvk.clone()).or_default().push(rule);
+            }
+        }
+        if denied {
+            // Permissions are checked again soon, so that a fix takes effect by itself.
+            self.access
+                .recheck_later(self.wake_tx.clone(), Wake::Topology);
         }
         self.reported
             .retain(|name, _| objects.iter().any(|r| r.name_any() == *name));
@@ -254,7 +319,6 @@ impl Engine {
         if features {
             kinds.push(feature_gvk());
         }
-        let peers = self.peers();
         for gvk in kinds.iter().filter(|g| self.kinds.contains_key(*g)) {
             if *gvk != feature_gvk() {
                 wanted.insert(
@@ -263,6 +327,9 @@ impl Engine {
                 );
             }
             for (name, client, identity) in &peers {
+                if unreadable.contains(&(Some(name.clone()), gvk.clone())) {
+                    continue;
+                }
                 wanted.insert(
                     (Some(name.clone()), gvk.clone()),
                     (client.clone(), identity.clone()),
@@ -521,7 +588,12 @@ impl Engine {
         &self,
         gvk: &GroupVersionKind,
     ) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
-        let name = &self.rules.get(gvk)?.first()?.name;
+        let name = &self
+            .rules
+            .get(gvk)?
+            .iter()
+            .find(|r| !core::is_core(r))?
+            .name;
         Some(ResourceSyncRule::new(name, Default::default()).object_ref(&()))
     }
 

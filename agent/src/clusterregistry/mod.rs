@@ -12,8 +12,10 @@
 //! originates from; that is what makes it a copy. Objects without it were made here and are never
 //! touched. See [`decide`] for the rules.
 
+mod access;
 pub mod api;
 mod clusters;
+mod core;
 mod decide;
 mod engine;
 mod rules;
@@ -105,6 +107,7 @@ async fn local_cluster_id(
 pub async fn run(
     client: Client,
     instance: Option<String>,
+    group_sync: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
@@ -161,7 +164,14 @@ pub async fn run(
                 Err(error) => tracing::debug!(%error, "Cluster controller"),
             }
         });
-    let engine = engine::Engine::new(client, local_id.clone(), recorder, clusters_store, table_rx);
+    let engine = engine::Engine::new(
+        client,
+        local_id.clone(),
+        recorder,
+        clusters_store,
+        table_rx,
+        group_sync,
+    );
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
 }

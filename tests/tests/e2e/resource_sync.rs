@@ -17,23 +17,23 @@ use kube::{
 };
 use xcc_e2e::{Binaries, Cluster, Process, Testbed, aggregation, require_testbed, xcc::Agent};
 
-const NAMES: [&str; 3] = ["first", "second", "third"];
-const REGISTRY_NS: &str = "cluster-registry";
-const OWNER: &str = "cluster-registry.k8s.cisco.com/resource-owner-cluster-id";
+pub(crate) const NAMES: [&str; 3] = ["first", "second", "third"];
+pub(crate) const REGISTRY_NS: &str = "cluster-registry";
+pub(crate) const OWNER: &str = "cluster-registry.k8s.cisco.com/resource-owner-cluster-id";
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
 }
 
-fn manifest(path: &str) -> String {
+pub(crate) fn manifest(path: &str) -> String {
     repo().join(path).display().to_string()
 }
 
 /// The reference's first example, unchanged (it names no namespace: applied with `-n`).
-const TEST_SECRET: &str = "apiVersion: v1
+pub(crate) const TEST_SECRET: &str = "apiVersion: v1
 kind: Secret
 metadata:
   name: test-secret
@@ -42,7 +42,7 @@ data: {}
 
 /// The reference's ResourceSyncRule, unchanged (its `name` and `namespace` sit next to
 /// `objectKey`, not under it).
-const TEST_RULE: &str = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
+pub(crate) const TEST_RULE: &str = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
 kind: ResourceSyncRule
 metadata:
   name: test-secret-sink
@@ -78,7 +78,7 @@ spec:
 ";
 
 /// The reference's ClusterFeature, unchanged.
-const TEST_FEATURE: &str = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
+pub(crate) const TEST_FEATURE: &str = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
 kind: ClusterFeature
 metadata:
   name: test-secret-source
@@ -141,7 +141,7 @@ fn peer_secret_yaml(name: &str, kubeconfig: &str) -> String {
 }
 
 /// Polls `check` every 100 ms until it gives `Some`; panics with `what` after `timeout`.
-async fn wait_for<T, F: Future<Output = Option<T>>>(
+pub(crate) async fn wait_for<T, F: Future<Output = Option<T>>>(
     what: &str,
     timeout: Duration,
     mut check: impl FnMut() -> F,
@@ -156,13 +156,22 @@ async fn wait_for<T, F: Future<Output = Option<T>>>(
     }
 }
 
-fn clusters_api(cluster: &Cluster) -> Api<DynamicObject> {
+/// The cluster-registry objects of `kind` on `cluster`.
+pub(crate) fn registry_api(cluster: &Cluster, kind: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "clusterregistry.k8s.cisco.com",
         "v1alpha1",
-        "Cluster",
+        kind,
     ));
     Api::all_with(cluster.client.clone(), &resource)
+}
+
+pub(crate) fn clusters_api(cluster: &Cluster) -> Api<DynamicObject> {
+    registry_api(cluster, "Cluster")
+}
+
+pub(crate) fn rules_api(cluster: &Cluster) -> Api<DynamicObject> {
+    registry_api(cluster, "ResourceSyncRule")
 }
 
 /// `(state, type, ClustersSynced)` of Cluster `name` as `cluster` sees it.
@@ -182,7 +191,13 @@ async fn cluster_status(cluster: &Cluster, name: &str) -> Option<(String, String
     ))
 }
 
-async fn wait_state(cluster: &Cluster, name: &str, state: &str, type_: &str, synced: &str) {
+pub(crate) async fn wait_state(
+    cluster: &Cluster,
+    name: &str,
+    state: &str,
+    type_: &str,
+    synced: &str,
+) {
     let what = format!(
         "on {}: Cluster {name} {state} {type_} synced={synced}",
         cluster.name
@@ -195,7 +210,7 @@ async fn wait_state(cluster: &Cluster, name: &str, state: &str, type_: &str, syn
     .await;
 }
 
-fn secrets(cluster: &Cluster) -> Api<Secret> {
+pub(crate) fn secrets(cluster: &Cluster) -> Api<Secret> {
     Api::namespaced(cluster.client.clone(), REGISTRY_NS)
 }
 
@@ -203,7 +218,7 @@ fn configmaps(cluster: &Cluster) -> Api<ConfigMap> {
     Api::namespaced(cluster.client.clone(), "team-a")
 }
 
-async fn wait_secret(cluster: &Cluster, name: &str, owner: Option<&str>) -> Secret {
+pub(crate) async fn wait_secret(cluster: &Cluster, name: &str, owner: Option<&str>) -> Secret {
     let what = format!("on {}: Secret {name} owned by {owner:?}", cluster.name);
     wait_for(&what, Duration::from_secs(60), || async {
         secrets(cluster)
@@ -215,7 +230,7 @@ async fn wait_secret(cluster: &Cluster, name: &str, owner: Option<&str>) -> Secr
     .await
 }
 
-async fn wait_gone(cluster: &Cluster, name: &str) {
+pub(crate) async fn wait_gone(cluster: &Cluster, name: &str) {
     let what = format!("on {}: Secret {name} deleted", cluster.name);
     wait_for(&what, Duration::from_secs(60), || async {
         matches!(secrets(cluster).get_opt(name).await, Ok(None)).then_some(())
@@ -227,68 +242,91 @@ fn data(cm: &ConfigMap) -> BTreeMap<String, String> {
     cm.data.clone().unwrap_or_default()
 }
 
-/// Role aggregation, CRDs, manifests, the peer Secrets and Clusters on every cluster, then one
-/// agent each.
-async fn group(binaries: &Binaries, bed: &Testbed) -> (Vec<Process>, Vec<Agent>) {
-    let mut ids = Vec::new();
-    let mut readers = Vec::new();
-    let mut aggregators = Vec::new();
-    for cluster in &bed.clusters {
-        aggregators.push(aggregation::start(binaries, cluster).unwrap());
+/// One member cluster, as its installation leaves it and with its agent running.
+pub(crate) struct Member {
+    pub _aggregator: Process,
+    pub _agent: Agent,
+    /// Its cluster ID (kube-system UID).
+    pub id: String,
+    /// A kubeconfig that reads it (the reader ServiceAccount of our manifests).
+    pub reader: String,
+}
+
+/// Installs one member: role aggregation, CRDs, our manifests, read and write access to
+/// ConfigMaps, its own Cluster and its own reader Secret, then its agent.
+pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Member {
+    let aggregator = aggregation::start(binaries, cluster).unwrap();
+    cluster
+        .install_crds(&repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    for file in [
+        "manifests/agent/agent.yaml",
+        "manifests/agent/cluster-registry.yaml",
+    ] {
         cluster
-            .install_crds(&repo().join("manifests/crds"))
+            .kubectl(&["apply", "-f", &manifest(file)])
             .await
             .unwrap();
-        for file in [
-            "manifests/agent/agent.yaml",
-            "manifests/agent/cluster-registry.yaml",
-        ] {
-            cluster
-                .kubectl(&["apply", "-f", &manifest(file)])
-                .await
-                .unwrap();
-        }
-        cluster.apply_yaml(CONFIGMAP_RBAC).await.unwrap();
-        for ns in [REGISTRY_NS, "team-a"] {
-            cluster.kubectl(&["create", "namespace", ns]).await.unwrap();
-        }
-        ids.push(cluster.kube_system_uid().await.unwrap());
-        let reader = cluster
-            .mint_kubeconfig("xcc-dns", "xcc-cluster-reader")
-            .await
-            .unwrap();
-        readers.push(cluster.kubeconfig_text(&reader.path).unwrap());
+    }
+    cluster.apply_yaml(CONFIGMAP_RBAC).await.unwrap();
+    for ns in [REGISTRY_NS, "team-a"] {
+        cluster.kubectl(&["create", "namespace", ns]).await.unwrap();
+    }
+    let id = cluster.kube_system_uid().await.unwrap();
+    let reader = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-cluster-reader")
+        .await
+        .unwrap();
+    let reader = cluster.kubeconfig_text(&reader.path).unwrap();
+    cluster
+        .apply_yaml(&cluster_yaml(&cluster.name, &id))
+        .await
+        .unwrap();
+    cluster
+        .apply_yaml(&peer_secret_yaml(&cluster.name, &reader))
+        .await
+        .unwrap();
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap();
+    let mut agent = Agent::start(
+        &kubeconfig.path,
+        &cluster.dir().join("xcc-agent.log"),
+        &["--log=info,xcc_agent=debug", "--secret-replication=false"],
+    )
+    .unwrap();
+    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
+    Member {
+        _aggregator: aggregator,
+        _agent: agent,
+        id,
+        reader,
+    }
+}
+
+/// Every member installed, and every Cluster and peer Secret applied by hand on every cluster.
+async fn group(binaries: &Binaries, bed: &Testbed) -> Vec<Member> {
+    let mut members = Vec::new();
+    for cluster in &bed.clusters {
+        members.push(install_member(binaries, cluster).await);
     }
     for (i, cluster) in bed.clusters.iter().enumerate() {
         for (j, peer) in bed.clusters.iter().enumerate() {
-            cluster
-                .apply_yaml(&cluster_yaml(&peer.name, &ids[j]))
-                .await
-                .unwrap();
             if i != j {
                 cluster
-                    .apply_yaml(&peer_secret_yaml(&peer.name, &readers[j]))
+                    .apply_yaml(&cluster_yaml(&peer.name, &members[j].id))
+                    .await
+                    .unwrap();
+                cluster
+                    .apply_yaml(&peer_secret_yaml(&peer.name, &members[j].reader))
                     .await
                     .unwrap();
             }
         }
     }
-    let mut agents = Vec::new();
-    for cluster in &bed.clusters {
-        let kubeconfig = cluster
-            .mint_kubeconfig("xcc-dns", "xcc-agent")
-            .await
-            .unwrap();
-        let mut agent = Agent::start(
-            &kubeconfig.path,
-            &cluster.dir().join("xcc-agent.log"),
-            &["--log=info,xcc_agent=debug", "--secret-replication=false"],
-        )
-        .unwrap();
-        agent.wait_ready(Duration::from_secs(30)).await.unwrap();
-        agents.push(agent);
-    }
-    (aggregators, agents)
+    members
 }
 
 /// resourceVersions of everything the agents write: copies and Cluster statuses.
@@ -528,7 +566,7 @@ async fn three_clusters_sync_by_rules_and_never_lose_or_overwrite() {
 }
 
 /// `kubectl apply -n cluster-registry` of a manifest without a namespace.
-async fn apply_namespaced(cluster: &Cluster, yaml: &str) {
+pub(crate) async fn apply_namespaced(cluster: &Cluster, yaml: &str) {
     let file = cluster.dir().join("namespaced.yaml");
     std::fs::write(&file, yaml).unwrap();
     cluster

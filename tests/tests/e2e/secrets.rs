@@ -25,29 +25,29 @@ use kube::{
 };
 use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
 
-const NS: &str = "project-1";
+pub(crate) const NS: &str = "project-1";
 const GROUP: &str = "replication.apiresources.multicluster.x-tanzu.vmware.com";
 /// The name of both documentation examples.
 const DOC_NAME: &str = "small-postgres-23.status.binding.name";
 const ORIGIN: &str = "xcc.test/origin";
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
 }
 
-fn manifest(path: &str) -> String {
+pub(crate) fn manifest(path: &str) -> String {
     repo().join(path).display().to_string()
 }
 
-fn kind(kind: &str) -> ApiResource {
+pub(crate) fn kind(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1alpha1", kind))
 }
 
 /// CRDs and our agent on `cluster`, under the manifest's ServiceAccount.
-async fn agent(cluster: &Cluster) -> Agent {
+pub(crate) async fn agent(cluster: &Cluster) -> Agent {
     cluster
         .install_crds(&repo().join("manifests/crds"))
         .await
@@ -70,7 +70,7 @@ async fn agent(cluster: &Cluster) -> Agent {
     agent
 }
 
-fn secret(name: &str, data: &[(&str, &str)], annotations: &[(&str, &str)]) -> Secret {
+pub(crate) fn secret(name: &str, data: &[(&str, &str)], annotations: &[(&str, &str)]) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -92,18 +92,18 @@ fn secret(name: &str, data: &[(&str, &str)], annotations: &[(&str, &str)]) -> Se
     }
 }
 
-fn secrets(cluster: &Cluster) -> Api<Secret> {
+pub(crate) fn secrets(cluster: &Cluster) -> Api<Secret> {
     Api::namespaced(cluster.client.clone(), NS)
 }
 
-async fn create_namespace(cluster: &Cluster) {
+pub(crate) async fn create_namespace(cluster: &Cluster) {
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     if namespaces.get_opt(NS).await.unwrap().is_none() {
         cluster.kubectl(&["create", "namespace", NS]).await.unwrap();
     }
 }
 
-fn value(secret: &Secret, key: &str) -> Option<String> {
+pub(crate) fn value(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()?
@@ -112,7 +112,7 @@ fn value(secret: &Secret, key: &str) -> Option<String> {
 }
 
 /// Polls `check` every 20 ms until it gives `Some`; panics with `what` after `timeout`.
-async fn wait_for<T, F: Future<Output = Option<T>>>(
+pub(crate) async fn wait_for<T, F: Future<Output = Option<T>>>(
     what: &str,
     timeout: Duration,
     mut check: impl FnMut() -> F,
@@ -128,7 +128,11 @@ async fn wait_for<T, F: Future<Output = Option<T>>>(
 }
 
 /// `(status, reason, observedGeneration)` of the Ready condition of `kind` `name`.
-async fn ready(cluster: &Cluster, kind_name: &str, name: &str) -> Option<(String, String, i64)> {
+pub(crate) async fn ready(
+    cluster: &Cluster,
+    kind_name: &str,
+    name: &str,
+) -> Option<(String, String, i64)> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), NS, &kind(kind_name));
     let object = api.get_opt(name).await.ok()??;
@@ -145,7 +149,7 @@ async fn ready(cluster: &Cluster, kind_name: &str, name: &str) -> Option<(String
     ))
 }
 
-async fn wait_ready(cluster: &Cluster, kind_name: &str, name: &str, want: (&str, &str)) {
+pub(crate) async fn wait_ready(cluster: &Cluster, kind_name: &str, name: &str, want: (&str, &str)) {
     let what = format!("{kind_name} {NS}/{name} Ready={} reason {}", want.0, want.1);
     wait_for(&what, Duration::from_secs(60), || async {
         ready(cluster, kind_name, name)
@@ -155,14 +159,14 @@ async fn wait_ready(cluster: &Cluster, kind_name: &str, name: &str, want: (&str,
     .await;
 }
 
-fn export_yaml(name: &str, secret: &str) -> String {
+pub(crate) fn export_yaml(name: &str, secret: &str) -> String {
     format!(
         "apiVersion: {GROUP}/v1alpha1\nkind: SecretExport\nmetadata: {{name: {name}, namespace: {NS}}}\n\
          spec: {{secret: {{name: {secret}}}, serviceAccount: {{name: upstream-replication-sa}}}}\n"
     )
 }
 
-fn import_yaml(name: &str, secret: &str) -> String {
+pub(crate) fn import_yaml(name: &str, secret: &str) -> String {
     format!(
         "apiVersion: {GROUP}/v1alpha1\nkind: SecretImport\nmetadata: {{name: {name}, namespace: {NS}}}\n\
          spec: {{secret: {{name: {secret}}}, remoteKubeconfig: {{name: energy-source}}}}\n"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Secret replication on the real test bed: 1,000 SecretExports on a service cluster and 1,000
+# SecretImports on a workload cluster; prints the time until every copy exists (bar < 10 s), the
+# p50/p99/max of 100 updates from the service cluster to the copy (bar p99 < 1 s) and the
+# workload agent's RSS, and fails when a bar is missed. Release build of the agent.
+#
+#   bench/secrets.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests/testbed/install.sh >/dev/null
+cargo test --release --quiet -p xcc-e2e --test e2e -- --ignored --exact --nocapture \
+  bench_secrets::secret_replication_benchmark 2>&1 | grep -E '^secrets:|panicked|FAILED|test result'

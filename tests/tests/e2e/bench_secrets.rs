@@ -1,0 +1,225 @@
+//! Secret replication benchmark (run by `bench/secrets.sh`, not by the default test run): 1,000
+//! SecretExports on a service cluster, 1,000 SecretImports on a workload cluster, and the time
+//! from the first import until all 1,000 copies exist there (bar: < 10 s; the exports are Ready
+//! before the first import); then 100 updates of exported Secrets, each
+//! timed from the service cluster's accepted write until the workload cluster's copy has the new
+//! value (bar: p99 < 1 s). Also prints the workload agent's RSS.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api,
+    api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use xcc_e2e::{Testbed, require_testbed};
+
+use crate::secrets::{NS, agent, create_namespace, kind, secret, secrets, value};
+
+const IMPORTS: usize = 1000;
+const UPDATES: usize = 100;
+/// Concurrent requests while creating the objects.
+const CREATORS: usize = 32;
+
+fn name(i: usize) -> String {
+    format!("bench-{i:04}")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Creates `objects` with `CREATORS` requests in flight.
+async fn create_all<T>(api: &Api<T>, objects: Vec<T>)
+where
+    T: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    stream::iter(objects)
+        .map(|o| async move { api.create(&PostParams::default(), &o).await })
+        .buffer_unordered(CREATORS)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+}
+
+fn replication_object(kind_name: &str, i: usize, spec: serde_json::Value) -> DynamicObject {
+    let mut object = DynamicObject::new(&name(i), &kind(kind_name)).within(NS);
+    object.data = json!({ "spec": spec });
+    object
+}
+
+/// How many of the workload's copies carry `want(i)` under key `v`.
+async fn converged(api: &Api<Secret>, want: &dyn Fn(usize) -> String) -> usize {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|s| {
+            let n = s.metadata.name.as_deref().unwrap_or_default();
+            n.strip_prefix("bench-")
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| value(s, "v") == Some(want(i)))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: bench/secrets.sh runs it"]
+async fn secret_replication_benchmark() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["service", "workload"])
+        .await
+        .unwrap();
+    let (service, workload) = (bed.cluster("service"), bed.cluster("workload"));
+    let _service_agent = agent(service).await;
+    let workload_agent = agent(workload).await;
+    let reader = service
+        .mint_kubeconfig(NS, "upstream-replication-sa")
+        .await
+        .unwrap();
+
+    // The service cluster: 1,000 Secrets, each exported to the replication ServiceAccount.
+    let started = Instant::now();
+    let sources: Vec<Secret> = (0..IMPORTS)
+        .map(|i| secret(&name(i), &[("v", &format!("v1-{i}"))], &[]))
+        .collect();
+    create_all(&secrets(service), sources).await;
+    let exports_api: Api<DynamicObject> =
+        Api::namespaced_with(service.client.clone(), NS, &kind("SecretExport"));
+    let exports = (0..IMPORTS)
+        .map(|i| {
+            replication_object(
+                "SecretExport",
+                i,
+                json!({"secret": {"name": name(i)}, "serviceAccount": {"name": "upstream-replication-sa"}}),
+            )
+        })
+        .collect();
+    create_all(&exports_api, exports).await;
+    let created = started.elapsed();
+    loop {
+        let list = exports_api.list(&ListParams::default()).await.unwrap();
+        let ready = list
+            .items
+            .iter()
+            .filter(|e| {
+                e.data["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .count();
+        if ready == IMPORTS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "only {ready} of {IMPORTS} exports Ready after 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "secrets: {IMPORTS} Secrets and SecretExports created in {:.2} s, all exports Ready in {:.2} s",
+        created.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // The workload cluster: the kubeconfig Secret, then 1,000 imports; the clock runs from the
+    // first import's creation until every copy is there.
+    create_namespace(workload).await;
+    let kubeconfig = std::fs::read_to_string(&reader.path).unwrap();
+    secrets(workload)
+        .create(
+            &PostParams::default(),
+            &secret("energy-source", &[("kubeconfig", &kubeconfig)], &[]),
+        )
+        .await
+        .unwrap();
+    let imports_api: Api<DynamicObject> =
+        Api::namespaced_with(workload.client.clone(), NS, &kind("SecretImport"));
+    let imports = (0..IMPORTS)
+        .map(|i| {
+            replication_object(
+                "SecretImport",
+                i,
+                json!({"secret": {"name": name(i)}, "remoteKubeconfig": {"name": "energy-source"}}),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    create_all(&imports_api, imports).await;
+    let created = started.elapsed();
+    let copies = secrets(workload);
+    let v1 = |i: usize| format!("v1-{i}");
+    loop {
+        let done = converged(&copies, &v1).await;
+        if done == IMPORTS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "only {done} of {IMPORTS} copies after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let converge = started.elapsed();
+    eprintln!(
+        "secrets: {IMPORTS} imports created in {:.2} s, all copies in {:.2} s (bar < 10 s); agent RSS {:.0} MiB",
+        created.as_secs_f64(),
+        converge.as_secs_f64(),
+        rss_mib(workload_agent.process.pid())
+    );
+
+    // Updates: one at a time, each timed from the accepted write to the copy's new value.
+    let mut took = Vec::with_capacity(UPDATES);
+    for u in 0..UPDATES {
+        let i = (u * 7) % IMPORTS;
+        let new = format!("v2-{u}-{i}");
+        let patch = json!({"data": {"v": ByteString(new.clone().into_bytes())}});
+        secrets(service)
+            .patch(&name(i), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let written = Instant::now();
+        loop {
+            let copy = copies.get(&name(i)).await.unwrap();
+            if value(&copy, "v").as_deref() == Some(new.as_str()) {
+                break;
+            }
+            assert!(
+                written.elapsed() < Duration::from_secs(30),
+                "update {u} of {} not replicated after 30 s",
+                name(i)
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        took.push(written.elapsed());
+    }
+    took.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    eprintln!(
+        "secrets: {UPDATES} updates: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (bar p99 < 1000 ms); agent RSS {:.0} MiB",
+        ms(percentile(&took, 50.0)),
+        ms(percentile(&took, 99.0)),
+        ms(*took.last().unwrap()),
+        rss_mib(workload_agent.process.pid())
+    );
+    assert!(converge < Duration::from_secs(10), "convergence bar missed");
+    assert!(
+        percentile(&took, 99.0) < Duration::from_secs(1),
+        "update p99 bar missed"
+    );
+}
