@@ -17,6 +17,7 @@ mod clusters;
 mod decide;
 mod engine;
 mod rules;
+mod template;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
