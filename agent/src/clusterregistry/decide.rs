@@ -9,9 +9,15 @@
 //! - A copy is deleted only when its owner is live, its list of that kind is complete, and the
 //!   object is not there. An unreachable owner never causes a deletion.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use super::{OWNER_ANNOTATION, SYNC_DISABLED_ANNOTATION, rules::RuleSet};
+use super::{
+    OWNER_ANNOTATION, SYNC_DISABLED_ANNOTATION,
+    api::Cluster,
+    rules::{Clusters, Rule, RuleSet, desired_copy},
+};
 use crate::sink::up_to_date;
 
 /// One peer, seen by the reconcile of one key.
@@ -38,6 +44,8 @@ pub enum Action {
     Delete,
     /// Nothing to do, and why.
     Keep(&'static str),
+    /// The copy cannot be made (a template failed): nothing is written or deleted for this key.
+    Invalid { rule: String, message: String },
 }
 
 fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
@@ -61,12 +69,14 @@ fn fresh(current: &Value, desired: &Value) -> bool {
             .is_none_or(|s| current.get("status") == Some(s))
 }
 
+/// `clusters` are the Cluster objects, which templates in overrides refer to.
 pub fn decide(
     local_id: &str,
     local: Option<&Value>,
     peers: &[PeerView<'_>],
     rules: &[RuleSet],
     namespaced: bool,
+    clusters: &[Arc<Cluster>],
 ) -> Action {
     if let Some(local) = local {
         if annotation(local, OWNER_ANNOTATION).is_none() {
@@ -77,7 +87,7 @@ pub fn decide(
         }
     }
     let live_owner = |id: &str| peers.iter().any(|p| p.live && p.id == id);
-    let mut candidates: Vec<(bool, &PeerView<'_>, &Value, &RuleSet)> = Vec::new();
+    let mut candidates: Vec<(bool, &PeerView<'_>, &Value, &RuleSet, &Rule)> = Vec::new();
     for peer in peers.iter().filter(|p| p.live) {
         let Some(object) = peer.object else { continue };
         let owner = owner(object, peer.id);
@@ -86,18 +96,28 @@ pub fn decide(
         }
         let rule = rules
             .iter()
-            .find(|r| r.reads_from(peer.features) && r.matching(object, namespaced).is_some());
-        if let Some(rule) = rule {
-            candidates.push((owner != peer.id, peer, object, rule));
+            .filter(|r| r.reads_from(peer.features))
+            .find_map(|r| Some((r, r.matching(object, namespaced)?)));
+        if let Some((set, rule)) = rule {
+            candidates.push((owner != peer.id, peer, object, set, rule));
         }
     }
     // Originals first, then by cluster name: every cluster picks the same source.
     candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
-    if let Some((_, peer, object, rule)) = candidates.first() {
-        let mutations = rule
-            .matching(object, namespaced)
-            .expect("the candidate matched");
-        let desired = super::rules::desired_copy(object, peer.id, mutations);
+    if let Some((_, peer, object, set, rule)) = candidates.first() {
+        let clusters = Clusters {
+            local_id,
+            all: clusters,
+        };
+        let desired = match desired_copy(object, peer.id, rule, clusters) {
+            Ok(desired) => desired,
+            Err(error) => {
+                return Action::Invalid {
+                    rule: set.name.clone(),
+                    message: error.to_string(),
+                };
+            }
+        };
         if local.is_some_and(|l| fresh(l, &desired)) {
             return Action::Keep("up to date");
         }
@@ -123,7 +143,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clusterregistry::api::ResourceSyncRuleSpec;
+    use crate::clusterregistry::api::{ClusterSpec, ResourceSyncRuleSpec};
     use serde_json::json;
 
     fn rule(spec: Value) -> RuleSet {
@@ -168,6 +188,7 @@ mod tests {
             &[peer("b", Some(&source))],
             &all_secrets(),
             true,
+            &[],
         ) else {
             panic!("no apply")
         };
@@ -183,7 +204,8 @@ mod tests {
                 Some(&desired),
                 &[peer("b", Some(&source))],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Keep("up to date")
         );
@@ -199,7 +221,8 @@ mod tests {
                 Some(&local),
                 &[peer("b", Some(&source))],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Keep("made here")
         );
@@ -209,7 +232,8 @@ mod tests {
                 Some(&local),
                 &[peer("b", None)],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Keep("made here")
         );
@@ -225,6 +249,7 @@ mod tests {
             &[peer("b", Some(&source))],
             &all_secrets(),
             true,
+            &[],
         );
         assert!(matches!(action, Action::Apply { desired, .. } if desired["data"]["a"] == "MQ=="));
     }
@@ -238,20 +263,21 @@ mod tests {
                 Some(&copy),
                 &[peer("b", None)],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Delete
         );
         let mut down = peer("b", None);
         down.live = false;
         assert_eq!(
-            decide("here", Some(&copy), &[down], &all_secrets(), true),
+            decide("here", Some(&copy), &[down], &all_secrets(), true, &[]),
             Action::Keep("the source may still exist")
         );
         let mut unlisted = peer("b", None);
         unlisted.listed = false;
         assert_eq!(
-            decide("here", Some(&copy), &[unlisted], &all_secrets(), true),
+            decide("here", Some(&copy), &[unlisted], &all_secrets(), true, &[]),
             Action::Keep("the source may still exist")
         );
         // Another copy at a third cluster does not keep it alive while the owner is live.
@@ -262,7 +288,8 @@ mod tests {
                 Some(&copy),
                 &[peer("b", None), peer("c", Some(&other_copy))],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Delete
         );
@@ -273,12 +300,13 @@ mod tests {
         let original = secret("MQ==", None);
         let stale_copy = secret("b2xk", Some("b"));
         let peers = [peer("b", Some(&original)), peer("c", Some(&stale_copy))];
-        let action = decide("here", None, &peers, &all_secrets(), true);
+        let action = decide("here", None, &peers, &all_secrets(), true, &[]);
         assert!(matches!(action, Action::Apply { from, .. } if from == "b"));
         // Owner unreachable: the copy at c is used, with b still named as owner.
         let mut peers = peers;
         peers[0].live = false;
-        let Action::Apply { from, desired } = decide("here", None, &peers, &all_secrets(), true)
+        let Action::Apply { from, desired } =
+            decide("here", None, &peers, &all_secrets(), true, &[])
         else {
             panic!("no apply")
         };
@@ -295,7 +323,8 @@ mod tests {
                 None,
                 &[peer("b", Some(&ours))],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Keep("nothing to copy")
         );
@@ -307,7 +336,8 @@ mod tests {
                 None,
                 &[peer("b", Some(&disabled))],
                 &all_secrets(),
-                true
+                true,
+                &[]
             ),
             Action::Keep("nothing to copy")
         );
@@ -322,7 +352,7 @@ mod tests {
         }))];
         let source = secret("MQ==", None);
         assert_eq!(
-            decide("here", None, &[peer("b", Some(&source))], &rules, true),
+            decide("here", None, &[peer("b", Some(&source))], &rules, true, &[]),
             Action::Keep("nothing to copy")
         );
         let features =
@@ -330,8 +360,120 @@ mod tests {
         let mut with = peer("b", Some(&source));
         with.features = &features;
         assert!(matches!(
-            decide("here", None, &[with], &rules, true),
+            decide("here", None, &[with], &rules, true, &[]),
             Action::Apply { .. }
         ));
+    }
+
+    fn clusters() -> Vec<Arc<Cluster>> {
+        [("home", "here"), ("cluster-b", "b"), ("cluster-c", "c")]
+            .into_iter()
+            .map(|(name, id)| {
+                let spec = ClusterSpec {
+                    cluster_id: id.into(),
+                    ..Default::default()
+                };
+                Arc::new(Cluster::new(name, spec))
+            })
+            .collect()
+    }
+
+    /// Secrets copied with `data.plain` decoded from `data.a` and `data.from` naming clusters.
+    fn templated_secrets() -> Vec<RuleSet> {
+        vec![rule(json!({
+            "groupVersionKind": {"version": "v1", "kind": "Secret"},
+            "rules": [{"mutations": {"overrides": [
+                {"type": "replace", "path": "/data/plain", "value": "{{ b64dec .Object.data.a }}"},
+                {"type": "replace", "path": "/data/from",
+                 "value": "{{ .Cluster.GetName }} to {{ .LocalCluster.Name }}"}
+            ]}}]
+        }))]
+    }
+
+    #[test]
+    fn templated_overrides_are_rendered_per_object() {
+        let source = secret("MQ==", None);
+        let Action::Apply { desired, .. } = decide(
+            "here",
+            None,
+            &[peer("b", Some(&source))],
+            &templated_secrets(),
+            true,
+            &clusters(),
+        ) else {
+            panic!("no apply")
+        };
+        assert_eq!(desired["data"]["plain"], "1");
+        assert_eq!(desired["data"]["from"], "cluster-b to home");
+    }
+
+    #[test]
+    fn a_failing_template_writes_and_deletes_nothing_for_that_key() {
+        let bad = secret("not base64!", None);
+        let invalid = Action::Invalid {
+            rule: "r".into(),
+            message: "spec.rules[0].mutations.overrides[0].value: the template failed: \
+                      b64dec: the value is not base64"
+                .into(),
+        };
+        assert_eq!(
+            decide(
+                "here",
+                None,
+                &[peer("b", Some(&bad))],
+                &templated_secrets(),
+                true,
+                &clusters()
+            ),
+            invalid
+        );
+        // An existing copy is neither rewritten nor deleted.
+        let copy = secret("MQ==", Some("b"));
+        assert_eq!(
+            decide(
+                "here",
+                Some(&copy),
+                &[peer("b", Some(&bad))],
+                &templated_secrets(),
+                true,
+                &clusters()
+            ),
+            invalid
+        );
+        // Without the Cluster objects there is nothing to render with.
+        let good = secret("MQ==", None);
+        let action = decide(
+            "here",
+            None,
+            &[peer("b", Some(&good))],
+            &templated_secrets(),
+            true,
+            &[],
+        );
+        assert!(
+            matches!(&action, Action::Invalid { message, .. } if message.contains("clusterID \"b\"")),
+            "{action:?}"
+        );
+    }
+
+    #[test]
+    fn templates_see_the_cluster_named_by_the_owner_annotation() {
+        // b holds a copy of c's object while c is unreachable: .Cluster is c, as the owner.
+        let copy_at_b = secret("MQ==", Some("c"));
+        let mut c = peer("c", None);
+        c.live = false;
+        let Action::Apply { desired, from } = decide(
+            "here",
+            None,
+            &[peer("b", Some(&copy_at_b)), c],
+            &templated_secrets(),
+            true,
+            &clusters(),
+        ) else {
+            panic!("no apply")
+        };
+        assert_eq!(from, "b");
+        assert_eq!(desired["data"]["from"], "cluster-c to home");
+        assert_eq!(desired["metadata"]["annotations"][OWNER_ANNOTATION], "c");
     }
 }

@@ -521,6 +521,7 @@ impl Engine {
             &peers,
             rules,
             kind.namespaced,
+            &self.clusters.state(),
         );
         let api = match namespace {
             Some(ns) => {
@@ -532,6 +533,16 @@ impl Engine {
         let result = match action {
             Action::Keep(why) => {
                 tracing::trace!(kind = %gvk.kind, %namespace, %name, why, "nothing to write");
+                return;
+            }
+            // Not retried early: the same inputs fail the same way. A change to the object or the
+            // rule wakes this key, and the resync looks again.
+            Action::Invalid { rule, message } => {
+                tracing::warn!(%rule, kind = %gvk.kind, %namespace, %name, %message, "cannot make the copy; nothing written");
+                let reference = ResourceSyncRule::new(&rule, Default::default()).object_ref(&());
+                let note = format!("cannot copy {} {namespace}/{name}: {message}", gvk.kind);
+                self.event(&reference, EventType::Warning, "TemplateFailed", note)
+                    .await;
                 return;
             }
             Action::Apply { desired, from } => {

@@ -19,6 +19,7 @@ mod core;
 mod decide;
 mod engine;
 mod rules;
+mod template;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 

@@ -1,7 +1,7 @@
 //! ResourceSyncRules compiled for use: which objects a rule matches, which peers it reads from,
 //! and what the local copy of a matching object looks like. Pure functions over JSON objects.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use kube::core::{Selector, SelectorExt};
 use serde_json::{Map, Value};
@@ -10,9 +10,10 @@ use serde_json_path::JsonPath;
 use super::{
     OWNER_ANNOTATION,
     api::{
-        ClusterFeatureMatch, GroupVersionKind, LabelSelector, MapMutations, Match, Mutations,
-        Override, ResourceSyncRuleSpec,
+        Cluster, ClusterFeatureMatch, GroupVersionKind, LabelSelector, MapMutations, Match,
+        Mutations, Override, ResourceSyncRuleSpec,
     },
+    template::{self, ValueTemplate},
 };
 
 /// Why a ResourceSyncRule cannot work.
@@ -29,6 +30,8 @@ pub enum RuleError {
     },
     #[error("{field}: {reason}")]
     Override { field: String, reason: String },
+    #[error("{field}: not a valid template: {reason}")]
+    Template { field: String, reason: String },
     #[error(
         "{field}: writing copies as another kind is not supported; drop the field or write a rule for that kind"
     )]
@@ -42,6 +45,7 @@ impl RuleError {
             RuleError::Selector { .. } => "InvalidSelector",
             RuleError::JsonPath { .. } => "InvalidJSONPath",
             RuleError::Override { .. } => "InvalidOverride",
+            RuleError::Template { .. } => "InvalidTemplate",
             RuleError::KindMutation { .. } => "UnsupportedMutation",
         }
     }
@@ -56,10 +60,43 @@ pub struct RuleSet {
     rules: Vec<Rule>,
 }
 
+/// Why the copy of one object cannot be made; the rule as a whole still works.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CopyError {
+    #[error("{field}: the template failed: {reason}")]
+    Render { field: String, reason: String },
+    #[error("{field}: the template needs {role}, but no Cluster has clusterID {id:?}")]
+    UnknownCluster {
+        field: String,
+        role: &'static str,
+        id: String,
+    },
+}
+
+/// One entry of `spec.rules`, compiled.
 #[derive(Debug, Clone)]
-struct Rule {
+pub struct Rule {
     matches: Vec<Matcher>,
     mutations: Mutations,
+    /// Per override: its value's field, and the parsed template when the value is one.
+    values: Vec<(String, Option<ValueTemplate>)>,
+}
+
+/// The Cluster objects templates refer to (`.Cluster`, `.LocalCluster`), by `spec.clusterID`.
+#[derive(Debug, Clone, Copy)]
+pub struct Clusters<'a> {
+    pub local_id: &'a str,
+    pub all: &'a [Arc<Cluster>],
+}
+
+impl<'a> Clusters<'a> {
+    fn by_id(&self, id: &str) -> Option<&'a Cluster> {
+        self.all
+            .iter()
+            .find(|c| c.spec.cluster_id == id)
+            .map(|c| &**c)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -103,39 +140,41 @@ fn json_path(field: String, key: &str) -> Result<JsonPath, RuleError> {
     })
 }
 
-fn check_override(field: String, o: &Override) -> Result<(), RuleError> {
-    let fail = |reason: String| {
-        Err(RuleError::Override {
-            field: field.clone(),
-            reason,
-        })
+/// Checks one override; returns its value's template if the value is one.
+fn check_override(field: String, o: &Override) -> Result<Option<ValueTemplate>, RuleError> {
+    let fail = |reason: String| RuleError::Override {
+        field: field.clone(),
+        reason,
     };
     if !o.path.starts_with('/') || o.path.len() < 2 {
-        return fail(format!(
+        return Err(fail(format!(
             "path {:?} must be a JSON pointer such as /spec/replicas",
             o.path
-        ));
+        )));
     }
     match o.type_.as_str() {
         "replace" => {
             let value = o.value.as_deref().unwrap_or_default();
-            if value.contains("{{") {
-                return fail(
-                    "values with templates ({{ ... }}) are not supported; give a literal value"
-                        .into(),
-                );
+            if template::is_template(value) {
+                // What it renders to is only known per object; YAML is checked then.
+                return ValueTemplate::parse(value).map(Some).map_err(|reason| {
+                    RuleError::Template {
+                        field: format!("{field}.value"),
+                        reason,
+                    }
+                });
             }
             if o.parse_value {
                 serde_yaml::from_str::<Value>(value)
                     .map(drop)
-                    .or_else(|e| fail(format!("value is not YAML: {e}")))?;
+                    .map_err(|e| fail(format!("value is not YAML: {e}")))?;
             }
-            Ok(())
+            Ok(None)
         }
-        "remove" => Ok(()),
-        other => fail(format!(
+        "remove" => Ok(None),
+        other => Err(fail(format!(
             "type {other:?} is not one of \"replace\", \"remove\""
-        )),
+        ))),
     }
 }
 
@@ -254,8 +293,11 @@ impl RuleSet {
                     field: format!("{field}.mutations.groupVersionKind"),
                 });
             }
+            let mut values = Vec::new();
             for (j, o) in mutations.overrides.iter().enumerate() {
-                check_override(format!("{field}.mutations.overrides[{j}]"), o)?;
+                let at = format!("{field}.mutations.overrides[{j}]");
+                let template = check_override(at.clone(), o)?;
+                values.push((format!("{at}.value"), template));
             }
             let matches = rule
                 .matches
@@ -263,7 +305,11 @@ impl RuleSet {
                 .enumerate()
                 .map(|(j, m)| matcher(&format!("{field}.match[{j}]"), m))
                 .collect::<Result<_, _>>()?;
-            rules.push(Rule { matches, mutations });
+            rules.push(Rule {
+                matches,
+                mutations,
+                values,
+            });
         }
         Ok(RuleSet {
             name: name.to_string(),
@@ -273,14 +319,11 @@ impl RuleSet {
         })
     }
 
-    /// The mutations of the first rule matching `object`, if any rule does.
-    pub fn matching(&self, object: &Value, namespaced: bool) -> Option<&Mutations> {
-        self.rules
-            .iter()
-            .find(|r| {
-                r.matches.is_empty() || r.matches.iter().any(|m| m.matches(object, namespaced))
-            })
-            .map(|r| &r.mutations)
+    /// The first rule matching `object`, if any does.
+    pub fn matching(&self, object: &Value, namespaced: bool) -> Option<&Rule> {
+        self.rules.iter().find(|r| {
+            r.matches.is_empty() || r.matches.iter().any(|m| m.matches(object, namespaced))
+        })
     }
 
     /// Whether this rule reads from a peer whose ClusterFeatures are `features`: always without
@@ -308,9 +351,17 @@ const KEPT_METADATA: [&str; 4] = ["name", "namespace", "labels", "annotations"];
 /// Annotations that describe how the source was written, not what it is.
 const DROPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
-/// The local copy of `source`: server-managed metadata stripped, `mutations` applied, and the
-/// owner annotation and label set to `owner` unless the source already names its owner.
-pub fn desired_copy(source: &Value, owner: &str, mutations: &Mutations) -> Value {
+/// The local copy of `source`: server-managed metadata stripped, the mutations of `rule` applied,
+/// and the owner annotation and label set to `owner` unless the source already names its owner.
+/// Templates in override values see `source`, the owner's Cluster and the local Cluster; when one
+/// cannot be rendered there is no copy at all.
+pub fn desired_copy(
+    source: &Value,
+    owner: &str,
+    rule: &Rule,
+    clusters: Clusters<'_>,
+) -> Result<Value, CopyError> {
+    let mutations = &rule.mutations;
     let mut copy = Map::new();
     for (key, value) in source.as_object().into_iter().flatten() {
         match key.as_str() {
@@ -344,13 +395,46 @@ pub fn desired_copy(source: &Value, owner: &str, mutations: &Mutations) -> Value
     if let Some(m) = &mutations.labels {
         mutate_map(&mut copy, "labels", m);
     }
-    for o in &mutations.overrides {
-        apply_override(&mut copy, o);
+    // Built once per copy, and only for rules with templates.
+    let mut data = None;
+    for (o, (field, template)) in mutations.overrides.iter().zip(&rule.values) {
+        let value = match template {
+            None => o.value.clone().unwrap_or_default(),
+            Some(template) => {
+                let data = match &mut data {
+                    Some(data) => data,
+                    None => data.insert(template_data(source, &owner, clusters, field)?),
+                };
+                template.render(data).map_err(|reason| CopyError::Render {
+                    field: field.clone(),
+                    reason,
+                })?
+            }
+        };
+        apply_override(&mut copy, o, value);
     }
     for map in ["annotations", "labels"] {
         set_key(&mut copy, map, OWNER_ANNOTATION, &owner);
     }
-    copy
+    Ok(copy)
+}
+
+fn template_data(
+    source: &Value,
+    owner: &str,
+    clusters: Clusters<'_>,
+    field: &str,
+) -> Result<gtmpl::Context, CopyError> {
+    let find = |id: &str, role| {
+        clusters.by_id(id).ok_or_else(|| CopyError::UnknownCluster {
+            field: field.to_string(),
+            role,
+            id: id.to_string(),
+        })
+    };
+    let cluster = find(owner, ".Cluster (the cluster the object originates from)")?;
+    let local = find(clusters.local_id, ".LocalCluster")?;
+    Ok(template::context(source, cluster, local))
 }
 
 fn meta_map<'a>(object: &'a mut Value, map: &str) -> &'a mut Map<String, Value> {
@@ -390,8 +474,9 @@ fn unescape(token: &str) -> String {
     token.replace("~1", "/").replace("~0", "~")
 }
 
-/// Applies one override (checked by [`RuleSet::compile`]).
-fn apply_override(object: &mut Value, o: &Override) {
+/// Applies one override (checked by [`RuleSet::compile`]) with its value, rendered if it was a
+/// template.
+fn apply_override(object: &mut Value, o: &Override, raw: String) {
     let tokens: Vec<String> = o.path[1..].split('/').map(unescape).collect();
     let (last, parents) = tokens.split_last().expect("a checked path has a token");
     let mut node = object;
@@ -412,7 +497,6 @@ fn apply_override(object: &mut Value, o: &Override) {
             _ => return,
         };
     }
-    let raw = o.value.clone().unwrap_or_default();
     let value = if o.parse_value {
         serde_yaml::from_str(&raw).unwrap_or(Value::String(raw))
     } else {
@@ -441,7 +525,31 @@ fn apply_override(object: &mut Value, o: &Override) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clusterregistry::api::ClusterSpec;
     use serde_json::json;
+
+    fn cluster(name: &str, id: &str) -> Arc<Cluster> {
+        let spec = ClusterSpec {
+            cluster_id: id.into(),
+            ..Default::default()
+        };
+        Arc::new(Cluster::new(name, spec))
+    }
+
+    /// The copy of `source` from peer `east` (ID `peer-id`), made at `home` (ID `local-id`).
+    fn copy(r: &RuleSet, source: &Value) -> Result<Value, CopyError> {
+        let all = [cluster("east", "peer-id"), cluster("home", "local-id")];
+        let clusters = Clusters {
+            local_id: "local-id",
+            all: &all,
+        };
+        desired_copy(
+            source,
+            "peer-id",
+            r.matching(source, true).unwrap(),
+            clusters,
+        )
+    }
 
     fn compile(spec: Value) -> Result<RuleSet, RuleError> {
         let spec: ResourceSyncRuleSpec = serde_json::from_value(spec).unwrap();
@@ -564,13 +672,6 @@ mod tests {
             "rules": [{"match": [{"labels": [{"matchExpressions": [{"key": "a", "operator": "Near"}]}]}]}]}))
         .unwrap_err();
         assert_eq!(bad_selector.reason(), "InvalidSelector");
-        let template = compile(
-            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
-            "rules": [{"mutations": {"overrides": [{"type": "replace", "path": "/metadata/name",
-                "value": "{{ printf \"%s-%s\" .Object.GetName .Cluster.GetName }}"}]}}]}),
-        )
-        .unwrap_err();
-        assert_eq!(template.reason(), "InvalidOverride");
         let kind = compile(
             json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
             "rules": [{"mutations": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}}]}),
@@ -594,7 +695,7 @@ mod tests {
         source["metadata"]["ownerReferences"] = json!([{}]);
         source["metadata"]["creationTimestamp"] = json!("2024-01-01T00:00:00Z");
         source["status"] = json!({"phase": "Up"});
-        let copy = desired_copy(&source, "peer-id", &Mutations::default());
+        let copy = copy(&rule(json!([{}])), &source).unwrap();
         assert_eq!(
             copy["metadata"],
             json!({"name": "n", "namespace": "a",
@@ -605,11 +706,8 @@ mod tests {
         assert_eq!(copy["data"], source["data"]);
 
         source["metadata"]["annotations"][OWNER_ANNOTATION] = json!("first");
-        let with_status = Mutations {
-            sync_status: true,
-            ..Default::default()
-        };
-        let copy = desired_copy(&source, "peer-id", &with_status);
+        let with_status = rule(json!([{"mutations": {"syncStatus": true}}]));
+        let copy = super::tests::copy(&with_status, &source).unwrap();
         assert_eq!(copy["metadata"]["annotations"][OWNER_ANNOTATION], "first");
         assert_eq!(copy["metadata"]["labels"][OWNER_ANNOTATION], "first");
         assert_eq!(copy["status"]["phase"], "Up");
@@ -630,8 +728,7 @@ mod tests {
         }}]);
         let r = rule(spec);
         let source = object("a", "n", json!({"team": "x"}), json!({"note": "hi"}));
-        let mutations = r.matching(&source, true).unwrap();
-        let copy = desired_copy(&source, "peer-id", mutations);
+        let copy = copy(&r, &source).unwrap();
         assert_eq!(
             copy["metadata"]["labels"],
             json!({"copied": "yes", OWNER_ANNOTATION: "peer-id"})
@@ -644,5 +741,88 @@ mod tests {
         assert_eq!(copy["data"], json!({"mode": "green", "extra/key": "v"}));
         assert_eq!(copy["spec"]["replicas"], json!(3));
         assert!(copy.get("missing").is_none());
+    }
+
+    fn templated(overrides: Value) -> RuleSet {
+        rule(json!([{"mutations": {"overrides": overrides}}]))
+    }
+
+    #[test]
+    fn a_name_override_from_the_published_printf_template() {
+        let r = templated(json!([{"type": "replace", "path": "/metadata/name",
+            "value": "{{ printf \"%s-%s\" .Object.GetName .Cluster.GetName }}"}]));
+        let copy = copy(&r, &plain("a", "n")).unwrap();
+        assert_eq!(copy["metadata"]["name"], "n-east");
+        assert_eq!(copy["metadata"]["namespace"], "a");
+    }
+
+    #[test]
+    fn templates_see_the_object_both_clusters_and_sprig_functions() {
+        let r = templated(json!([
+            {"type": "replace", "path": "/data/ns", "value": "{{ .Object.metadata.namespace }}"},
+            {"type": "replace", "path": "/data/from", "value": "{{ .Cluster.Spec.ClusterID }}"},
+            {"type": "replace", "path": "/data/at", "value": "at-{{ .LocalCluster.GetName }}"},
+            {"type": "replace", "path": "/data/mode", "value": "{{ .Object.data.mode | upper }}"},
+            {"type": "replace", "path": "/data/keys", "value": "{{ len .Object.data }}",
+             "parseValue": true},
+            {"type": "replace", "path": "/data/plain", "value": "no template"}
+        ]));
+        let copy = copy(&r, &plain("apps", "n")).unwrap();
+        assert_eq!(
+            copy["data"],
+            json!({"ns": "apps", "from": "peer-id", "at": "at-home", "mode": "BLUE",
+                   "keys": 2, "size": "3", "plain": "no template"})
+        );
+    }
+
+    #[test]
+    fn a_template_that_does_not_parse_is_rejected_naming_the_field() {
+        let error = compile(
+            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{}, {"mutations": {"overrides": [
+                {"type": "replace", "path": "/data/a", "value": "fine"},
+                {"type": "replace", "path": "/data/b", "value": "{{ .Object.GetName "}
+            ]}}]}),
+        )
+        .unwrap_err();
+        assert_eq!(error.reason(), "InvalidTemplate");
+        let message = error.to_string();
+        assert!(
+            message
+                .starts_with("spec.rules[1].mutations.overrides[1].value: not a valid template: "),
+            "{message}"
+        );
+        let unknown = compile(
+            json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+            "rules": [{"mutations": {"overrides": [
+                {"type": "replace", "path": "/data/a", "value": "{{ shout .Object.GetName }}"}
+            ]}}]}),
+        )
+        .unwrap_err();
+        assert_eq!(unknown.reason(), "InvalidTemplate");
+        assert!(unknown.to_string().contains("shout"), "{unknown}");
+    }
+
+    #[test]
+    fn a_template_that_fails_gives_no_copy() {
+        let r = templated(json!([
+            {"type": "replace", "path": "/data/a", "value": "set"},
+            {"type": "replace", "path": "/data/b", "value": "{{ .Cluster.Spec.Region }}"}
+        ]));
+        let error = copy(&r, &plain("a", "n")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "spec.rules[0].mutations.overrides[1].value: the template failed: \
+             can't evaluate field Region"
+        );
+        // Without the Cluster the object comes from there is nothing to render with.
+        let mut stranger = plain("a", "n");
+        stranger["metadata"]["annotations"] = json!({ OWNER_ANNOTATION: "gone" });
+        let r = templated(json!([{"type": "replace", "path": "/data/a",
+            "value": "{{ .Object.GetName }}"}]));
+        assert!(matches!(
+            copy(&r, &stranger),
+            Err(CopyError::UnknownCluster { id, .. }) if id == "gone"
+        ));
     }
 }
