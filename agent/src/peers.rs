@@ -70,6 +70,23 @@ impl PeerClients {
         Ok(peer)
     }
 
+    /// The client already built from version `resource_version` of kubeconfig Secret
+    /// `namespace/name`, if any: what a caller that knows the Secret did not change uses instead
+    /// of reading it again.
+    pub fn cached(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Option<PeerClient> {
+        let key = format!("{namespace}/{name}");
+        let identity = format!("{key}@{resource_version}");
+        self.lock()
+            .get(&key)
+            .filter(|cached| cached.identity == identity)
+            .cloned()
+    }
+
     /// The kubeconfig Secret `namespace/name` is gone (or unusable): drop its client.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
@@ -179,6 +196,11 @@ current-context: x
     async fn a_client_is_reused_until_its_secret_changes() {
         let peers = PeerClients::default();
         let first = peers.client_for(&secret("kubeconfig", "1")).await.unwrap();
+        let cached = peers
+            .cached("project-1", "energy-source", "1")
+            .map(|p| p.identity);
+        assert_eq!(cached.as_deref(), Some(first.identity.as_str()));
+        assert!(peers.cached("project-1", "energy-source", "2").is_none());
         let again = peers.client_for(&secret("kubeconfig", "1")).await.unwrap();
         assert_eq!(first.identity, again.identity);
         let changed = peers.client_for(&secret("value", "2")).await.unwrap();

@@ -89,12 +89,12 @@ pub fn up_to_date(current: &Value, desired: &Value) -> bool {
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
-    Applied,
-    Unchanged,
+    /// Written; the resourceVersion the write left.
+    Applied(Option<String>),
+    /// Already so; its resourceVersion.
+    Unchanged(Option<String>),
     /// The local object is not ours; nothing was written.
-    Conflict {
-        origin: Option<String>,
-    },
+    Conflict { origin: Option<String> },
 }
 
 /// Writes objects of kind `K` in one namespace of the local cluster.
@@ -123,20 +123,23 @@ where
             Ownership::Foreign { origin } => return Ok(Written::Conflict { origin }),
             Ownership::Ours => {
                 let as_json = |k: &K| serde_json::to_value(k).unwrap_or(Value::Null);
-                if current.is_some_and(|c| up_to_date(&as_json(c), &as_json(desired))) {
-                    return Ok(Written::Unchanged);
+                if let Some(current) = current
+                    && up_to_date(&as_json(current), &as_json(desired))
+                {
+                    return Ok(Written::Unchanged(current.resource_version()));
                 }
             }
             Ownership::Absent => {}
         }
-        self.api
+        let written = self
+            .api
             .patch(
                 &desired.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(desired),
             )
             .await?;
-        Ok(Written::Applied)
+        Ok(Written::Applied(written.resource_version()))
     }
 
     /// Deletes `current` if it is ours (origin `origin`); returns whether it did. The delete is

@@ -7,18 +7,23 @@
 //! The copy is removed when the import goes (finalizer) or when the service cluster says the
 //! Secret is gone (404); never because the service cluster cannot be reached or refuses (403).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::ObjectMeta,
+    api::{DeleteParams, ObjectMeta, Preconditions},
+    core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
         finalizer::{Event as FinalizerEvent, finalizer},
-        reflector::ObjectRef,
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -35,6 +40,36 @@ pub struct Context {
     pub peers: PeerClients,
     pub recorder: Recorder,
     pub remote: Wakers<SecretImport>,
+    /// Metadata of every local Secret, from the watch that wakes the imports.
+    pub local: Store<PartialObjectMeta<Secret>>,
+    /// Per copy (`namespace/name`): the remote Secret's resourceVersion it was last written from
+    /// and the local resourceVersion that write left. While both still hold, the copy is current
+    /// and a reconcile writes nothing and reads nothing locally: the wakes that follow an
+    /// import's own writes (its status, its copy) cost one read of the remote Secret only.
+    pub written: Mutex<HashMap<String, (String, String)>>,
+}
+
+impl Context {
+    fn local_meta(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
+        self.local.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the local copy `namespace/name` is the one written from remote version
+    /// `remote_version`, untouched since.
+    fn current(&self, namespace: &str, name: &str, remote_version: &str) -> bool {
+        let Some(local) = self.local_meta(namespace, name) else {
+            return false;
+        };
+        self.written()
+            .get(&format!("{namespace}/{name}"))
+            .is_some_and(|(remote, written)| {
+                remote == remote_version && local.resource_version().as_deref() == Some(written)
+            })
+    }
 }
 
 /// The local copy of `remote`: same type and data, named `namespace/name`, annotated with its
@@ -112,8 +147,16 @@ async fn apply(
     import: &SecretImport,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    let verdict = replicate(import, ctx).await;
     let namespace = import.namespace().unwrap_or_default();
+    let spec_changed = import
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .is_some_and(|seen| Some(seen) != import.metadata.generation);
+    if spec_changed {
+        sweep_orphans(&namespace, ctx).await?;
+    }
+    let verdict = replicate(import, ctx).await;
     let name = import.name_any();
     let reason_changed = write_status(api, import, import.status.as_ref(), &verdict).await?;
     if reason_changed {
@@ -145,9 +188,18 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
     let kubeconfig_name = &import.spec.remote_kubeconfig.name;
     let source = &import.spec.secret.name;
 
-    let kubeconfig = match local.get_opt(kubeconfig_name).await {
-        Ok(Some(secret)) => secret,
-        Ok(None) => {
+    let cached = ctx
+        .local_meta(&namespace, kubeconfig_name)
+        .and_then(|m| m.resource_version())
+        .and_then(|version| ctx.peers.cached(&namespace, kubeconfig_name, &version));
+    let kubeconfig = match cached {
+        Some(_) => None,
+        None => Some(local.get_opt(kubeconfig_name).await),
+    };
+    let peer = match (cached, kubeconfig) {
+        (Some(peer), _) => Ok(peer),
+        (None, Some(Ok(Some(secret)))) => ctx.peers.client_for(&secret).await,
+        (None, None | Some(Ok(None))) => {
             ctx.peers.forget(&namespace, kubeconfig_name);
             ctx.remote.stop(&key);
             return Verdict::not_ready(
@@ -158,14 +210,14 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
                 ),
             );
         }
-        Err(error) => {
+        (None, Some(Err(error))) => {
             return Verdict::not_ready(
                 reason::WRITE_FAILED,
                 format!("cannot read Secret {namespace}/{kubeconfig_name}: {error}"),
             );
         }
     };
-    let peer = match ctx.peers.client_for(&kubeconfig).await {
+    let peer = match peer {
         Ok(peer) => peer,
         Err(error) => {
             ctx.remote.stop(&key);
@@ -180,6 +232,18 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
             .get_opt(source)
             .await,
     );
+    if let Remote::Found(remote) = &remote
+        && ctx.current(
+            &namespace,
+            source,
+            &remote.resource_version().unwrap_or_default(),
+        )
+    {
+        return Verdict::ready(
+            reason::REPLICATED,
+            format!("Secret {namespace}/{source} is a copy of the service cluster's"),
+        );
+    }
     let current = match local.get_opt(source).await {
         Ok(current) => current,
         Err(error) => {
@@ -275,8 +339,18 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
                     current = None;
                 }
             }
-            match writer.apply(&desired, current.as_ref()).await {
-                Ok(Written::Applied | Written::Unchanged) => Verdict::ready(
+            let written = writer.apply(&desired, current.as_ref()).await;
+            if let Ok(Written::Applied(version) | Written::Unchanged(version)) = &written {
+                ctx.written().insert(
+                    format!("{namespace}/{source}"),
+                    (
+                        remote.resource_version().unwrap_or_default(),
+                        version.clone().unwrap_or_default(),
+                    ),
+                );
+            }
+            match written {
+                Ok(Written::Applied(_) | Written::Unchanged(_)) => Verdict::ready(
                     reason::REPLICATED,
                     format!("Secret {namespace}/{source} is a copy of the service cluster's"),
                 ),
@@ -300,6 +374,51 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
             }
         }
     }
+}
+
+/// After an import's spec changed: deletes the copies in `namespace` that no import writes any
+/// more and no import names (the one an import wrote under its previous `spec.secret.name`). A
+/// copy of a Secret some import still names is left to that import, which adopts it, so that a
+/// changed `spec.remoteKubeconfig` never makes the Secret disappear for a moment.
+async fn sweep_orphans(namespace: &str, ctx: &Context) -> Result<(), kube::Error> {
+    let imports = Api::<SecretImport>::namespaced(ctx.client.clone(), namespace)
+        .list(&Default::default())
+        .await?;
+    let claimed = |name: &str, origin: &str| {
+        imports.items.iter().any(|i| {
+            i.spec.secret.name == name
+                || sink::origin(
+                    &i.spec.remote_kubeconfig.name,
+                    namespace,
+                    &i.spec.secret.name,
+                ) == origin
+        })
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    for copy in ctx.local.state() {
+        let name = copy.name_any();
+        let Some(origin) = copy.annotations().get(ORIGIN_ANNOTATION) else {
+            continue;
+        };
+        if copy.namespace().as_deref() != Some(namespace) || claimed(&name, origin) {
+            continue;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: copy.uid(),
+                resource_version: copy.resource_version(),
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                tracing::info!(%namespace, secret = %name, %origin, "no SecretImport writes this copy any more; deleted")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The import is being deleted: remove the local copy if it is ours, whatever the service
@@ -429,6 +548,8 @@ mod tests {
                 },
             ),
             remote: Wakers::new(tx),
+            local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
+            written: Default::default(),
         };
         let mut import = SecretImport::new(
             "small-postgres-23.status.binding.name",

@@ -34,7 +34,7 @@ use kube::{
     runtime::{
         Controller, WatchStreamExt,
         events::{Recorder, Reporter},
-        reflector::{ObjectRef, Store},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -243,8 +243,10 @@ pub async fn run(
         Api::<RoleBinding>::all(client.clone()),
         watcher::Config::default(),
     );
+    let (local_secrets, local_writer) = reflector::store::<PartialObjectMeta<Secret>>();
     let secrets = tokio::spawn(local_secret_triggers(
         client.clone(),
+        local_writer,
         imports.store(),
         exports.store(),
         import_tx.clone(),
@@ -257,6 +259,8 @@ pub async fn run(
         peers,
         recorder: recorder.clone(),
         remote: crate::wakers::Wakers::new(import_tx),
+        local: local_secrets,
+        written: Default::default(),
     });
     let export_ctx = Arc::new(export::Context {
         client: client.clone(),
@@ -309,20 +313,25 @@ fn channel_stream<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// One metadata-only watch of every local Secret, fanned out to the imports and exports that
-/// name it: an import's kubeconfig Secret or copy, an export's Secret.
+/// One metadata-only watch of every local Secret, kept in `store` for the import reconciler and
+/// fanned out to the imports and exports that name it: an import's kubeconfig Secret or copy,
+/// an export's Secret. The store is updated before the wake is sent.
 async fn local_secret_triggers(
     client: Client,
+    store: reflector::store::Writer<PartialObjectMeta<Secret>>,
     imports: Store<SecretImport>,
     exports: Store<SecretExport>,
     import_tx: UnboundedSender<ObjectRef<SecretImport>>,
     export_tx: UnboundedSender<ObjectRef<SecretExport>>,
     peers: PeerClients,
 ) {
+    // Metadata-only requests: no Secret data crosses the wire or sits in memory.
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
-    let mut events = watcher(api, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .boxed();
+    let mut events = reflector::reflector(
+        store,
+        watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()),
+    )
+    .boxed();
     let wake = |secret: &PartialObjectMeta<Secret>| {
         let namespace = secret.namespace();
         let name = secret.name_any();

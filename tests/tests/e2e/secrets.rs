@@ -396,6 +396,24 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
     .await;
     wait_ready(workload, "SecretImport", "pg", ("True", "Replicated")).await;
 
+    // The import is pointed at another Secret (one not exported): the old copy goes, the status
+    // says why nothing replaces it; pointed back, the copy returns.
+    let pg_to =
+        |secret: &str| import_yaml("pg", secret).replace("energy-source", "energy-source-2");
+    workload.apply_yaml(&pg_to("other")).await.unwrap();
+    wait_for("pg-binding removed", Duration::from_secs(30), || async {
+        secrets(workload)
+            .get_opt("pg-binding")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_ready(workload, "SecretImport", "pg", ("False", "Forbidden")).await;
+    workload.apply_yaml(&pg_to("pg-binding")).await.unwrap();
+    wait_ready(workload, "SecretImport", "pg", ("True", "Replicated")).await;
+
     // The service cluster goes away: nothing is deleted, the status says so.
     service.stop();
     wait_ready(
