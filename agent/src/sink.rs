@@ -129,7 +129,26 @@ where
                     return Ok(Written::Unchanged(current.resource_version()));
                 }
             }
-            Ownership::Absent => {}
+            Ownership::Absent => {
+                // Not forced: if someone made the object since `current` was read, their fields
+                // conflict and nothing of theirs is overwritten; then look again.
+                let params = PatchParams::apply(FIELD_MANAGER);
+                match self
+                    .api
+                    .patch(&desired.name_any(), &params, &Patch::Apply(desired))
+                    .await
+                {
+                    Ok(written) => return Ok(Written::Applied(written.resource_version())),
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        let current = self.api.get_opt(&desired.name_any()).await?;
+                        if let Ownership::Foreign { origin } = ownership(current.as_ref(), &origin)
+                        {
+                            return Ok(Written::Conflict { origin });
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
         let written = self
             .api

@@ -45,6 +45,8 @@ use crate::{
 
 /// How long a failed write waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
+/// How many keys are reconciled (and written) at once.
+const CONCURRENT_WRITES: usize = 32;
 /// Every key of every kind is looked at again this often (a backstop: watches see changes).
 const RESYNC: Duration = Duration::from_secs(300);
 
@@ -192,19 +194,27 @@ impl Engine {
             if pending.remove(&Wake::Topology) {
                 self.refresh(&rule_store).await;
             }
+            let mut keys = BTreeSet::new();
             for wake in std::mem::take(&mut pending) {
                 match wake {
                     Wake::Key(gvk, namespace, name) => {
-                        self.reconcile(&gvk, namespace.as_deref(), &name).await
+                        keys.insert((gvk, namespace, name));
                     }
                     Wake::Kind(gvk) => {
                         for (namespace, name) in self.keys(&gvk) {
-                            self.reconcile(&gvk, namespace.as_deref(), &name).await;
+                            keys.insert((gvk.clone(), namespace, name));
                         }
                     }
                     Wake::Topology => {}
                 }
             }
+            // Keys are independent: their writes go out together, a few dozen at a time.
+            let this = &self;
+            futures::stream::iter(keys)
+                .for_each_concurrent(CONCURRENT_WRITES, |(gvk, namespace, name)| async move {
+                    this.reconcile(&gvk, namespace.as_deref(), &name).await
+                })
+                .await;
         }
     }
 

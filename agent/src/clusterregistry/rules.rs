@@ -152,6 +152,15 @@ fn check_override(field: String, o: &Override) -> Result<Option<ValueTemplate>, 
             o.path
         )));
     }
+    // A copy under another name or namespace than its source would need the engine to find it
+    // again by its source; until it can, say so instead of failing on every write.
+    if ["/metadata/name", "/metadata/namespace", "/metadata"].contains(&o.path.as_str()) {
+        return Err(fail(format!(
+            "path {:?}: copies under another name or namespace than their source are not \
+             supported; override other fields, or sync the object under its own name",
+            o.path
+        )));
+    }
     match o.type_.as_str() {
         "replace" => {
             let value = o.value.as_deref().unwrap_or_default();
@@ -748,12 +757,26 @@ mod tests {
     }
 
     #[test]
-    fn a_name_override_from_the_published_printf_template() {
-        let r = templated(json!([{"type": "replace", "path": "/metadata/name",
+    fn the_published_printf_template_renders() {
+        let r = templated(json!([{"type": "replace", "path": "/metadata/labels/from",
             "value": "{{ printf \"%s-%s\" .Object.GetName .Cluster.GetName }}"}]));
         let copy = copy(&r, &plain("a", "n")).unwrap();
-        assert_eq!(copy["metadata"]["name"], "n-east");
-        assert_eq!(copy["metadata"]["namespace"], "a");
+        assert_eq!(copy["metadata"]["labels"]["from"], "n-east");
+        assert_eq!(copy["metadata"]["name"], "n");
+    }
+
+    #[test]
+    fn renaming_copies_is_refused_with_a_reason() {
+        for path in ["/metadata/name", "/metadata/namespace"] {
+            let error = compile(
+                json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+                "rules": [{"mutations": {"overrides": [
+                    {"type": "replace", "path": path, "value": "x"}]}}]}),
+            )
+            .unwrap_err();
+            assert_eq!(error.reason(), "InvalidOverride");
+            assert!(error.to_string().contains("not supported"), "{error}");
+        }
     }
 
     #[test]

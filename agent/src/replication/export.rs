@@ -24,7 +24,7 @@ use kube::{
 };
 
 use super::{Error, FINALIZER, Verdict, api::SecretExport, finalized, reason, write_status};
-use crate::sink::FIELD_MANAGER;
+use crate::sink::{self, FIELD_MANAGER};
 
 pub struct Context {
     pub client: Client,
@@ -123,10 +123,14 @@ where
         + std::fmt::Debug,
 {
     let name = desired.name_any();
-    if let Some(current) = api.get_opt(&name).await?
-        && !owned_by(&current, uid)
-    {
-        return Ok(false);
+    if let Some(current) = api.get_opt(&name).await? {
+        if !owned_by(&current, uid) {
+            return Ok(false);
+        }
+        let json = |k: &K| serde_json::to_value(k).unwrap_or_default();
+        if sink::up_to_date(&json(&current), &json(desired)) {
+            return Ok(true);
+        }
     }
     api.patch(
         &name,

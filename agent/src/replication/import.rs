@@ -42,11 +42,13 @@ pub struct Context {
     pub remote: Wakers<SecretImport>,
     /// Metadata of every local Secret, from the watch that wakes the imports.
     pub local: Store<PartialObjectMeta<Secret>>,
-    /// Per copy (`namespace/name`): the remote Secret's resourceVersion it was last written from
+    /// Per copy (by origin: kubeconfig Secret, namespace, name): the remote Secret's resourceVersion it was last written from
     /// and the local resourceVersion that write left. While both still hold, the copy is current
     /// and a reconcile writes nothing and reads nothing locally: the wakes that follow an
     /// import's own writes (its status, its copy) cost one read of the remote Secret only.
     pub written: Mutex<HashMap<String, (String, String)>>,
+    /// Set once `local` holds the first full list.
+    pub local_listed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Context {
@@ -54,21 +56,24 @@ impl Context {
         self.local.get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// Whether the metadata watch has delivered its first full list.
+    fn local_ready(&self) -> bool {
+        self.local_listed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the local copy `namespace/name` is the one written from remote version
-    /// `remote_version`, untouched since.
-    fn current(&self, namespace: &str, name: &str, remote_version: &str) -> bool {
+    /// Whether the local copy `namespace/name` is the one written from `origin` at remote
+    /// version `remote_version`, untouched since.
+    fn current(&self, origin: &str, namespace: &str, name: &str, remote_version: &str) -> bool {
         let Some(local) = self.local_meta(namespace, name) else {
             return false;
         };
-        self.written()
-            .get(&format!("{namespace}/{name}"))
-            .is_some_and(|(remote, written)| {
-                remote == remote_version && local.resource_version().as_deref() == Some(written)
-            })
+        self.written().get(origin).is_some_and(|(remote, written)| {
+            remote == remote_version && local.resource_version().as_deref() == Some(written)
+        })
     }
 }
 
@@ -234,6 +239,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
     );
     if let Remote::Found(remote) = &remote
         && ctx.current(
+            &origin,
             &namespace,
             source,
             &remote.resource_version().unwrap_or_default(),
@@ -244,7 +250,14 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
             format!("Secret {namespace}/{source} is a copy of the service cluster's"),
         );
     }
-    let current = match local.get_opt(source).await {
+    // The metadata watch has every local Secret: when it has none of that name, there is none
+    // (the write that follows is not forced, so one made meanwhile is never overwritten).
+    let known_absent = ctx.local_ready() && ctx.local_meta(&namespace, source).is_none();
+    let current = match if known_absent {
+        Ok(None)
+    } else {
+        local.get_opt(source).await
+    } {
         Ok(current) => current,
         Err(error) => {
             return Verdict::not_ready(
@@ -342,7 +355,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
             let written = writer.apply(&desired, current.as_ref()).await;
             if let Ok(Written::Applied(version) | Written::Unchanged(version)) = &written {
                 ctx.written().insert(
-                    format!("{namespace}/{source}"),
+                    origin.clone(),
                     (
                         remote.resource_version().unwrap_or_default(),
                         version.clone().unwrap_or_default(),
@@ -550,6 +563,7 @@ mod tests {
             remote: Wakers::new(tx),
             local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
             written: Default::default(),
+            local_listed: Default::default(),
         };
         let mut import = SecretImport::new(
             "small-postgres-23.status.binding.name",

@@ -244,9 +244,10 @@ pub async fn run(
         watcher::Config::default(),
     );
     let (local_secrets, local_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let local_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let secrets = tokio::spawn(local_secret_triggers(
         client.clone(),
-        local_writer,
+        (local_writer, local_listed.clone()),
         imports.store(),
         exports.store(),
         import_tx.clone(),
@@ -261,18 +262,21 @@ pub async fn run(
         remote: crate::wakers::Wakers::new(import_tx),
         local: local_secrets,
         written: Default::default(),
+        local_listed: local_listed.clone(),
     });
     let export_ctx = Arc::new(export::Context {
         client: client.clone(),
         recorder,
     });
     let imports = imports
+        .with_config(controller_config())
         .trigger_backoff(WatchBackoff::default())
         .reconcile_on(channel_stream(import_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(import::reconcile, import::error_policy, import_ctx)
         .for_each(|result| async move { log_result("SecretImport", result) });
     let exports = exports
+        .with_config(controller_config())
         .trigger_backoff(WatchBackoff::default())
         .reconcile_on(channel_stream(export_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
@@ -286,6 +290,15 @@ pub async fn run(
         monitors::run::<monitors::Export>(client, stop.clone()),
     );
     secrets.abort();
+}
+
+/// At most this many objects of a kind are reconciled at once. Unbounded, a thousand new
+/// imports open a thousand connections to each API server at once (one per request in flight),
+/// and the TLS handshakes cost more than the requests; a few dozen keep the connections reused.
+const CONCURRENT_RECONCILES: u16 = 32;
+
+fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
 }
 
 fn log_result<K, E1: std::fmt::Display, E2: std::fmt::Display>(
@@ -313,12 +326,16 @@ fn channel_stream<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// One metadata-only watch of every local Secret, kept in `store` for the import reconciler and
-/// fanned out to the imports and exports that name it: an import's kubeconfig Secret or copy,
-/// an export's Secret. The store is updated before the wake is sent.
+/// One metadata-only watch of every local Secret, kept in `store` for the import reconciler
+/// (`listed` once it holds the first full list) and fanned out to the imports and exports that
+/// name it: an import's kubeconfig Secret or copy, an export's Secret. The store is updated
+/// before the wake is sent.
 async fn local_secret_triggers(
     client: Client,
-    store: reflector::store::Writer<PartialObjectMeta<Secret>>,
+    (store, listed): (
+        reflector::store::Writer<PartialObjectMeta<Secret>>,
+        Arc<std::sync::atomic::AtomicBool>,
+    ),
     imports: Store<SecretImport>,
     exports: Store<SecretExport>,
     import_tx: UnboundedSender<ObjectRef<SecretImport>>,
@@ -354,6 +371,9 @@ async fn local_secret_triggers(
             Ok(watcher::Event::Delete(secret)) => {
                 peers.forget(&secret.namespace().unwrap_or_default(), &secret.name_any());
                 wake(&secret);
+            }
+            Ok(watcher::Event::InitDone) => {
+                listed.store(true, std::sync::atomic::Ordering::Release)
             }
             // A relist: the reconcilers' own watches relist too and look at everything.
             Ok(_) => {}

@@ -245,7 +245,7 @@ fn data(cm: &ConfigMap) -> BTreeMap<String, String> {
 /// One member cluster, as its installation leaves it and with its agent running.
 pub(crate) struct Member {
     pub _aggregator: Process,
-    pub _agent: Agent,
+    pub agent: Agent,
     /// Its cluster ID (kube-system UID).
     pub id: String,
     /// A kubeconfig that reads it (the reader ServiceAccount of our manifests).
@@ -300,14 +300,14 @@ pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Me
     agent.wait_ready(Duration::from_secs(30)).await.unwrap();
     Member {
         _aggregator: aggregator,
-        _agent: agent,
+        agent,
         id,
         reader,
     }
 }
 
 /// Every member installed, and every Cluster and peer Secret applied by hand on every cluster.
-async fn group(binaries: &Binaries, bed: &Testbed) -> Vec<Member> {
+pub(crate) async fn group(binaries: &Binaries, bed: &Testbed) -> Vec<Member> {
     let mut members = Vec::new();
     for cluster in &bed.clusters {
         members.push(install_member(binaries, cluster).await);

@@ -1,0 +1,232 @@
+//! Resource sync benchmark (run by `bench/resource-sync.sh`, not by the default test run), on a
+//! group of three clusters with one rule for Secrets labelled `bench: "yes"` in team-a:
+//!
+//! - 1,000 such Secrets are created on the first cluster while the agents of the two others are
+//!   stopped; they start, and the clock runs until all 1,000 copies exist on both (bar: < 10 s).
+//!   Creating them is not timed: that measures the test bed's API server, not the agents.
+//! - API requests per synced object: the second cluster's API server counts the requests on
+//!   Secrets (`apiserver_request_total`) while its agent syncs; the benchmark's own are removed.
+//! - The agent's RSS.
+//! - A restart of both agents when nothing changed: bar zero writes (no POST, PUT, PATCH or
+//!   DELETE of Secrets, and every copy's resourceVersion unchanged).
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, ObjectMeta, PostParams},
+};
+use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
+
+use crate::resource_sync::{NAMES, group};
+
+const OBJECTS: usize = 1000;
+const NS: &str = "team-a";
+
+const BENCH_RULE: &str = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: bench}
+spec:
+  groupVersionKind: {version: v1, kind: Secret}
+  rules:
+  - match:
+    - namespaces: [team-a]
+      labels:
+      - matchLabels: {bench: \"yes\"}
+";
+
+fn secrets(cluster: &Cluster) -> Api<Secret> {
+    Api::namespaced(cluster.client.clone(), NS)
+}
+
+/// `apiserver_request_total` for Secrets on `cluster`, summed by verb.
+async fn secret_requests(cluster: &Cluster) -> BTreeMap<String, f64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = cluster.client.request_text(request).await.unwrap();
+    let mut by_verb = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        if !labels.contains("resource=\"secrets\"") || !labels.contains("subresource=\"\"") {
+            continue;
+        }
+        let verb = labels
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+            .unwrap_or_default()
+            .to_string();
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *by_verb.entry(verb).or_insert(0.0) += count;
+    }
+    by_verb
+}
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(verb, n)| (verb.clone(), n - before.get(verb).unwrap_or(&0.0)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect()
+}
+
+fn writes(requests: &BTreeMap<String, f64>) -> f64 {
+    ["POST", "PUT", "PATCH", "DELETE", "APPLY"]
+        .iter()
+        .map(|v| requests.get(*v).unwrap_or(&0.0))
+        .sum()
+}
+
+/// resourceVersions of the copies on `cluster`.
+async fn copies(cluster: &Cluster) -> BTreeMap<String, String> {
+    secrets(cluster)
+        .list(&ListParams::default().labels("bench=yes"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| (s.name_any(), s.resource_version().unwrap_or_default()))
+        .collect()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+async fn start_agent(cluster: &Cluster, log: &str) -> Agent {
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap();
+    Agent::start(
+        &kubeconfig.path,
+        &cluster.dir().join(log),
+        &["--log=info", "--secret-replication=false"],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: bench/resource-sync.sh runs it"]
+async fn resource_sync_benchmark() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &NAMES).await.unwrap();
+    let mut members = group(&binaries, &bed).await;
+    let [first, second, third] = [0, 1, 2].map(|i| &bed.clusters[i]);
+    for cluster in &bed.clusters {
+        cluster.apply_yaml(BENCH_RULE).await.unwrap();
+    }
+    for member in &mut members[1..] {
+        member.agent.process.stop(Duration::from_secs(10));
+    }
+
+    let started = Instant::now();
+    let objects: Vec<Secret> = (0..OBJECTS)
+        .map(|i| Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bench-{i:04}")),
+                namespace: Some(NS.into()),
+                labels: Some([("bench".to_string(), "yes".to_string())].into()),
+                ..Default::default()
+            },
+            string_data: Some([("v".to_string(), format!("value-{i}"))].into()),
+            ..Default::default()
+        })
+        .collect();
+    let api = secrets(first);
+    stream::iter(objects)
+        .map(|s| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &s).await }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    eprintln!(
+        "resource-sync: {OBJECTS} Secrets created on first in {:.2} s (other agents stopped)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let before = secret_requests(second).await;
+    let started = Instant::now();
+    for (member, cluster) in members[1..].iter_mut().zip([second, third]) {
+        member.agent = start_agent(cluster, "xcc-agent-bench.log").await;
+    }
+    let mut lists = 0.0;
+    let mut done = [false, false];
+    while done != [true, true] {
+        for (i, cluster) in [second, third].into_iter().enumerate() {
+            if !done[i] {
+                lists += if i == 0 { 1.0 } else { 0.0 };
+                done[i] = copies(cluster).await.len() == OBJECTS;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "copies incomplete after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let converged = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut requests = delta(&secret_requests(second).await, &before);
+    *requests.entry("LIST".into()).or_insert(0.0) -= lists;
+    let total: f64 = requests.values().sum();
+    eprintln!(
+        "resource-sync: agents started, {OBJECTS} copies on second and third in {:.2} s (bar < 10 s)",
+        converged.as_secs_f64()
+    );
+    eprintln!(
+        "resource-sync: second's API server, requests on Secrets while syncing: {requests:?} = {:.2} per synced object; agent RSS {:.0} MiB",
+        total / OBJECTS as f64,
+        rss_mib(members[1].agent.process.pid())
+    );
+
+    // A restart with nothing changed writes nothing.
+    let versions = [copies(second).await, copies(third).await];
+    let before = [secret_requests(second).await, secret_requests(third).await];
+    for (member, cluster) in members[1..].iter_mut().zip([second, third]) {
+        member.agent.process.stop(Duration::from_secs(10));
+        member.agent = start_agent(cluster, "xcc-agent-restart.log").await;
+        member
+            .agent
+            .wait_ready(Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let written = [
+        writes(&delta(&secret_requests(second).await, &before[0])),
+        writes(&delta(&secret_requests(third).await, &before[1])),
+    ];
+    eprintln!(
+        "resource-sync: restart of both agents, nothing changed: {} writes on second, {} on third (bar 0)",
+        written[0], written[1]
+    );
+    assert_eq!(versions, [copies(second).await, copies(third).await]);
+    assert!(
+        converged < Duration::from_secs(10),
+        "convergence bar missed"
+    );
+    assert_eq!(written, [0.0, 0.0], "writes after a restart");
+}
