@@ -49,7 +49,12 @@ pub struct Context {
     pub written: Mutex<HashMap<String, (String, String)>>,
     /// Set once `local` holds the first full list.
     pub local_listed: Arc<std::sync::atomic::AtomicBool>,
+    /// Per import (by uid): the generation, reason and message its status was last given.
+    pub said: Mutex<HashMap<String, Said>>,
 }
+
+/// What an import's status was last set to: generation, reason, message.
+pub type Said = (Option<i64>, &'static str, String);
 
 impl Context {
     fn local_meta(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
@@ -59,6 +64,10 @@ impl Context {
     /// Whether the metadata watch has delivered its first full list.
     fn local_ready(&self) -> bool {
         self.local_listed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn said(&self) -> std::sync::MutexGuard<'_, HashMap<String, Said>> {
+        self.said.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
@@ -163,7 +172,22 @@ async fn apply(
     }
     let verdict = replicate(import, ctx).await;
     let name = import.name_any();
-    let reason_changed = write_status(api, import, import.status.as_ref(), &verdict).await?;
+    // The object a wake hands over can predate this reconciler's own last status write (a wake
+    // by the copy it just wrote races the status event): what was last written is remembered,
+    // so it is neither written nor announced twice.
+    let said = (
+        import.metadata.generation,
+        verdict.reason,
+        verdict.message.clone(),
+    );
+    let key = import.uid().unwrap_or_default();
+    let reason_changed = if ctx.said().get(&key) == Some(&said) {
+        false
+    } else {
+        let changed = write_status(api, import, import.status.as_ref(), &verdict).await?;
+        ctx.said().insert(key, said);
+        changed
+    };
     if reason_changed {
         if verdict.ready {
             tracing::info!(%namespace, import = %name, secret = %import.spec.secret.name, "Secret replicated");
@@ -439,6 +463,7 @@ async fn sweep_orphans(namespace: &str, ctx: &Context) -> Result<(), kube::Error
 async fn cleanup(import: &SecretImport, ctx: &Context) -> Result<Action, Error> {
     let namespace = import.namespace().unwrap_or_default();
     ctx.remote.stop(&ObjectRef::from_obj(import));
+    ctx.said().remove(&import.uid().unwrap_or_default());
     let source = &import.spec.secret.name;
     let origin = sink::origin(&import.spec.remote_kubeconfig.name, &namespace, source);
     let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -564,6 +589,7 @@ mod tests {
             local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
             written: Default::default(),
             local_listed: Default::default(),
+            said: Default::default(),
         };
         let mut import = SecretImport::new(
             "small-postgres-23.status.binding.name",

@@ -263,6 +263,7 @@ pub async fn run(
         local: local_secrets,
         written: Default::default(),
         local_listed: local_listed.clone(),
+        said: Default::default(),
     });
     let export_ctx = Arc::new(export::Context {
         client: client.clone(),
