@@ -21,6 +21,7 @@ use kube::{
 };
 use xcc_e2e::require_testbed;
 
+use crate::measure::percentile;
 use crate::xcc_dns::{KUARD, walkthrough};
 
 const CHANGES: usize = 50;
@@ -50,11 +51,6 @@ async fn ask(
             .unwrap_or_default(),
         _ => Vec::new(),
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

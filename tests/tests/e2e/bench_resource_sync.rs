@@ -23,6 +23,7 @@ use kube::{
 };
 use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
 
+use crate::measure::rss_mib;
 use crate::resource_sync::{NAMES, group};
 
 const OBJECTS: usize = 1000;
@@ -99,15 +100,6 @@ async fn copies(cluster: &Cluster) -> BTreeMap<String, String> {
         .iter()
         .map(|s| (s.name_any(), s.resource_version().unwrap_or_default()))
         .collect()
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 async fn start_agent(cluster: &Cluster, log: &str) -> Agent {

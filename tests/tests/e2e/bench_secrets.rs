@@ -17,6 +17,7 @@ use kube::{
 use serde_json::json;
 use xcc_e2e::{Testbed, require_testbed, xcc::Agent};
 
+use crate::measure::{percentile, rss_mib};
 use crate::secrets::{NS, agent, create_namespace, kind, secret, secrets, value};
 
 const IMPORTS: usize = 1000;
@@ -26,20 +27,6 @@ const CREATORS: usize = 32;
 
 fn name(i: usize) -> String {
     format!("bench-{i:04}")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// Creates `objects` with `CREATORS` requests in flight.

@@ -5,6 +5,7 @@ mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;
 mod cluster_group;
+mod measure;
 mod resource_sync;
 mod secrets;
 mod smoke;
