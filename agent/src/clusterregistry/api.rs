@@ -255,7 +255,8 @@ pub struct Mutations {
     pub annotations: Option<MapMutations>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<MapMutations>,
-    /// Write the copy as this kind instead (not supported by xcc: such a rule is reported).
+    /// Write the copy as this kind instead (another version of the resource, or a kind with the
+    /// same fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_version_kind: Option<GroupVersionKind>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

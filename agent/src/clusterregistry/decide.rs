@@ -1,5 +1,5 @@
-//! What to do with one object key (kind, namespace, name) of the local cluster, given what the
-//! peers hold under that key: the ownership rules of cluster-registry, as a pure function.
+//! What to do with one object key (kind, namespace, name) of the peers, given what the local
+//! cluster holds: the ownership rules of cluster-registry, as a pure function.
 //!
 //! - A local object without the owner annotation was made here: it always wins.
 //! - A copy is made from a peer's object that a rule matches, unless the object is marked
@@ -8,17 +8,82 @@
 //!   original is reachable, so nothing ping-pongs).
 //! - A copy is deleted only when its owner is live, its list of that kind is complete, and the
 //!   object is not there. An unreachable owner never causes a deletion.
+//! - A copy that a rule writes under another kind, namespace or name than its source carries
+//!   [`SOURCE_ANNOTATION`] naming the source's key; that is how it is found again when the source
+//!   changes or goes. A key already held by another key's copy is left to that copy.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::{
-    OWNER_ANNOTATION, SYNC_DISABLED_ANNOTATION,
-    api::Cluster,
-    rules::{Clusters, Rule, RuleSet, desired_copy},
+    OWNER_ANNOTATION, SOURCE_ANNOTATION, SYNC_DISABLED_ANNOTATION,
+    api::{Cluster, GroupVersionKind},
+    rules::{self, Clusters, Rule, RuleSet, desired_copy},
 };
 use crate::sink::up_to_date;
+
+/// Where an object is stored: kind, namespace (`None` when cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub gvk: GroupVersionKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl Key {
+    /// The key of an object carrying `apiVersion`, `kind` and `metadata.name`.
+    pub fn of(object: &Value) -> Option<Key> {
+        let (group, version) = match object["apiVersion"].as_str()?.split_once('/') {
+            Some((group, version)) => (group.to_string(), version.to_string()),
+            None => (String::new(), object["apiVersion"].as_str()?.to_string()),
+        };
+        let gvk = GroupVersionKind {
+            group,
+            version,
+            kind: object["kind"].as_str()?.to_string(),
+        };
+        let metadata = &object["metadata"];
+        Some(Key {
+            gvk,
+            namespace: metadata["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(String::from),
+            name: metadata["name"].as_str()?.to_string(),
+        })
+    }
+
+    /// `apiVersion/Kind/namespace/name` (the namespace empty when cluster-scoped).
+    pub fn to_annotation(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            rules::api_version(&self.gvk),
+            self.gvk.kind,
+            self.namespace.as_deref().unwrap_or_default(),
+            self.name
+        )
+    }
+
+    /// The inverse of [`Key::to_annotation`].
+    pub fn parse(value: &str) -> Option<Key> {
+        let mut parts = value.rsplitn(4, '/');
+        let name = parts.next().filter(|n| !n.is_empty())?;
+        let namespace = parts.next()?;
+        let kind = parts.next().filter(|k| !k.is_empty())?;
+        let api_version = parts.next().filter(|v| !v.is_empty())?;
+        Key::of(&serde_json::json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"namespace": namespace, "name": name},
+        }))
+    }
+
+    /// The source an object names with [`SOURCE_ANNOTATION`], if it is a moved copy.
+    pub fn source_of(object: &Value) -> Option<Key> {
+        annotation(object, SOURCE_ANNOTATION).and_then(Key::parse)
+    }
+}
 
 /// One peer, seen by the reconcile of one key.
 #[derive(Debug, Clone, Copy)]
@@ -36,16 +101,47 @@ pub struct PeerView<'a> {
     pub object: Option<&'a Value>,
 }
 
+/// What the local cluster holds that matters to one key. Objects carry `apiVersion` and `kind`.
+pub struct LocalView<'a> {
+    /// The object under the key itself.
+    pub at_key: Option<&'a Value>,
+    /// Copies under other keys that name this key as their source.
+    pub moved: &'a [Value],
+    /// The object under any other key (where a rule moves the copy).
+    pub get: &'a dyn Fn(&Key) -> Option<Value>,
+    /// Whether a kind is namespaced.
+    pub namespaced: &'a dyn Fn(&GroupVersionKind) -> bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Write this object (from peer `from`).
     Apply { desired: Value, from: String },
-    /// Delete the local copy.
-    Delete,
+    /// Delete this local copy.
+    Delete(Value),
     /// Nothing to do, and why.
     Keep(&'static str),
-    /// The copy cannot be made (a template failed): nothing is written or deleted for this key.
+    /// The copy cannot be made (a template failed, or it has no valid name): nothing is written
+    /// or deleted for this key.
     Invalid { rule: String, message: String },
+}
+
+/// What to do for one key, and where its copy goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The key of the copy, when a peer's object is copied.
+    pub target: Option<Key>,
+    /// Each to be done; `Keep` or `Invalid` alone.
+    pub actions: Vec<Action>,
+}
+
+impl Decision {
+    fn only(action: Action) -> Decision {
+        Decision {
+            target: None,
+            actions: vec![action],
+        }
+    }
 }
 
 fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
@@ -61,6 +157,10 @@ fn sync_disabled(object: &Value) -> bool {
     annotation(object, SYNC_DISABLED_ANNOTATION) == Some("true")
 }
 
+fn uid(object: &Value) -> Option<&str> {
+    object["metadata"]["uid"].as_str()
+}
+
 /// Whether `current` already is `desired` (status included when the copy carries one).
 fn fresh(current: &Value, desired: &Value) -> bool {
     up_to_date(current, desired)
@@ -69,24 +169,78 @@ fn fresh(current: &Value, desired: &Value) -> bool {
             .is_none_or(|s| current.get("status") == Some(s))
 }
 
+/// A DNS-1123 subdomain (names) or label (namespaces), as the API server checks them.
+fn valid_name(name: &str, max: usize, dots: bool) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= max
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+        && name
+            .chars()
+            .all(|c| alphanumeric(c) || c == '-' || (dots && c == '.'))
+}
+
+/// Fixes where `desired` is stored: no namespace for a cluster-scoped kind, a valid name, and
+/// [`SOURCE_ANNOTATION`] when that is not `key`.
+fn place(desired: &mut Value, key: &Key, namespaced: bool) -> Result<Key, String> {
+    let metadata = &mut desired["metadata"];
+    if namespaced {
+        let namespace = metadata["namespace"].as_str().unwrap_or_default();
+        if !valid_name(namespace, 63, false) {
+            return Err(format!(
+                "the copy's namespace {namespace:?} is not a valid namespace name; override \
+                 /metadata/namespace"
+            ));
+        }
+    } else if let Some(metadata) = metadata.as_object_mut() {
+        metadata.remove("namespace");
+    }
+    let name = metadata["name"].as_str().unwrap_or_default();
+    if !valid_name(name, 253, true) {
+        return Err(format!(
+            "the copy's name {name:?} is not a valid object name (lowercase letters, digits, \
+             '-' and '.')"
+        ));
+    }
+    let target = Key::of(desired).ok_or("the copy has no apiVersion, kind or name")?;
+    if target == *key {
+        rules::remove_key(desired, "annotations", SOURCE_ANNOTATION);
+    } else {
+        rules::set_key(
+            desired,
+            "annotations",
+            SOURCE_ANNOTATION,
+            &key.to_annotation(),
+        );
+    }
+    Ok(target)
+}
+
 /// `clusters` are the Cluster objects, which templates in overrides refer to.
 pub fn decide(
     local_id: &str,
-    local: Option<&Value>,
+    key: &Key,
+    local: &LocalView<'_>,
     peers: &[PeerView<'_>],
     rules: &[RuleSet],
-    namespaced: bool,
     clusters: &[Arc<Cluster>],
-) -> Action {
-    if let Some(local) = local {
-        if annotation(local, OWNER_ANNOTATION).is_none() {
-            return Action::Keep("made here");
-        }
-        if sync_disabled(local) {
-            return Action::Keep("resource-sync-disabled");
-        }
-    }
+) -> Decision {
+    let is_copy_of_key = |object: &Value| {
+        annotation(object, OWNER_ANNOTATION).is_some()
+            && Key::source_of(object)
+                .or_else(|| Key::of(object))
+                .is_some_and(|source| source == *key)
+    };
+    // This key's copies here, wherever a rule put them; disabled ones are left alone.
+    let copies: Vec<&Value> = local
+        .at_key
+        .into_iter()
+        .chain(local.moved)
+        .filter(|c| is_copy_of_key(c) && !sync_disabled(c))
+        .collect();
     let live_owner = |id: &str| peers.iter().any(|p| p.live && p.id == id);
+    let namespaced = (local.namespaced)(&key.gvk);
     let mut candidates: Vec<(bool, &PeerView<'_>, &Value, &RuleSet, &Rule)> = Vec::new();
     for peer in peers.iter().filter(|p| p.live) {
         let Some(object) = peer.object else { continue };
@@ -104,40 +258,94 @@ pub fn decide(
     }
     // Originals first, then by cluster name: every cluster picks the same source.
     candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
-    if let Some((_, peer, object, set, rule)) = candidates.first() {
-        let clusters = Clusters {
-            local_id,
-            all: clusters,
-        };
-        let desired = match desired_copy(object, peer.id, rule, clusters) {
-            Ok(desired) => desired,
-            Err(error) => {
-                return Action::Invalid {
-                    rule: set.name.clone(),
-                    message: error.to_string(),
-                };
-            }
-        };
-        if local.is_some_and(|l| fresh(l, &desired)) {
-            return Action::Keep("up to date");
-        }
-        return Action::Apply {
+    let Some((_, peer, object, set, rule)) = candidates.first() else {
+        return gone(local_id, local, &copies, peers);
+    };
+    let invalid = |message: String| {
+        Decision::only(Action::Invalid {
+            rule: set.name.clone(),
+            message,
+        })
+    };
+    let clusters = Clusters {
+        local_id,
+        all: clusters,
+    };
+    let mut desired = match desired_copy(object, peer.id, rule, clusters) {
+        Ok(desired) => desired,
+        Err(error) => return invalid(error.to_string()),
+    };
+    let target_namespaced = Key::of(&desired).is_some_and(|t| (local.namespaced)(&t.gvk));
+    let target = match place(&mut desired, key, target_namespaced) {
+        Ok(target) => target,
+        Err(message) => return invalid(message),
+    };
+    let current = if target == *key {
+        local.at_key.cloned()
+    } else {
+        (local.get)(&target)
+    };
+    let current_uid = current.as_ref().and_then(uid);
+    // Copies this key left under another key (the rule or the object changed): they go.
+    let mut actions: Vec<Action> = copies
+        .iter()
+        .filter(|c| {
+            Key::of(c).as_ref() != Some(&target) && uid(c).is_none_or(|u| Some(u) != current_uid)
+        })
+        .map(|c| Action::Delete((*c).clone()))
+        .collect();
+    let keep = match &current {
+        Some(c) if annotation(c, OWNER_ANNOTATION).is_none() => Some("made here"),
+        Some(c) if sync_disabled(c) => Some("resource-sync-disabled"),
+        Some(c) if !is_copy_of_key(c) => Some("another object's copy holds the key"),
+        Some(c) if fresh(c, &desired) => Some("up to date"),
+        _ => None,
+    };
+    match keep {
+        Some(why) if actions.is_empty() => actions.push(Action::Keep(why)),
+        Some(_) => {}
+        None => actions.push(Action::Apply {
             desired,
             from: peer.name.to_string(),
+        }),
+    }
+    Decision {
+        target: Some(target),
+        actions,
+    }
+}
+
+/// No peer offers an object under the key: its copies go once their owner is known to have lost
+/// the source.
+fn gone(
+    local_id: &str,
+    local: &LocalView<'_>,
+    copies: &[&Value],
+    peers: &[PeerView<'_>],
+) -> Decision {
+    let source_gone = |owner: &str| {
+        peers
+            .iter()
+            .any(|p| p.id == owner && p.live && p.listed && p.object.is_none())
+    };
+    let actions: Vec<Action> = copies
+        .iter()
+        .filter(|c| source_gone(owner(c, local_id)))
+        .map(|c| Action::Delete((*c).clone()))
+        .collect();
+    if !actions.is_empty() {
+        return Decision {
+            target: None,
+            actions,
         };
     }
-    let Some(local) = local else {
-        return Action::Keep("nothing to copy");
+    let why = match local.at_key {
+        _ if !copies.is_empty() => "the source may still exist",
+        Some(l) if annotation(l, OWNER_ANNOTATION).is_none() => "made here",
+        Some(l) if sync_disabled(l) => "resource-sync-disabled",
+        _ => "nothing to copy",
     };
-    let owner = owner(local, local_id);
-    let source_gone = peers
-        .iter()
-        .any(|p| p.id == owner && p.live && p.listed && p.object.is_none());
-    if source_gone {
-        Action::Delete
-    } else {
-        Action::Keep("the source may still exist")
-    }
+    Decision::only(Action::Keep(why))
 }
 
 #[cfg(test)]
@@ -145,6 +353,30 @@ mod tests {
     use super::*;
     use crate::clusterregistry::api::{ClusterSpec, ResourceSyncRuleSpec};
     use serde_json::json;
+
+    fn secret_key() -> Key {
+        Key::of(&secret("", None)).unwrap()
+    }
+
+    /// The one action for the key `ns/s` of Secrets, with `local` the object under it.
+    fn one(
+        local_id: &str,
+        local: Option<&Value>,
+        peers: &[PeerView<'_>],
+        rules: &[RuleSet],
+        namespaced: bool,
+        clusters: &[Arc<Cluster>],
+    ) -> Action {
+        let view = LocalView {
+            at_key: local,
+            moved: &[],
+            get: &|_| None,
+            namespaced: &|_| namespaced,
+        };
+        let decision = decide(local_id, &secret_key(), &view, peers, rules, clusters);
+        assert_eq!(decision.actions.len(), 1, "{decision:?}");
+        decision.actions.into_iter().next().unwrap()
+    }
 
     fn rule(spec: Value) -> RuleSet {
         let spec: ResourceSyncRuleSpec = serde_json::from_value(spec).unwrap();
@@ -182,7 +414,7 @@ mod tests {
     #[test]
     fn a_peer_original_is_copied_with_its_owner() {
         let source = secret("MQ==", None);
-        let Action::Apply { desired, from } = decide(
+        let Action::Apply { desired, from } = one(
             "here",
             None,
             &[peer("b", Some(&source))],
@@ -199,7 +431,7 @@ mod tests {
         assert_eq!(desired["data"]["a"], "MQ==");
         // Applied once, it is up to date.
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&desired),
                 &[peer("b", Some(&source))],
@@ -216,7 +448,7 @@ mod tests {
         let local = secret("bG9jYWw=", None);
         let source = secret("MQ==", None);
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&local),
                 &[peer("b", Some(&source))],
@@ -227,7 +459,7 @@ mod tests {
             Action::Keep("made here")
         );
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&local),
                 &[peer("b", None)],
@@ -243,7 +475,7 @@ mod tests {
     fn drift_of_a_copy_is_reverted() {
         let source = secret("MQ==", None);
         let drifted = secret("ZWRpdGVk", Some("b"));
-        let action = decide(
+        let action = one(
             "here",
             Some(&drifted),
             &[peer("b", Some(&source))],
@@ -258,7 +490,7 @@ mod tests {
     fn copies_are_deleted_only_when_the_live_owner_lost_the_source() {
         let copy = secret("MQ==", Some("b"));
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&copy),
                 &[peer("b", None)],
@@ -266,24 +498,24 @@ mod tests {
                 true,
                 &[]
             ),
-            Action::Delete
+            Action::Delete(copy.clone())
         );
         let mut down = peer("b", None);
         down.live = false;
         assert_eq!(
-            decide("here", Some(&copy), &[down], &all_secrets(), true, &[]),
+            one("here", Some(&copy), &[down], &all_secrets(), true, &[]),
             Action::Keep("the source may still exist")
         );
         let mut unlisted = peer("b", None);
         unlisted.listed = false;
         assert_eq!(
-            decide("here", Some(&copy), &[unlisted], &all_secrets(), true, &[]),
+            one("here", Some(&copy), &[unlisted], &all_secrets(), true, &[]),
             Action::Keep("the source may still exist")
         );
         // Another copy at a third cluster does not keep it alive while the owner is live.
         let other_copy = secret("MQ==", Some("b"));
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&copy),
                 &[peer("b", None), peer("c", Some(&other_copy))],
@@ -291,7 +523,7 @@ mod tests {
                 true,
                 &[]
             ),
-            Action::Delete
+            Action::Delete(copy.clone())
         );
     }
 
@@ -300,13 +532,12 @@ mod tests {
         let original = secret("MQ==", None);
         let stale_copy = secret("b2xk", Some("b"));
         let peers = [peer("b", Some(&original)), peer("c", Some(&stale_copy))];
-        let action = decide("here", None, &peers, &all_secrets(), true, &[]);
+        let action = one("here", None, &peers, &all_secrets(), true, &[]);
         assert!(matches!(action, Action::Apply { from, .. } if from == "b"));
         // Owner unreachable: the copy at c is used, with b still named as owner.
         let mut peers = peers;
         peers[0].live = false;
-        let Action::Apply { from, desired } =
-            decide("here", None, &peers, &all_secrets(), true, &[])
+        let Action::Apply { from, desired } = one("here", None, &peers, &all_secrets(), true, &[])
         else {
             panic!("no apply")
         };
@@ -318,7 +549,7 @@ mod tests {
     fn own_objects_and_disabled_ones_are_not_copied_back() {
         let ours = secret("MQ==", Some("here"));
         assert_eq!(
-            decide(
+            one(
                 "here",
                 None,
                 &[peer("b", Some(&ours))],
@@ -331,7 +562,7 @@ mod tests {
         let mut disabled = secret("MQ==", None);
         disabled["metadata"]["annotations"] = json!({ SYNC_DISABLED_ANNOTATION: "true" });
         assert_eq!(
-            decide(
+            one(
                 "here",
                 None,
                 &[peer("b", Some(&disabled))],
@@ -352,7 +583,7 @@ mod tests {
         }))];
         let source = secret("MQ==", None);
         assert_eq!(
-            decide("here", None, &[peer("b", Some(&source))], &rules, true, &[]),
+            one("here", None, &[peer("b", Some(&source))], &rules, true, &[]),
             Action::Keep("nothing to copy")
         );
         let features =
@@ -360,7 +591,7 @@ mod tests {
         let mut with = peer("b", Some(&source));
         with.features = &features;
         assert!(matches!(
-            decide("here", None, &[with], &rules, true, &[]),
+            one("here", None, &[with], &rules, true, &[]),
             Action::Apply { .. }
         ));
     }
@@ -393,7 +624,7 @@ mod tests {
     #[test]
     fn templated_overrides_are_rendered_per_object() {
         let source = secret("MQ==", None);
-        let Action::Apply { desired, .. } = decide(
+        let Action::Apply { desired, .. } = one(
             "here",
             None,
             &[peer("b", Some(&source))],
@@ -417,7 +648,7 @@ mod tests {
                 .into(),
         };
         assert_eq!(
-            decide(
+            one(
                 "here",
                 None,
                 &[peer("b", Some(&bad))],
@@ -430,7 +661,7 @@ mod tests {
         // An existing copy is neither rewritten nor deleted.
         let copy = secret("MQ==", Some("b"));
         assert_eq!(
-            decide(
+            one(
                 "here",
                 Some(&copy),
                 &[peer("b", Some(&bad))],
@@ -442,7 +673,7 @@ mod tests {
         );
         // Without the Cluster objects there is nothing to render with.
         let good = secret("MQ==", None);
-        let action = decide(
+        let action = one(
             "here",
             None,
             &[peer("b", Some(&good))],
@@ -462,7 +693,7 @@ mod tests {
         let copy_at_b = secret("MQ==", Some("c"));
         let mut c = peer("c", None);
         c.live = false;
-        let Action::Apply { desired, from } = decide(
+        let Action::Apply { desired, from } = one(
             "here",
             None,
             &[peer("b", Some(&copy_at_b)), c],
@@ -475,5 +706,184 @@ mod tests {
         assert_eq!(from, "b");
         assert_eq!(desired["data"]["from"], "cluster-c to home");
         assert_eq!(desired["metadata"]["annotations"][OWNER_ANNOTATION], "c");
+    }
+
+    /// Secrets copied as `<name>-copy` into namespace `moved`.
+    fn renaming() -> Vec<RuleSet> {
+        vec![rule(json!({
+            "groupVersionKind": {"version": "v1", "kind": "Secret"},
+            "rules": [{"mutations": {"overrides": [
+                {"type": "replace", "path": "/metadata/name", "value": "{{ .Object.metadata.name }}-copy"},
+                {"type": "replace", "path": "/metadata/namespace", "value": "moved"}
+            ]}}]
+        }))]
+    }
+
+    /// The decision for key `ns/s`, with `local` every local object (found by key), `moved` the
+    /// ones naming the key as their source.
+    fn decide_among(local: &[Value], peers: &[PeerView<'_>], rules: &[RuleSet]) -> Decision {
+        let key = secret_key();
+        let at_key = local.iter().find(|o| Key::of(o).as_ref() == Some(&key));
+        let moved: Vec<Value> = local
+            .iter()
+            .filter(|o| Key::source_of(o).as_ref() == Some(&key))
+            .cloned()
+            .collect();
+        let get = |k: &Key| {
+            local
+                .iter()
+                .find(|o| Key::of(o).as_ref() == Some(k))
+                .cloned()
+        };
+        let view = LocalView {
+            at_key,
+            moved: &moved,
+            get: &get,
+            namespaced: &|g| g.kind != "Namespace",
+        };
+        decide("here", &key, &view, peers, rules, &clusters())
+    }
+
+    fn at(mut object: Value, namespace: &str, name: &str, uid: &str) -> Value {
+        object["metadata"]["namespace"] = json!(namespace);
+        object["metadata"]["name"] = json!(name);
+        object["metadata"]["uid"] = json!(uid);
+        object
+    }
+
+    #[test]
+    fn keys_round_trip_through_the_source_annotation() {
+        for key in [
+            secret_key(),
+            Key::of(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"namespace": "a", "name": "web.v2"}}))
+            .unwrap(),
+            Key::of(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}))
+                .unwrap(),
+        ] {
+            assert_eq!(Key::parse(&key.to_annotation()), Some(key.clone()));
+        }
+        assert_eq!(secret_key().to_annotation(), "v1/Secret/ns/s");
+        assert_eq!(Key::parse("Secret/ns/s"), None);
+        assert_eq!(Key::parse("v1/Secret/ns/"), None);
+    }
+
+    #[test]
+    fn a_renamed_copy_names_its_source_and_is_found_by_it() {
+        let source = secret("MQ==", None);
+        let peers = [peer("b", Some(&source))];
+        let decision = decide_among(&[], &peers, &renaming());
+        let [Action::Apply { desired, .. }] = &decision.actions[..] else {
+            panic!("{decision:?}")
+        };
+        assert_eq!(desired["metadata"]["name"], "s-copy");
+        assert_eq!(desired["metadata"]["namespace"], "moved");
+        assert_eq!(
+            desired["metadata"]["annotations"][SOURCE_ANNOTATION],
+            "v1/Secret/ns/s"
+        );
+        assert_eq!(decision.target, Key::of(desired));
+        // Written, it is up to date; a copy of the same source under the key is deleted.
+        let written = at(desired.clone(), "moved", "s-copy", "u1");
+        let old = secret("MQ==", Some("b"));
+        let decision = decide_among(&[written.clone(), old.clone()], &peers, &renaming());
+        assert_eq!(decision.actions, vec![Action::Delete(old)]);
+        let decision = decide_among(std::slice::from_ref(&written), &peers, &renaming());
+        assert_eq!(decision.actions, vec![Action::Keep("up to date")]);
+        // The source is deleted: so is the copy.
+        let decision = decide_among(
+            std::slice::from_ref(&written),
+            &[peer("b", None)],
+            &renaming(),
+        );
+        assert_eq!(decision.actions, vec![Action::Delete(written.clone())]);
+        // The owner is unreachable: nothing is deleted.
+        let mut down = peer("b", None);
+        down.live = false;
+        let decision = decide_among(&[written], &[down], &renaming());
+        assert_eq!(
+            decision.actions,
+            vec![Action::Keep("the source may still exist")]
+        );
+    }
+
+    #[test]
+    fn a_moved_copy_never_overwrites_what_holds_its_key() {
+        let source = secret("MQ==", None);
+        let peers = [peer("b", Some(&source))];
+        let made_here = at(secret("bG9jYWw=", None), "moved", "s-copy", "u1");
+        let decision = decide_among(&[made_here], &peers, &renaming());
+        assert_eq!(decision.actions, vec![Action::Keep("made here")]);
+        assert_eq!(decision.target.unwrap().name, "s-copy");
+        // Another peer object's copy, made under its own key, stays too.
+        let other = at(secret("Mg==", Some("c")), "moved", "s-copy", "u2");
+        let decision = decide_among(&[other], &peers, &renaming());
+        assert_eq!(
+            decision.actions,
+            vec![Action::Keep("another object's copy holds the key")]
+        );
+        // And the key's own decision leaves a moved copy of another key alone.
+        let moved_here = at(
+            {
+                let mut s = secret("MQ==", Some("b"));
+                s["metadata"]["annotations"][SOURCE_ANNOTATION] = json!("v1/Secret/ns/x");
+                s
+            },
+            "ns",
+            "s",
+            "u3",
+        );
+        let decision = decide_among(&[moved_here], &[peer("b", None)], &all_secrets());
+        assert_eq!(decision.actions, vec![Action::Keep("nothing to copy")]);
+    }
+
+    #[test]
+    fn a_copy_moved_again_leaves_nothing_behind() {
+        let source = secret("MQ==", None);
+        let peers = [peer("b", Some(&source))];
+        let Action::Apply { desired, .. } =
+            decide_among(&[], &peers, &renaming()).actions[0].clone()
+        else {
+            panic!("no apply")
+        };
+        let written = at(desired, "moved", "s-copy", "u1");
+        // The rule now keeps the name: the copy under the old key goes, one under the key comes.
+        let decision = decide_among(std::slice::from_ref(&written), &peers, &all_secrets());
+        let [Action::Delete(old), Action::Apply { desired, .. }] = &decision.actions[..] else {
+            panic!("{decision:?}")
+        };
+        assert_eq!(*old, written);
+        assert_eq!(desired["metadata"]["name"], "s");
+        assert!(
+            desired["metadata"]["annotations"]
+                .get(SOURCE_ANNOTATION)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn copies_written_as_another_kind_follow_its_scope_and_name_rules() {
+        let as_namespace = vec![rule(json!({
+            "groupVersionKind": {"version": "v1", "kind": "Secret"},
+            "rules": [{"mutations": {"groupVersionKind": {"version": "v1", "kind": "Namespace"}}}]
+        }))];
+        let source = secret("MQ==", None);
+        let decision = decide_among(&[], &[peer("b", Some(&source))], &as_namespace);
+        let [Action::Apply { desired, .. }] = &decision.actions[..] else {
+            panic!("{decision:?}")
+        };
+        assert_eq!(desired["kind"], "Namespace");
+        assert!(desired["metadata"].get("namespace").is_none());
+        assert_eq!(decision.target.unwrap().namespace, None);
+        let bad_name = vec![rule(json!({
+            "groupVersionKind": {"version": "v1", "kind": "Secret"},
+            "rules": [{"mutations": {"overrides": [
+                {"type": "replace", "path": "/metadata/name", "value": "Not_A_Name"}]}}]
+        }))];
+        let decision = decide_among(&[], &[peer("b", Some(&source))], &bad_name);
+        assert!(
+            matches!(&decision.actions[..], [Action::Invalid { message, .. }] if message.contains("\"Not_A_Name\" is not a valid object name")),
+            "{decision:?}"
+        );
     }
 }

@@ -1,12 +1,14 @@
 //! The resource sync engine: compiles the ResourceSyncRules, resolves their kinds with discovery,
 //! keeps one watch-fed store per (cluster, kind) — the local cluster and every peer with a
 //! client — shared by all rules of that kind, and reconciles one object key at a time with
-//! [`decide`](super::decide::decide), writing only to the local cluster.
+//! [`decide`](super::decide::decide), writing only to the local cluster. Copies that rules move
+//! to another key are indexed by the source they name ([`Links`]), so that the source's key finds
+//! them again.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -35,7 +37,7 @@ use super::{
     access::Access,
     api::{Cluster, GroupVersionKind, ResourceSyncRule},
     core,
-    decide::{Action, PeerView, decide},
+    decide::{Action, Key, LocalView, PeerView, decide},
     rules::RuleSet,
 };
 use crate::{
@@ -53,8 +55,8 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// What a source wakes the engine for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Wake {
-    /// One object key of a kind.
-    Key(GroupVersionKind, Option<String>, String),
+    /// One object key.
+    Key(Key),
     /// Every key of a kind (after a full list).
     Kind(GroupVersionKind),
     /// The rules or the peers changed.
@@ -87,6 +89,59 @@ type PeerData = (String, String, bool, bool, Vec<Value>, Option<Value>);
 /// `None`: the local cluster; otherwise a peer's Cluster name.
 type SourceKey = (Option<String>, GroupVersionKind);
 
+/// Local copies stored under another key than their source's, found by that source.
+#[derive(Default)]
+struct Links {
+    /// Source key → the local copies naming it ([`super::SOURCE_ANNOTATION`]).
+    copies: HashMap<Key, BTreeSet<Key>>,
+    /// Copy → the source it names: undoes the above when the copy changes or goes.
+    sources: HashMap<Key, Key>,
+    /// Key a source's copy is to be written to → that source: a change there (a local object
+    /// made or deleted under that key) wakes the source.
+    routes: HashMap<Key, Key>,
+}
+
+impl Links {
+    /// Records what local object `copy` names as its source (`None`: nothing, or it is gone), and
+    /// returns the sources to wake: the old and new one, and the one routed to this key.
+    fn update(&mut self, copy: &Key, source: Option<Key>) -> Vec<Key> {
+        let mut wake: Vec<Key> = self.routes.get(copy).cloned().into_iter().collect();
+        if let Some(old) = self.sources.remove(copy) {
+            if let Some(set) = self.copies.get_mut(&old) {
+                set.remove(copy);
+                if set.is_empty() {
+                    self.copies.remove(&old);
+                }
+            }
+            wake.push(old);
+        }
+        if let Some(source) = source {
+            self.copies
+                .entry(source.clone())
+                .or_default()
+                .insert(copy.clone());
+            self.sources.insert(copy.clone(), source.clone());
+            wake.push(source);
+        }
+        wake.sort();
+        wake.dedup();
+        wake
+    }
+
+    /// Forgets the copies of `gvk`, before a fresh list of that kind records them again.
+    fn forget(&mut self, gvk: &GroupVersionKind) {
+        let gone: Vec<Key> = self
+            .sources
+            .keys()
+            .filter(|k| k.gvk == *gvk)
+            .cloned()
+            .collect();
+        for copy in gone {
+            self.update(&copy, None);
+        }
+    }
+}
+
 pub struct Engine {
     client: Client,
     local_id: String,
@@ -95,7 +150,10 @@ pub struct Engine {
     table: tokio::sync::watch::Receiver<PeerTable>,
     kinds: HashMap<GroupVersionKind, Kind>,
     rules: HashMap<GroupVersionKind, Vec<RuleSet>>,
+    /// Per rule kind, the kinds its copies are written as.
+    targets: HashMap<GroupVersionKind, BTreeSet<GroupVersionKind>>,
     sources: HashMap<SourceKey, Source>,
+    links: Arc<Mutex<Links>>,
     /// What each rule last reported (reason, message), so that it is said once.
     reported: HashMap<String, (String, String)>,
     /// Whether the built-in rules that form the group run ([`core`]).
@@ -136,7 +194,9 @@ impl Engine {
             table,
             kinds: HashMap::new(),
             rules: HashMap::new(),
+            targets: HashMap::new(),
             sources: HashMap::new(),
+            links: Arc::default(),
             reported: HashMap::new(),
             group_sync,
             access: Access::default(),
@@ -197,13 +257,17 @@ impl Engine {
             let mut keys = BTreeSet::new();
             for wake in std::mem::take(&mut pending) {
                 match wake {
-                    Wake::Key(gvk, namespace, name) => {
-                        keys.insert((gvk, namespace, name));
+                    Wake::Key(key) => {
+                        keys.insert(key);
                     }
                     Wake::Kind(gvk) => {
-                        for (namespace, name) in self.keys(&gvk) {
-                            keys.insert((gvk.clone(), namespace, name));
+                        // Rules that write copies as this kind look again too.
+                        for (rule_gvk, targets) in &self.targets {
+                            if *rule_gvk == gvk || targets.contains(&gvk) {
+                                keys.extend(self.keys(rule_gvk));
+                            }
                         }
+                        keys.extend(self.keys(&gvk));
                     }
                     Wake::Topology => {}
                 }
@@ -211,26 +275,35 @@ impl Engine {
             // Keys are independent: their writes go out together, a few dozen at a time.
             let this = &self;
             futures::stream::iter(keys)
-                .for_each_concurrent(CONCURRENT_WRITES, |(gvk, namespace, name)| async move {
-                    this.reconcile(&gvk, namespace.as_deref(), &name).await
+                .for_each_concurrent(CONCURRENT_WRITES, |key| async move {
+                    this.reconcile(&key).await
                 })
                 .await;
         }
     }
 
-    /// Every key of `gvk` held by any cluster.
-    fn keys(&self, gvk: &GroupVersionKind) -> BTreeSet<(Option<String>, String)> {
-        self.sources
+    /// Every key of `gvk` held by any cluster, or named as a source by a local copy.
+    fn keys(&self, gvk: &GroupVersionKind) -> BTreeSet<Key> {
+        let mut keys: BTreeSet<Key> = self
+            .sources
             .iter()
             .filter(|((_, g), _)| g == gvk)
             .flat_map(|(_, source)| source.store.state())
-            .map(|o| (o.namespace(), o.name_any()))
-            .collect()
+            .map(|o| Key {
+                gvk: gvk.clone(),
+                namespace: o.namespace(),
+                name: o.name_any(),
+            })
+            .collect();
+        let links = self.links.lock().expect("links lock");
+        keys.extend(links.copies.keys().filter(|k| k.gvk == *gvk).cloned());
+        keys
     }
 
     /// Recompiles the rules, resolves their kinds, and starts and stops sources to match.
     async fn refresh(&mut self, rule_store: &Store<ResourceSyncRule>) {
         let mut rules: HashMap<GroupVersionKind, Vec<RuleSet>> = HashMap::new();
+        let mut all_targets: HashMap<GroupVersionKind, BTreeSet<GroupVersionKind>> = HashMap::new();
         let mut objects = rule_store.state();
         objects.sort_by_key(|r| r.name_any());
         let peers = self.peers();
@@ -256,17 +329,47 @@ impl Engine {
                 self.report(rule, false, "UnknownKind", message).await;
                 continue;
             }
+            let targets = compiled.targets();
+            let mut unknown = None;
+            for target in &targets {
+                if let Err(error) = self.resolve(target).await {
+                    unknown = Some((target, error));
+                    break;
+                }
+            }
+            if let Some((gvk, error)) = unknown {
+                let message = format!(
+                    "spec.rules[].mutations.groupVersionKind: the API server does not serve \
+                     {}/{} {}: {error}",
+                    gvk.group, gvk.version, gvk.kind
+                );
+                self.report(rule, false, "UnknownKind", message).await;
+                continue;
+            }
             let resource = self.kinds[&compiled.gvk].resource.clone();
-            if let Some(missing) = self
-                .access
-                .missing("local", &self.client, &resource, Access::WRITE)
-                .await
-            {
+            // Copies are written as the target kinds; the rule's own kind is watched here too.
+            let mut needs = vec![(resource.clone(), Access::READ)];
+            needs.extend(
+                targets
+                    .iter()
+                    .map(|t| (self.kinds[t].resource.clone(), Access::WRITE)),
+            );
+            let mut forbidden = None;
+            for (resource, verbs) in needs {
+                if let Some(missing) = self
+                    .access
+                    .missing("local", &self.client, &resource, verbs)
+                    .await
+                {
+                    forbidden = Some((missing, resource.plural));
+                    break;
+                }
+            }
+            if let Some((missing, plural)) = forbidden {
                 denied = true;
                 let message = format!(
-                    "this agent may not {missing} {} here; grant it with a ClusterRole labelled \
-                     cluster-registry.k8s.cisco.com/controller-aggregated: \"true\"",
-                    resource.plural
+                    "this agent may not {missing} {plural} here; grant it with a ClusterRole \
+                     labelled cluster-registry.k8s.cisco.com/controller-aggregated: \"true\""
                 );
                 self.report(rule, false, "MissingPermission", message).await;
                 continue;
@@ -299,6 +402,10 @@ impl Engine {
                 );
                 self.report(rule, false, "MissingPermission", message).await;
             }
+            all_targets
+                .entry(compiled.gvk.clone())
+                .or_default()
+                .extend(targets);
             rules
                 .entry(compiled.gvk.clone())
                 .or_default()
@@ -310,6 +417,10 @@ impl Engine {
                     tracing::debug!(rule = %rule.name, "kind not served; built-in rule waits");
                     continue;
                 }
+                all_targets
+                    .entry(rule.gvk.clone())
+                    .or_default()
+                    .extend(rule.targets());
                 rules.entry(rule.gvk.clone()).or_default().push(rule);
             }
         }
@@ -329,13 +440,15 @@ impl Engine {
         if features {
             kinds.push(feature_gvk());
         }
+        // Here: the rules' kinds and the kinds their copies are written as.
+        let local_kinds = rules.keys().chain(all_targets.values().flatten());
+        for gvk in local_kinds.filter(|g| self.kinds.contains_key(*g)) {
+            wanted.insert(
+                (None, gvk.clone()),
+                (self.client.clone(), "local".to_string()),
+            );
+        }
         for gvk in kinds.iter().filter(|g| self.kinds.contains_key(*g)) {
-            if *gvk != feature_gvk() {
-                wanted.insert(
-                    (None, gvk.clone()),
-                    (self.client.clone(), "local".to_string()),
-                );
-            }
             for (name, client, identity) in &peers {
                 if unreadable.contains(&(Some(name.clone()), gvk.clone())) {
                     continue;
@@ -369,6 +482,7 @@ impl Engine {
             );
         }
         self.rules = rules;
+        self.targets = all_targets;
         // Rules or peers changed: every key of every kind may decide differently now.
         let gvks: Vec<GroupVersionKind> = self.rules.keys().cloned().collect();
         for gvk in gvks {
@@ -430,19 +544,66 @@ impl Engine {
         );
         let wake = self.wake_tx.clone();
         let done = listed.clone();
+        // Local objects are indexed by the source they name.
+        let links = cluster.is_none().then(|| self.links.clone());
         let task = tokio::spawn(async move {
             let where_ = cluster.as_deref().unwrap_or("local").to_string();
             let mut events = std::pin::pin!(events);
+            let key_of = |o: &DynamicObject| Key {
+                gvk: gvk.clone(),
+                namespace: o.namespace(),
+                name: o.name_any(),
+            };
+            let source_of = |o: &DynamicObject| {
+                o.annotations()
+                    .get(super::SOURCE_ANNOTATION)
+                    .and_then(|a| Key::parse(a))
+            };
             while let Some(event) = events.next().await {
                 let woken = match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-                        Wake::Key(gvk.clone(), o.namespace(), o.name_any())
+                    Ok(watcher::Event::Apply(o)) => {
+                        if let Some(links) = &links {
+                            let sources = links
+                                .lock()
+                                .expect("links lock")
+                                .update(&key_of(&o), source_of(&o));
+                            for source in sources {
+                                let _ = wake.send(Wake::Key(source));
+                            }
+                        }
+                        Wake::Key(key_of(&o))
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        if let Some(links) = &links {
+                            let sources =
+                                links.lock().expect("links lock").update(&key_of(&o), None);
+                            for source in sources {
+                                let _ = wake.send(Wake::Key(source));
+                            }
+                        }
+                        Wake::Key(key_of(&o))
+                    }
+                    Ok(watcher::Event::Init) => {
+                        if let Some(links) = &links {
+                            links.lock().expect("links lock").forget(&gvk);
+                        }
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(o)) => {
+                        if let Some(links) = &links
+                            && let Some(source) = source_of(&o)
+                        {
+                            links
+                                .lock()
+                                .expect("links lock")
+                                .update(&key_of(&o), Some(source));
+                        }
+                        continue;
                     }
                     Ok(watcher::Event::InitDone) => {
                         done.store(true, Ordering::Release);
                         Wake::Kind(gvk.clone())
                     }
-                    Ok(_) => continue,
                     Err(error) => {
                         tracing::debug!(cluster = %where_, kind = %gvk.kind, %error, "watch failed; retrying");
                         continue;
@@ -467,30 +628,65 @@ impl Engine {
         }
     }
 
-    async fn reconcile(&self, gvk: &GroupVersionKind, namespace: Option<&str>, name: &str) {
-        let (Some(kind), Some(rules)) = (self.kinds.get(gvk), self.rules.get(gvk)) else {
-            return;
-        };
-        let Some(local_source) = self.sources.get(&(None, gvk.clone())) else {
-            return;
-        };
-        if !local_source.listed.load(Ordering::Acquire) {
-            return;
+    /// The local object under `key`, with its `apiVersion` and `kind` (listed objects carry
+    /// neither); `None` when there is none or its kind is not watched here.
+    fn local_object(&self, key: &Key) -> Option<Value> {
+        let source = self.sources.get(&(None, key.gvk.clone()))?;
+        self.object(source, key)
+    }
+
+    fn object(&self, source: &Source, key: &Key) -> Option<Value> {
+        let kind = self.kinds.get(&key.gvk)?;
+        let mut reference = ObjectRef::<DynamicObject>::new_with(&key.name, kind.resource.clone());
+        if let Some(namespace) = &key.namespace {
+            reference = reference.within(namespace);
         }
-        let mut key = ObjectRef::<DynamicObject>::new_with(name, kind.resource.clone());
-        if let Some(namespace) = namespace {
-            key = key.within(namespace);
-        }
-        // Listed objects carry no apiVersion and kind: the copy needs them.
-        let get = |source: &Source| {
-            source.store.get(&key).map(|o| {
-                let mut value = to_value(&o);
-                value["apiVersion"] = Value::String(kind.resource.api_version.clone());
-                value["kind"] = Value::String(kind.resource.kind.clone());
-                value
-            })
+        source.store.get(&reference).map(|o| {
+            let mut value = to_value(&o);
+            value["apiVersion"] = Value::String(kind.resource.api_version.clone());
+            value["kind"] = Value::String(kind.resource.kind.clone());
+            value
+        })
+    }
+
+    /// An API for the objects of `key`'s kind in its namespace.
+    fn api(&self, key: &Key) -> Option<Api<DynamicObject>> {
+        let resource = &self.kinds.get(&key.gvk)?.resource;
+        Some(match &key.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        })
+    }
+
+    async fn reconcile(&self, key: &Key) {
+        let gvk = &key.gvk;
+        let (Some(_), Some(rules)) = (self.kinds.get(gvk), self.rules.get(gvk)) else {
+            return;
         };
-        let local = get(local_source);
+        // Nothing is decided before the local lists are complete: a copy could overwrite an
+        // object not seen yet.
+        let local_kinds = std::iter::once(gvk).chain(self.targets.get(gvk).into_iter().flatten());
+        for local_kind in local_kinds {
+            match self.sources.get(&(None, local_kind.clone())) {
+                Some(source) if source.listed.load(Ordering::Acquire) => {}
+                _ => return,
+            }
+        }
+        let at_key = self.local_object(key);
+        let moved: Vec<Value> = {
+            let links = self.links.lock().expect("links lock");
+            links
+                .copies
+                .get(key)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+        }
+        .iter()
+        .filter_map(|copy| self.local_object(copy))
+        .filter(|o| Key::source_of(o).as_ref() == Some(key))
+        .collect();
         let table = self.table.borrow().clone();
         let peer_data: Vec<PeerData> = self
             .sources
@@ -510,7 +706,7 @@ impl Engine {
                     state.live,
                     source.listed.load(Ordering::Acquire),
                     features,
-                    get(source),
+                    self.object(source, key),
                 ))
             })
             .collect();
@@ -525,45 +721,98 @@ impl Engine {
                 object: object.as_ref(),
             })
             .collect();
-        let action = decide(
-            &self.local_id,
-            local.as_ref(),
-            &peers,
-            rules,
-            kind.namespaced,
-            &self.clusters.state(),
-        );
-        let api = match namespace {
-            Some(ns) => {
-                Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &kind.resource)
-            }
-            None => Api::<DynamicObject>::all_with(self.client.clone(), &kind.resource),
+        let get = |k: &Key| self.local_object(k);
+        let namespaced = |g: &GroupVersionKind| self.kinds.get(g).is_none_or(|k| k.namespaced);
+        // Not held across the writes below (the view's lookups are not Sync).
+        let decision = {
+            let local = LocalView {
+                at_key: at_key.as_ref(),
+                moved: &moved,
+                get: &get,
+                namespaced: &namespaced,
+            };
+            decide(
+                &self.local_id,
+                key,
+                &local,
+                &peers,
+                rules,
+                &self.clusters.state(),
+            )
         };
-        let namespace = namespace.unwrap_or_default();
-        let result = match action {
+        if let Some(target) = decision.target.filter(|t| t != key) {
+            self.links
+                .lock()
+                .expect("links lock")
+                .routes
+                .insert(target, key.clone());
+        }
+        let mut failed = false;
+        for action in decision.actions {
+            if let Err(error) = self.act(key, action).await {
+                tracing::warn!(kind = %gvk.kind, namespace = ?key.namespace, name = %key.name, %error, "cannot write the copy; retrying");
+                if let Some(rule) = self.rule_object(gvk) {
+                    let note = format!(
+                        "cannot write the copy of {} {}: {error}",
+                        gvk.kind,
+                        key.to_annotation()
+                    );
+                    self.event(&rule, EventType::Warning, "WriteFailed", note)
+                        .await;
+                }
+                failed = true;
+            }
+        }
+        if failed {
+            let wake = self.wake_tx.clone();
+            let retry = Wake::Key(key.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                let _ = wake.send(retry);
+            });
+        }
+    }
+
+    /// Carries out one action of the decision for `key`.
+    async fn act(&self, key: &Key, action: Action) -> Result<(), kube::Error> {
+        let kind = &key.gvk.kind;
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let name = &key.name;
+        match action {
             Action::Keep(why) => {
-                tracing::trace!(kind = %gvk.kind, %namespace, %name, why, "nothing to write");
-                return;
+                tracing::trace!(%kind, %namespace, %name, why, "nothing to write");
+                Ok(())
             }
             // Not retried early: the same inputs fail the same way. A change to the object or the
             // rule wakes this key, and the resync looks again.
             Action::Invalid { rule, message } => {
-                tracing::warn!(%rule, kind = %gvk.kind, %namespace, %name, %message, "cannot make the copy; nothing written");
+                tracing::warn!(%rule, %kind, %namespace, %name, %message, "cannot make the copy; nothing written");
                 let reference = ResourceSyncRule::new(&rule, Default::default()).object_ref(&());
-                let note = format!("cannot copy {} {namespace}/{name}: {message}", gvk.kind);
+                let note = format!("cannot copy {kind} {namespace}/{name}: {message}");
                 self.event(&reference, EventType::Warning, "TemplateFailed", note)
                     .await;
-                return;
+                Ok(())
             }
             Action::Apply { desired, from } => {
-                let result = write(&api, name, desired).await;
-                if result.is_ok() {
-                    tracing::info!(kind = %gvk.kind, %namespace, %name, from = %from, "copied from peer");
+                let target = Key::of(&desired).expect("a placed copy has a key");
+                let Some(api) = self.api(&target) else {
+                    return Ok(());
+                };
+                write(&api, &target.name, desired).await?;
+                if target == *key {
+                    tracing::info!(%kind, %namespace, %name, %from, "copied from peer");
+                } else {
+                    tracing::info!(%kind, %namespace, %name, %from, to = %target.to_annotation(), "copied from peer");
                 }
-                result
+                Ok(())
             }
-            Action::Delete => {
-                let local = local.expect("a delete has a local object");
+            Action::Delete(local) => {
+                let Some(copy) = Key::of(&local) else {
+                    return Ok(());
+                };
+                let Some(api) = self.api(&copy) else {
+                    return Ok(());
+                };
                 let preconditions = Preconditions {
                     uid: local["metadata"]["uid"].as_str().map(String::from),
                     resource_version: local["metadata"]["resourceVersion"]
@@ -574,33 +823,15 @@ impl Engine {
                     preconditions: Some(preconditions),
                     ..Default::default()
                 };
-                match api.delete(name, &params).await {
+                match api.delete(&copy.name, &params).await {
                     Ok(_) => {
-                        tracing::info!(kind = %gvk.kind, %namespace, %name, "source deleted; copy deleted");
+                        tracing::info!(%kind, %namespace, %name, copy = %copy.to_annotation(), "copy deleted");
                         Ok(())
                     }
                     Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
                     Err(e) => Err(e),
                 }
             }
-        };
-        if let Err(error) = result {
-            tracing::warn!(kind = %gvk.kind, %namespace, %name, %error, "cannot write the copy; retrying");
-            if let Some(rule) = self.rule_object(gvk) {
-                let note = format!("cannot write {} {namespace}/{name}: {error}", gvk.kind);
-                self.event(&rule, EventType::Warning, "WriteFailed", note)
-                    .await;
-            }
-            let wake = self.wake_tx.clone();
-            let retry = Wake::Key(
-                gvk.clone(),
-                (!namespace.is_empty()).then(|| namespace.to_string()),
-                name.to_string(),
-            );
-            tokio::spawn(async move {
-                tokio::time::sleep(RETRY).await;
-                let _ = wake.send(retry);
-            });
         }
     }
 

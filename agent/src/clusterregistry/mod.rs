@@ -44,6 +44,9 @@ pub const OWNER_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/resource-owne
 pub const SYNC_DISABLED_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/resource-sync-disabled";
 /// `"true"` on a peer's Cluster: do not read from that cluster.
 pub const CLUSTER_DISABLED_ANNOTATION: &str = "cluster-registry.k8s.cisco.com/cluster-disabled";
+/// On a copy that a rule stores under another kind, namespace or name than its source: the
+/// source's key, `apiVersion/Kind/namespace/name` (namespace empty when cluster-scoped).
+pub const SOURCE_ANNOTATION: &str = "xcc.test/sync-source";
 /// The type of peer kubeconfig Secrets (data key `kubeconfig`).
 pub const SECRET_TYPE: &str = "k8s.cisco.com/cluster-registry-secret";
 /// Namespace of a peer Secret whose `secretRef` names none.

@@ -32,10 +32,6 @@ pub enum RuleError {
     Override { field: String, reason: String },
     #[error("{field}: not a valid template: {reason}")]
     Template { field: String, reason: String },
-    #[error(
-        "{field}: writing copies as another kind is not supported; drop the field or write a rule for that kind"
-    )]
-    KindMutation { field: String },
 }
 
 impl RuleError {
@@ -46,7 +42,6 @@ impl RuleError {
             RuleError::JsonPath { .. } => "InvalidJSONPath",
             RuleError::Override { .. } => "InvalidOverride",
             RuleError::Template { .. } => "InvalidTemplate",
-            RuleError::KindMutation { .. } => "UnsupportedMutation",
         }
     }
 }
@@ -152,14 +147,22 @@ fn check_override(field: String, o: &Override) -> Result<Option<ValueTemplate>, 
             o.path
         )));
     }
-    // A copy under another name or namespace than its source would need the engine to find it
-    // again by its source; until it can, say so instead of failing on every write.
-    if ["/metadata/name", "/metadata/namespace", "/metadata"].contains(&o.path.as_str()) {
-        return Err(fail(format!(
-            "path {:?}: copies under another name or namespace than their source are not \
-             supported; override other fields, or sync the object under its own name",
-            o.path
-        )));
+    // The copy's kind comes from mutations.groupVersionKind, and its metadata carries the owner.
+    match o.path.as_str() {
+        "/apiVersion" | "/kind" => {
+            return Err(fail(format!(
+                "path {:?}: set the copy's kind with mutations.groupVersionKind",
+                o.path
+            )));
+        }
+        "/metadata" => {
+            return Err(fail(
+                "path \"/metadata\": override its fields (/metadata/name, /metadata/labels/...) \
+                 instead"
+                    .into(),
+            ));
+        }
+        _ => {}
     }
     match o.type_.as_str() {
         "replace" => {
@@ -297,9 +300,12 @@ impl RuleSet {
         for (i, rule) in spec.rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
             let mutations = rule.mutations.clone().unwrap_or_default();
-            if mutations.group_version_kind.is_some() {
-                return Err(RuleError::KindMutation {
+            if let Some(gvk) = &mutations.group_version_kind
+                && (gvk.version.is_empty() || gvk.kind.is_empty())
+            {
+                return Err(RuleError::Override {
                     field: format!("{field}.mutations.groupVersionKind"),
+                    reason: "needs a version and a kind".into(),
                 });
             }
             let mut values = Vec::new();
@@ -351,6 +357,23 @@ impl RuleSet {
     pub fn uses_features(&self) -> bool {
         !self.features.is_empty()
     }
+
+    /// The kinds copies are written as: the rule's own, or that of a `groupVersionKind`
+    /// mutation.
+    pub fn targets(&self) -> Vec<GroupVersionKind> {
+        let mut kinds = Vec::new();
+        for rule in &self.rules {
+            let gvk = rule
+                .mutations
+                .group_version_kind
+                .as_ref()
+                .unwrap_or(&self.gvk);
+            if !kinds.contains(gvk) {
+                kinds.push(gvk.clone());
+            }
+        }
+        kinds
+    }
 }
 
 /// Metadata fields a copy keeps; the rest (uid, resourceVersion, managedFields, ownerReferences,
@@ -391,6 +414,10 @@ pub fn desired_copy(
         }
     }
     let mut copy = Value::Object(copy);
+    if let Some(gvk) = &mutations.group_version_kind {
+        copy["apiVersion"] = Value::String(api_version(gvk));
+        copy["kind"] = Value::String(gvk.kind.clone());
+    }
     let owner = source["metadata"]["annotations"][OWNER_ANNOTATION]
         .as_str()
         .unwrap_or(owner)
@@ -428,6 +455,15 @@ pub fn desired_copy(
     Ok(copy)
 }
 
+/// `group/version`, or `version` for the core group.
+pub fn api_version(gvk: &GroupVersionKind) -> String {
+    if gvk.group.is_empty() {
+        gvk.version.clone()
+    } else {
+        format!("{}/{}", gvk.group, gvk.version)
+    }
+}
+
 fn template_data(
     source: &Value,
     owner: &str,
@@ -454,11 +490,11 @@ fn meta_map<'a>(object: &'a mut Value, map: &str) -> &'a mut Map<String, Value> 
     metadata[map].as_object_mut().expect("an object")
 }
 
-fn set_key(object: &mut Value, map: &str, key: &str, value: &str) {
+pub(super) fn set_key(object: &mut Value, map: &str, key: &str, value: &str) {
     meta_map(object, map).insert(key.to_string(), Value::String(value.to_string()));
 }
 
-fn remove_key(object: &mut Value, map: &str, key: &str) {
+pub(super) fn remove_key(object: &mut Value, map: &str, key: &str) {
     if let Some(m) = object["metadata"][map].as_object_mut() {
         m.remove(key);
         if m.is_empty() {
@@ -683,10 +719,11 @@ mod tests {
         assert_eq!(bad_selector.reason(), "InvalidSelector");
         let kind = compile(
             json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
-            "rules": [{"mutations": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}}]}),
+            "rules": [{"mutations": {"groupVersionKind": {"group": "example.com", "version": "", "kind": "Gadget"}}}]}),
         )
         .unwrap_err();
-        assert_eq!(kind.reason(), "UnsupportedMutation");
+        assert_eq!(kind.reason(), "InvalidOverride");
+        assert!(kind.to_string().contains("groupVersionKind"), "{kind}");
     }
 
     #[test]
@@ -766,8 +803,12 @@ mod tests {
     }
 
     #[test]
-    fn renaming_copies_is_refused_with_a_reason() {
-        for path in ["/metadata/name", "/metadata/namespace"] {
+    fn the_kind_and_all_of_metadata_are_not_overridden() {
+        for (path, hint) in [
+            ("/kind", "mutations.groupVersionKind"),
+            ("/apiVersion", "mutations.groupVersionKind"),
+            ("/metadata", "/metadata/name"),
+        ] {
             let error = compile(
                 json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
                 "rules": [{"mutations": {"overrides": [
@@ -775,8 +816,34 @@ mod tests {
             )
             .unwrap_err();
             assert_eq!(error.reason(), "InvalidOverride");
-            assert!(error.to_string().contains("not supported"), "{error}");
+            assert!(error.to_string().contains(hint), "{error}");
         }
+    }
+
+    #[test]
+    fn copies_can_be_renamed_and_written_as_another_kind() {
+        let r = compile(json!({"groupVersionKind": {"group": "a.example.com", "version": "v1", "kind": "Widget"},
+            "rules": [{"mutations": {
+                "groupVersionKind": {"group": "b.example.com", "version": "v2", "kind": "Gadget"},
+                "overrides": [
+                    {"type": "replace", "path": "/metadata/name", "value": "{{ .Object.metadata.name }}-copy"},
+                    {"type": "replace", "path": "/metadata/namespace", "value": "elsewhere"}]}}]}))
+        .unwrap();
+        let gadget = GroupVersionKind {
+            group: "b.example.com".into(),
+            version: "v2".into(),
+            kind: "Gadget".into(),
+        };
+        assert_eq!(r.targets(), vec![gadget]);
+        let mut source = plain("a", "n");
+        source["apiVersion"] = json!("a.example.com/v1");
+        source["kind"] = json!("Widget");
+        let copy = copy(&r, &source).unwrap();
+        assert_eq!(copy["apiVersion"], "b.example.com/v2");
+        assert_eq!(copy["kind"], "Gadget");
+        assert_eq!(copy["metadata"]["name"], "n-copy");
+        assert_eq!(copy["metadata"]["namespace"], "elsewhere");
+        assert_eq!(copy["data"], source["data"]);
     }
 
     #[test]

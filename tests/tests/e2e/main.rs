@@ -6,6 +6,7 @@ mod bench_resource_sync;
 mod bench_secrets;
 mod cluster_group;
 mod measure;
+mod moved_copies;
 mod resource_sync;
 mod secrets;
 mod smoke;
