@@ -315,18 +315,26 @@ pub(crate) async fn group(binaries: &Binaries, bed: &Testbed) -> Vec<Member> {
     for (i, cluster) in bed.clusters.iter().enumerate() {
         for (j, peer) in bed.clusters.iter().enumerate() {
             if i != j {
-                cluster
-                    .apply_yaml(&cluster_yaml(&peer.name, &members[j].id))
-                    .await
-                    .unwrap();
-                cluster
-                    .apply_yaml(&peer_secret_yaml(&peer.name, &members[j].reader))
-                    .await
-                    .unwrap();
+                apply_racing_sync(cluster, &cluster_yaml(&peer.name, &members[j].id)).await;
+                apply_racing_sync(cluster, &peer_secret_yaml(&peer.name, &members[j].reader)).await;
             }
         }
     }
     members
+}
+
+/// `kubectl apply` of an object the running agents may copy in at the same moment (group sync):
+/// apply's create then meets AlreadyExists, and a second apply patches what is there.
+async fn apply_racing_sync(cluster: &Cluster, yaml: &str) {
+    for attempt in 1.. {
+        match cluster.apply_yaml(yaml).await {
+            Ok(_) => return,
+            Err(error) if attempt < 3 && error.to_string().contains("AlreadyExists") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("{error:#}"),
+        }
+    }
 }
 
 /// resourceVersions of everything the agents write: copies and Cluster statuses.
