@@ -34,24 +34,28 @@ pub struct Key {
 impl Key {
     /// The key of an object carrying `apiVersion`, `kind` and `metadata.name`.
     pub fn of(object: &Value) -> Option<Key> {
-        let (group, version) = match object["apiVersion"].as_str()?.split_once('/') {
-            Some((group, version)) => (group.to_string(), version.to_string()),
-            None => (String::new(), object["apiVersion"].as_str()?.to_string()),
-        };
-        let gvk = GroupVersionKind {
-            group,
-            version,
-            kind: object["kind"].as_str()?.to_string(),
-        };
         let metadata = &object["metadata"];
-        Some(Key {
-            gvk,
-            namespace: metadata["namespace"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .map(String::from),
-            name: metadata["name"].as_str()?.to_string(),
-        })
+        Some(Key::new(
+            object["apiVersion"].as_str()?,
+            object["kind"].as_str()?,
+            metadata["namespace"].as_str().unwrap_or_default(),
+            metadata["name"].as_str()?,
+        ))
+    }
+
+    /// From an `apiVersion` (`group/version`, or `version` for the core group), a kind, a
+    /// namespace (empty when cluster-scoped) and a name.
+    fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> Key {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        Key {
+            gvk: GroupVersionKind {
+                group: group.to_string(),
+                version: version.to_string(),
+                kind: kind.to_string(),
+            },
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            name: name.to_string(),
+        }
     }
 
     /// `apiVersion/Kind/namespace/name` (the namespace empty when cluster-scoped).
@@ -72,11 +76,7 @@ impl Key {
         let namespace = parts.next()?;
         let kind = parts.next().filter(|k| !k.is_empty())?;
         let api_version = parts.next().filter(|v| !v.is_empty())?;
-        Key::of(&serde_json::json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": {"namespace": namespace, "name": name},
-        }))
+        Some(Key::new(api_version, kind, namespace, name))
     }
 
     /// The source an object names with [`SOURCE_ANNOTATION`], if it is a moved copy.

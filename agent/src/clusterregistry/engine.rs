@@ -172,6 +172,14 @@ fn feature_gvk() -> GroupVersionKind {
     }
 }
 
+fn key_of(gvk: &GroupVersionKind, object: &DynamicObject) -> Key {
+    Key {
+        gvk: gvk.clone(),
+        namespace: object.namespace(),
+        name: object.name_any(),
+    }
+}
+
 fn to_value(object: &DynamicObject) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
@@ -263,7 +271,7 @@ impl Engine {
                     Wake::Kind(gvk) => {
                         // Rules that write copies as this kind look again too.
                         for (rule_gvk, targets) in &self.targets {
-                            if *rule_gvk == gvk || targets.contains(&gvk) {
+                            if *rule_gvk != gvk && targets.contains(&gvk) {
                                 keys.extend(self.keys(rule_gvk));
                             }
                         }
@@ -289,11 +297,7 @@ impl Engine {
             .iter()
             .filter(|((_, g), _)| g == gvk)
             .flat_map(|(_, source)| source.store.state())
-            .map(|o| Key {
-                gvk: gvk.clone(),
-                namespace: o.namespace(),
-                name: o.name_any(),
-            })
+            .map(|o| key_of(gvk, &o))
             .collect();
         let links = self.links.lock().expect("links lock");
         keys.extend(links.copies.keys().filter(|k| k.gvk == *gvk).cloned());
@@ -549,39 +553,31 @@ impl Engine {
         let task = tokio::spawn(async move {
             let where_ = cluster.as_deref().unwrap_or("local").to_string();
             let mut events = std::pin::pin!(events);
-            let key_of = |o: &DynamicObject| Key {
-                gvk: gvk.clone(),
-                namespace: o.namespace(),
-                name: o.name_any(),
-            };
             let source_of = |o: &DynamicObject| {
                 o.annotations()
                     .get(super::SOURCE_ANNOTATION)
                     .and_then(|a| Key::parse(a))
             };
+            // Records what a local object names as its source, and wakes the sources concerned.
+            let relink = |key: &Key, source: Option<Key>| {
+                if let Some(links) = &links {
+                    let sources = links.lock().expect("links lock").update(key, source);
+                    for source in sources {
+                        let _ = wake.send(Wake::Key(source));
+                    }
+                }
+            };
             while let Some(event) = events.next().await {
                 let woken = match event {
                     Ok(watcher::Event::Apply(o)) => {
-                        if let Some(links) = &links {
-                            let sources = links
-                                .lock()
-                                .expect("links lock")
-                                .update(&key_of(&o), source_of(&o));
-                            for source in sources {
-                                let _ = wake.send(Wake::Key(source));
-                            }
-                        }
-                        Wake::Key(key_of(&o))
+                        let key = key_of(&gvk, &o);
+                        relink(&key, source_of(&o));
+                        Wake::Key(key)
                     }
                     Ok(watcher::Event::Delete(o)) => {
-                        if let Some(links) = &links {
-                            let sources =
-                                links.lock().expect("links lock").update(&key_of(&o), None);
-                            for source in sources {
-                                let _ = wake.send(Wake::Key(source));
-                            }
-                        }
-                        Wake::Key(key_of(&o))
+                        let key = key_of(&gvk, &o);
+                        relink(&key, None);
+                        Wake::Key(key)
                     }
                     Ok(watcher::Event::Init) => {
                         if let Some(links) = &links {
@@ -596,7 +592,7 @@ impl Engine {
                             links
                                 .lock()
                                 .expect("links lock")
-                                .update(&key_of(&o), Some(source));
+                                .update(&key_of(&gvk, &o), Some(source));
                         }
                         continue;
                     }
@@ -660,7 +656,8 @@ impl Engine {
 
     async fn reconcile(&self, key: &Key) {
         let gvk = &key.gvk;
-        let (Some(_), Some(rules)) = (self.kinds.get(gvk), self.rules.get(gvk)) else {
+        // Rules are kept only for kinds discovery resolved.
+        let Some(rules) = self.rules.get(gvk) else {
             return;
         };
         // Nothing is decided before the local lists are complete: a copy could overwrite an

@@ -12,44 +12,36 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind},
 };
 use serde_json::Value;
-use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
+use xcc_e2e::{Cluster, Testbed, require_testbed};
 
-use crate::resource_sync::{NAMES, OWNER, group, wait_for};
+use crate::resource_sync::{NAMES, OWNER, group, start_agent, wait_for};
 
 const SOURCE: &str = "xcc.test/sync-source";
 
-/// Two kinds with the same fields in two groups, and the agents' access to them.
-const WIDGETS: &str = "apiVersion: apiextensions.k8s.io/v1
+/// A namespaced kind with a status subresource and any fields: Widget and Gadget.
+fn crd(group: &str, kind: &str, plural: &str) -> String {
+    let singular = kind.to_lowercase();
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata: {name: widgets.a.example.com}
+metadata: {{name: {plural}.{group}}}
 spec:
-  group: a.example.com
-  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  group: {group}
+  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}
   scope: Namespaced
   versions:
   - name: v1
     served: true
     storage: true
-    subresources: {status: {}}
+    subresources: {{status: {{}}}}
     schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.b.example.com}
-spec:
-  group: b.example.com
-  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: rbac.authorization.k8s.io/v1
+      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"
+    )
+}
+
+/// The agents' access to Widgets and Gadgets.
+const EXAMPLES_RBAC: &str = "apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
   name: sync-examples-read
@@ -210,7 +202,13 @@ async fn every_match_field_and_mutation_including_moved_copies() {
     let [first, second] = [0, 1].map(|i| &bed.clusters[i]);
     let first_id = members[0].id.clone();
     for cluster in &bed.clusters {
-        cluster.apply_yaml(WIDGETS).await.unwrap();
+        for yaml in [
+            crd("a.example.com", "Widget", "widgets"),
+            crd("b.example.com", "Gadget", "gadgets"),
+            EXAMPLES_RBAC.to_string(),
+        ] {
+            cluster.apply_yaml(&yaml).await.unwrap();
+        }
         cluster
             .kubectl(&[
                 "wait",
@@ -423,18 +421,7 @@ spec: {size: 3}
         .delete("blocked", &DeleteParams::default())
         .await
         .unwrap();
-    let kubeconfig = second
-        .mint_kubeconfig("xcc-dns", "xcc-agent")
-        .await
-        .unwrap();
-    let mut agent = Agent::start(
-        &kubeconfig.path,
-        &second.dir().join("xcc-agent-restarted.log"),
-        &["--log=info,xcc_agent=debug", "--secret-replication=false"],
-    )
-    .unwrap();
-    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
-    members[1].agent = agent;
+    members[1].agent = start_agent(second, "xcc-agent-restarted.log").await;
     wait_no_configmap(second, "team-b", "blocked-moved").await;
 
     // Deleting the sources deletes the moved copies.

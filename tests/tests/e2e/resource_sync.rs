@@ -287,23 +287,29 @@ pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Me
         .apply_yaml(&peer_secret_yaml(&cluster.name, &reader))
         .await
         .unwrap();
+    Member {
+        _aggregator: aggregator,
+        agent: start_agent(cluster, "xcc-agent.log").await,
+        id,
+        reader,
+    }
+}
+
+/// Starts `cluster`'s agent (resource sync only) under our manifests' ServiceAccount, logging to
+/// `log` in the cluster's directory, and waits until it is ready.
+pub(crate) async fn start_agent(cluster: &Cluster, log: &str) -> Agent {
     let kubeconfig = cluster
         .mint_kubeconfig("xcc-dns", "xcc-agent")
         .await
         .unwrap();
     let mut agent = Agent::start(
         &kubeconfig.path,
-        &cluster.dir().join("xcc-agent.log"),
+        &cluster.dir().join(log),
         &["--log=info,xcc_agent=debug", "--secret-replication=false"],
     )
     .unwrap();
     agent.wait_ready(Duration::from_secs(30)).await.unwrap();
-    Member {
-        _aggregator: aggregator,
-        agent,
-        id,
-        reader,
-    }
+    agent
 }
 
 /// Every member installed, and every Cluster and peer Secret applied by hand on every cluster.
