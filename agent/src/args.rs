@@ -13,6 +13,13 @@ use clap::{Args as ArgGroup, Parser, Subcommand};
 /// sync reconcilers, which read from peer clusters and write only to this one (Secret replication:
 /// SecretExport, SecretImport and the monitors; `xcc-agent crds` prints their CRDs).
 ///
+/// Kubeconfigs read from Secrets (a SecretImport's service cluster, a Cluster's peer Secret) are
+/// untrusted data: only inline credentials are accepted (server over https,
+/// certificate-authority-data, tls-server-name, token, client-certificate-data + client-key-data).
+/// exec, auth-provider, tokenFile and every other file path are always refused; proxy-url and
+/// insecure-skip-tls-verify only with the flags below. The object naming a refused kubeconfig
+/// says Ready=False, reason KubeconfigRejected, with the Secret and the field.
+///
 /// Standalone, no cluster needed: `xcc-agent --records records.yaml` serves the names of a YAML
 /// file and reloads it when it changes. A bad file is reported (line and field) and the last good
 /// table keeps being served.
@@ -162,6 +169,9 @@ pub struct SyncArgs {
         value_name = "BOOL"
     )]
     pub group_sync: bool,
+
+    #[command(flatten)]
+    pub trust: xcc_kube::PeerTrust,
 }
 
 #[derive(Debug, ArgGroup)]

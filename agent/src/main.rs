@@ -16,7 +16,6 @@ mod admin;
 mod args;
 mod clusterregistry;
 mod metrics;
-mod peers;
 mod records;
 mod replication;
 mod run;

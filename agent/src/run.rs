@@ -152,6 +152,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Feed::Records(feed) => format!("records file {}", feed.path().display()),
         Feed::Slices(_) => format!("EndpointSlices in namespace {}", args.kube.namespace),
     };
+    // One cache of peer clients, behind one trust gate, for every reconciler of the process.
+    let peers = xcc_kube::PeerClients::new(args.sync.trust);
     let sync = match &feed {
         Feed::Slices(client) if args.sync.secret_replication => {
             let client = client.clone();
@@ -159,6 +161,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(tokio::spawn(replication::run(
                 client,
                 instance,
+                peers.clone(),
                 stop_rx.clone(),
             )))
         }
@@ -170,6 +173,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 client.clone(),
                 args.kube.pod_name.clone(),
                 args.sync.group_sync,
+                peers.clone(),
                 stop_rx.clone(),
             )))
         }

@@ -11,6 +11,13 @@ use clap::{Parser, Subcommand};
 /// Cluster API kubeconfig Secret `<cluster>-kubeconfig`) and writes it as an EndpointSlice into
 /// namespace `xcc-dns` of every cluster of the GatewayDNS's namespace, where xcc-agent serves it
 /// as `*.gateway.<cluster>.<namespace>.clusters.<zone>`.
+///
+/// The kubeconfig Secrets are untrusted data: only inline credentials are accepted (server over
+/// https, certificate-authority-data, tls-server-name, token, client-certificate-data +
+/// client-key-data). exec, auth-provider, tokenFile and every other file path are always
+/// refused; proxy-url and insecure-skip-tls-verify only with the flags below. A refused
+/// kubeconfig shows as cluster state KubeconfigRejected (Ready=False) with the Secret and the
+/// field, and that cluster's records are kept.
 #[derive(Debug, Parser)]
 #[command(name = "xcc-controller", version, about, long_about)]
 pub struct Args {
@@ -44,6 +51,9 @@ pub struct Args {
     /// Address of /healthz and /readyz.
     #[arg(long, env = "XCC_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
     pub admin_listen: SocketAddr,
+
+    #[command(flatten)]
+    pub trust: xcc_kube::PeerTrust,
 
     /// Log filter (tracing env-filter syntax).
     #[arg(long = "log", env = "XCC_LOG", default_value = "info")]

@@ -45,6 +45,9 @@ pub enum Observation {
     NoAddress,
     /// The cluster could not be asked (no kubeconfig, API server down, forbidden, ...).
     Unreachable(String),
+    /// The trust rules refuse the cluster's kubeconfig Secret (exec, a file path, ...): it was
+    /// not asked at all.
+    KubeconfigRejected(String),
 }
 
 /// Reads a Service as the gateway of a cluster (`None`: the Service does not exist).
@@ -272,6 +275,14 @@ pub fn plan(
                 );
                 out.keep.extend(names);
             }
+            Observation::KubeconfigRejected(why) => {
+                status.state = "KubeconfigRejected".into();
+                status.message = format!(
+                    "cluster {} is not asked, its last records are kept: {why}",
+                    cluster.name
+                );
+                out.keep.extend(names);
+            }
         }
         out.clusters.push(status);
     }
@@ -489,6 +500,7 @@ mod tests {
             cluster("clusterip", &[]),
             cluster("pending", &[]),
             cluster("down", &[]),
+            cluster("refused", &[]),
         ];
         let mut clusterip = lb(&[], &[]);
         clusterip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
@@ -501,6 +513,7 @@ mod tests {
                 "missing" => observe(None),
                 "clusterip" => observe(Some(&clusterip)),
                 "pending" => observe(Some(&lb(&[], &[]))),
+                "refused" => Observation::KubeconfigRejected("exec".into()),
                 _ => Observation::Unreachable("connection refused".into()),
             },
         );
@@ -512,7 +525,8 @@ mod tests {
                 "NotLoadBalancer",
                 "Unreachable",
                 "ServiceNotFound",
-                "NoAddress"
+                "NoAddress",
+                "KubeconfigRejected"
             ]
         );
         assert!(plan.clusters[0].message.contains("ClusterIP"));
@@ -520,6 +534,9 @@ mod tests {
         // An unreachable cluster's slices are kept, the others' are withdrawn.
         assert!(!plan.should_delete("dev-team-down-gateway"));
         assert!(!plan.should_delete("dev-team-down-gateway-ipv6"));
+        // So are those of a cluster whose kubeconfig is refused.
+        assert!(!plan.should_delete("dev-team-refused-gateway"));
+        assert!(plan.clusters[4].message.contains("exec"));
         assert!(plan.should_delete("dev-team-missing-gateway"));
     }
 

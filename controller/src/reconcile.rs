@@ -18,7 +18,10 @@ use kube::{
         reflector::ObjectRef,
     },
 };
-use xcc_kube::{ConditionStatus, set_condition};
+use xcc_kube::{
+    ConditionStatus, remove_condition, set_condition,
+    trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
+};
 
 use crate::{
     desired::{
@@ -153,7 +156,11 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         .into_iter()
         .filter_map(Result::err)
         .collect();
-    update_status(&api, gateway, &plan, &problems, ctx).await?;
+    let insecure: Vec<String> = selected
+        .iter()
+        .filter_map(|cluster| ctx.workloads.insecure(&namespace, &cluster.name))
+        .collect();
+    update_status(&api, gateway, &plan, &problems, &insecure, ctx).await?;
     Ok(Action::requeue(ctx.resync))
 }
 
@@ -238,6 +245,7 @@ async fn update_status(
     gateway: &GatewayDNS,
     plan: &Plan,
     problems: &[String],
+    insecure: &[String],
     ctx: &Context,
 ) -> Result<(), Error> {
     let old = gateway.status.clone().unwrap_or_default();
@@ -297,6 +305,18 @@ async fn update_status(
         writes.2,
         gateway.metadata.generation,
     );
+    if insecure.is_empty() {
+        remove_condition(&mut status.conditions, INSECURE_PEER_CONDITION);
+    } else {
+        set_condition(
+            &mut status.conditions,
+            INSECURE_PEER_CONDITION,
+            ConditionStatus::True,
+            INSECURE_PEER_REASON,
+            insecure.join("; "),
+            gateway.metadata.generation,
+        );
+    }
     if status == old {
         return Ok(());
     }
@@ -358,6 +378,15 @@ async fn announce(
     };
     if let Some(msg) = find(new).filter(|m| !m.is_empty() && Some(m) != find(old).as_ref()) {
         events.push((EventType::Warning, "WriteFailed".to_string(), msg));
+    }
+    let insecure = |s: &GatewayDNSStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == INSECURE_PEER_CONDITION)
+            .map(|c| c.message.clone())
+    };
+    if let Some(msg) = insecure(new).filter(|m| Some(m) != insecure(old).as_ref()) {
+        events.push((EventType::Warning, INSECURE_PEER_CONDITION.to_string(), msg));
     }
     let reference = gateway.object_ref(&());
     for (type_, reason, note) in events {

@@ -119,7 +119,11 @@ async fn controller(
     let ctx = Arc::new(Context {
         client: client.clone(),
         zone: args.zone.trim_end_matches('.').to_string(),
-        workloads: Workloads::new(client.clone(), trigger_tx),
+        workloads: Workloads::new(
+            client.clone(),
+            xcc_kube::PeerClients::new(args.trust),
+            trigger_tx,
+        ),
         recorder: Recorder::new(
             client.clone(),
             Reporter {

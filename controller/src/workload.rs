@@ -24,6 +24,8 @@ use kube::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use xcc_kube::{KubeconfigError, PeerClient, PeerClients, bounded};
+
 use crate::{desired::Observation, gatewaydns::GatewayDNS};
 
 /// Key of the kubeconfig Secret, Cluster API's convention.
@@ -37,10 +39,35 @@ pub fn kubeconfig_secret_name(cluster: &str) -> String {
 }
 
 struct ClusterEntry {
-    /// uid/resourceVersion of the Secret the client was built from.
-    version: String,
-    client: Client,
+    /// The client, built by the trust gate; its identity names the Secret version.
+    peer: PeerClient,
     services: HashMap<String, ServiceWatch>,
+}
+
+/// Why a workload cluster has no client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    /// The trust rules refuse its kubeconfig (exec, a file path, ...).
+    Rejected(String),
+    /// No Secret, an unreadable or invalid one, or the management cluster did not answer.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Rejected(why) | ClientError::Unavailable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<ClientError> for Observation {
+    fn from(error: ClientError) -> Observation {
+        match error {
+            ClientError::Rejected(why) => Observation::KubeconfigRejected(why),
+            ClientError::Unavailable(why) => Observation::Unreachable(why),
+        }
+    }
 }
 
 struct ServiceWatch {
@@ -60,58 +87,87 @@ impl Drop for ServiceWatch {
 /// Clients and Service watches for every workload cluster, keyed by (namespace, cluster).
 pub struct Workloads {
     management: Client,
+    peers: PeerClients,
     clusters: Mutex<HashMap<(String, String), ClusterEntry>>,
     trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
 }
 
 impl Workloads {
-    pub fn new(management: Client, trigger: UnboundedSender<ObjectRef<GatewayDNS>>) -> Self {
+    pub fn new(
+        management: Client,
+        peers: PeerClients,
+        trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
+    ) -> Self {
         Workloads {
             management,
+            peers,
             clusters: Mutex::new(HashMap::new()),
             trigger,
         }
     }
 
-    /// The client of `cluster` in `namespace`, (re)built from its kubeconfig Secret.
-    pub async fn client(&self, namespace: &str, cluster: &str) -> Result<Client, String> {
+    /// The client of `cluster` in `namespace`, (re)built from its kubeconfig Secret by the
+    /// process's one trust gate and peer cache.
+    pub async fn client(&self, namespace: &str, cluster: &str) -> Result<Client, ClientError> {
+        self.peer(namespace, cluster).await.map(|peer| peer.client)
+    }
+
+    async fn peer(&self, namespace: &str, cluster: &str) -> Result<PeerClient, ClientError> {
         let secrets: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
         let name = kubeconfig_secret_name(cluster);
+        let unavailable = |why: String| Err(ClientError::Unavailable(why));
         let secret = match tokio::time::timeout(CALL_TIMEOUT, secrets.get_opt(&name)).await {
             Ok(Ok(Some(secret))) => secret,
             Ok(Ok(None)) => {
-                return Err(format!(
+                return unavailable(format!(
                     "kubeconfig Secret {namespace}/{name} (key {KUBECONFIG_KEY:?}) not found"
                 ));
             }
-            Ok(Err(e)) => return Err(format!("cannot read Secret {namespace}/{name}: {e}")),
-            Err(_) => return Err(format!("timed out reading Secret {namespace}/{name}")),
+            Ok(Err(e)) => {
+                return unavailable(format!(
+                    "cannot read Secret {namespace}/{name}: {}",
+                    bounded(&e)
+                ));
+            }
+            Err(_) => return unavailable(format!("timed out reading Secret {namespace}/{name}")),
         };
-        let version = format!(
-            "{}/{}",
-            secret.uid().unwrap_or_default(),
-            secret.resource_version().unwrap_or_default()
-        );
         let key = (namespace.to_string(), cluster.to_string());
-        if let Some(entry) = self.lock().get(&key)
-            && entry.version == version
+        let peer = match self.peers.client_for(&secret).await {
+            Ok(peer) => peer,
+            Err(error) => {
+                // Its watches go with the client; the records already published stay.
+                self.lock().remove(&key);
+                return Err(match error {
+                    KubeconfigError::Rejected { .. } => ClientError::Rejected(error.to_string()),
+                    _ => ClientError::Unavailable(error.to_string()),
+                });
+            }
+        };
+        let mut clusters = self.lock();
+        if clusters
+            .get(&key)
+            .is_none_or(|entry| entry.peer.identity != peer.identity)
         {
-            return Ok(entry.client.clone());
+            tracing::info!(%namespace, %cluster, "built a client for the workload cluster");
+            // A new kubeconfig: the old client and its watches go.
+            clusters.insert(
+                key,
+                ClusterEntry {
+                    peer: peer.clone(),
+                    services: HashMap::new(),
+                },
+            );
         }
-        let client = xcc_kube::client_from_secret(&secret, KUBECONFIG_KEY)
-            .await
-            .map_err(|e| e.to_string())?;
-        tracing::info!(%namespace, %cluster, "built a client for the workload cluster");
-        // A new kubeconfig: the old client and its watches go.
-        self.lock().insert(
-            key,
-            ClusterEntry {
-                version,
-                client: client.clone(),
-                services: HashMap::new(),
-            },
-        );
-        Ok(client)
+        Ok(peer)
+    }
+
+    /// Why the client of `cluster` does not verify its peer, if it does not
+    /// (`--allow-insecure-peers`).
+    pub fn insecure(&self, namespace: &str, cluster: &str) -> Option<String> {
+        self.lock()
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .and_then(|entry| entry.peer.insecure_message())
+            .map(|why| format!("cluster {cluster}: {why}"))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ClusterEntry>> {
@@ -129,7 +185,7 @@ impl Workloads {
     ) -> Observation {
         let client = match self.client(namespace, cluster).await {
             Ok(client) => client,
-            Err(why) => return Observation::Unreachable(why),
+            Err(error) => return error.into(),
         };
         let Some((svc_ns, svc_name)) = service.split_once('/') else {
             return Observation::ServiceNotFound;
@@ -166,7 +222,9 @@ impl Workloads {
         let api: Api<Service> = Api::namespaced(client, svc_ns);
         match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
             Ok(Ok(found)) => crate::desired::observe(found.as_ref()),
-            Ok(Err(e)) => Observation::Unreachable(format!("cannot read Service {service}: {e}")),
+            Ok(Err(e)) => {
+                Observation::Unreachable(format!("cannot read Service {service}: {}", bounded(&e)))
+            }
             Err(_) => Observation::Unreachable(format!("timed out reading Service {service}")),
         }
     }
@@ -184,7 +242,8 @@ impl Workloads {
         let last_error = Arc::new(Mutex::new(None));
         let subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>> = Arc::default();
         let config = watcher::Config::default().fields(&format!("metadata.name={svc_name}"));
-        let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+        let stream = reflector::reflector(writer, watcher(api, config))
+            .backoff(xcc_kube::Backoff::default());
         let (task_healthy, task_error, task_subscribers, trigger) = (
             healthy.clone(),
             last_error.clone(),
@@ -206,7 +265,7 @@ impl Workloads {
                     Err(e) => {
                         let first = task_healthy.swap(false, Ordering::AcqRel);
                         *task_error.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(format!("watch of {what} failed: {e}"));
+                            Some(format!("watch of {what} failed: {}", bounded(&e)));
                         if first {
                             tracing::warn!(error = %e, "watch of {what} failed; retrying");
                         }

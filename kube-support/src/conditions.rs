@@ -55,9 +55,44 @@ pub fn set_condition(
     });
 }
 
+/// Longest text from another server that goes into a condition message or an Event note.
+pub const REMOTE_TEXT_LIMIT: usize = 256;
+
+/// `text` (an error from another server, say), cut to [`REMOTE_TEXT_LIMIT`] characters and with
+/// control characters replaced, so that whatever a remote server answers cannot swell a status or
+/// an Event, nor forge lines in a log.
+pub fn bounded(text: &impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    let mut out: String = text
+        .chars()
+        .take(REMOTE_TEXT_LIMIT)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(REMOTE_TEXT_LIMIT).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Removes condition `type_` (one that only holds while something is true, such as
+/// `InsecurePeer`).
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_text_is_bounded_and_flattened() {
+        assert_eq!(bounded(&"401 Unauthorized"), "401 Unauthorized");
+        let long = "é".repeat(10_000) + "\nforged log line";
+        let out = bounded(&long);
+        assert_eq!(out.chars().count(), REMOTE_TEXT_LIMIT + 1);
+        assert!(out.ends_with('…'));
+        assert_eq!(bounded(&"a\nb\tc"), "a b c");
+    }
 
     #[test]
     fn transition_time_moves_only_when_the_status_changes() {

@@ -1,8 +1,8 @@
-//! Clients for other clusters, from kubeconfigs kept in Secrets.
+//! Errors of kubeconfigs, and the client of a binary's own cluster (from its own, trusted,
+//! kubeconfig file or the pod's ServiceAccount).
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Client, Config, ResourceExt,
+    Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
 
@@ -17,6 +17,15 @@ pub enum KubeconfigError {
         origin: String,
         #[source]
         source: serde_yaml::Error,
+    },
+    #[error("kubeconfig in {origin} cannot be used: {why}")]
+    Invalid { origin: String, why: String },
+    /// A field the trust rules refuse (see [`crate::trust`]).
+    #[error("kubeconfig in {origin} is refused: {field} {why}")]
+    Rejected {
+        origin: String,
+        field: String,
+        why: String,
     },
     #[error("kubeconfig in {origin} cannot be used: {source}")]
     Config {
@@ -50,7 +59,10 @@ impl KubeconfigError {
     pub fn reason(&self) -> &'static str {
         match self {
             KubeconfigError::MissingKey { .. } => "KubeconfigMissing",
-            KubeconfigError::Parse { .. } | KubeconfigError::Config { .. } => "KubeconfigInvalid",
+            KubeconfigError::Parse { .. }
+            | KubeconfigError::Invalid { .. }
+            | KubeconfigError::Config { .. } => "KubeconfigInvalid",
+            KubeconfigError::Rejected { .. } => "KubeconfigRejected",
             KubeconfigError::Read { .. } => "KubeconfigUnreadable",
             KubeconfigError::NoConfig { .. } => "NoKubeconfig",
             KubeconfigError::Client { .. } => "ClientFailed",
@@ -85,119 +97,4 @@ pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client
         }
     };
     Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })
-}
-
-/// A client from kubeconfig text; `origin` names where it came from, for error messages.
-pub async fn client_from_kubeconfig(text: &[u8], origin: &str) -> Result<Client, KubeconfigError> {
-    let kubeconfig: Kubeconfig =
-        serde_yaml::from_slice(text).map_err(|source| KubeconfigError::Parse {
-            origin: origin.to_string(),
-            source,
-        })?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|source| KubeconfigError::Config {
-            origin: origin.to_string(),
-            source,
-        })?;
-    Client::try_from(config).map_err(|source| KubeconfigError::Client {
-        origin: origin.to_string(),
-        source,
-    })
-}
-
-/// A client from the kubeconfig under `key` of `secret`.
-pub async fn client_from_secret(secret: &Secret, key: &str) -> Result<Client, KubeconfigError> {
-    let origin = format!(
-        "Secret {}/{} key {key:?}",
-        secret.namespace().unwrap_or_default(),
-        secret.name_any()
-    );
-    let data = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.as_slice())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|s| s.as_bytes())
-        })
-        .ok_or_else(|| KubeconfigError::MissingKey {
-            secret: format!(
-                "{}/{}",
-                secret.namespace().unwrap_or_default(),
-                secret.name_any()
-            ),
-            key: key.to_string(),
-        })?;
-    client_from_kubeconfig(data, &origin).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::ByteString;
-    use kube::api::ObjectMeta;
-
-    fn secret(key: &str, value: &str) -> Secret {
-        Secret {
-            metadata: ObjectMeta {
-                name: Some("cluster-a-kubeconfig".into()),
-                namespace: Some("dev-team".into()),
-                ..Default::default()
-            },
-            data: Some([(key.to_string(), ByteString(value.as_bytes().to_vec()))].into()),
-            ..Default::default()
-        }
-    }
-
-    const KUBECONFIG: &str = "apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: 'https://127.0.0.1:6443', insecure-skip-tls-verify: true}
-users:
-- name: u
-  user: {token: abc}
-contexts:
-- name: x
-  context: {cluster: c, user: u}
-current-context: x
-";
-
-    #[tokio::test]
-    async fn a_good_secret_gives_a_client() {
-        client_from_secret(&secret("value", KUBECONFIG), "value")
-            .await
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn errors_name_the_secret_and_the_problem() {
-        let err = client_from_secret(&secret("other", KUBECONFIG), "value")
-            .await
-            .err()
-            .expect("an error");
-        assert_eq!(err.reason(), "KubeconfigMissing");
-        assert!(
-            err.to_string().contains("dev-team/cluster-a-kubeconfig"),
-            "{err}"
-        );
-
-        let err = client_from_secret(&secret("value", "{not: [yaml"), "value")
-            .await
-            .err()
-            .expect("an error");
-        assert_eq!(err.reason(), "KubeconfigInvalid");
-        assert!(err.to_string().contains("cluster-a-kubeconfig"), "{err}");
-
-        let err = client_from_secret(&secret("value", "apiVersion: v1\nkind: Config\n"), "value")
-            .await
-            .err()
-            .expect("an error");
-        assert!(err.to_string().contains("cannot be used"), "{err}");
-    }
 }

@@ -1,12 +1,20 @@
-//! Kubernetes plumbing that more than one xcc binary needs: a client built from the kubeconfig in
-//! a Secret (Cluster API's `<cluster>-kubeconfig`, cluster-registry's peer Secrets), and status
+//! Kubernetes plumbing that more than one xcc binary needs: the one gate through which a
+//! kubeconfig in a Secret (Cluster API's `<cluster>-kubeconfig`, cluster-registry's peer Secrets,
+//! a SecretImport's service cluster) becomes a client ([`trust`]), the cache of those peer
+//! clients ([`PeerClients`]), and status
 //! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
 //! while the status does not change).
 
+mod backoff;
 mod conditions;
 mod kubeconfig;
+mod peers;
+pub mod trust;
 
-pub use conditions::{ConditionStatus, set_condition};
-pub use kubeconfig::{
-    KubeconfigError, client_from_kubeconfig, client_from_secret, own_cluster_client,
+pub use backoff::Backoff;
+pub use conditions::{
+    ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,
 };
+pub use kubeconfig::{KubeconfigError, own_cluster_client};
+pub use peers::PeerClients;
+pub use trust::{PeerClient, PeerTls, PeerTrust};

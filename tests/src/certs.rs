@@ -5,32 +5,55 @@ use std::path::Path;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 /// Writes, into `dir`: `sa.key` and `sa.pub` (service-account signing key, ECDSA P-256),
-/// `front-proxy-ca.crt`, and `front-proxy-client.{crt,key}` signed by it (aggregation layer).
+/// `front-proxy-ca.crt`, and `front-proxy-client.{crt,key}` signed by it (aggregation layer),
+/// `serving-ca.crt` and the API server's `serving.{crt,key}` for 127.0.0.1 and localhost signed by
+/// it, so that every kubeconfig of the test bed verifies the server (xcc refuses
+/// `insecure-skip-tls-verify` in kubeconfigs from Secrets).
 pub fn write(dir: &Path) -> anyhow::Result<()> {
+    let serving_ca = ca("xcc-testbed-serving-ca")?;
+    std::fs::write(dir.join("serving-ca.crt"), serving_ca.pem)?;
+    let serving = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+    let serving_key = KeyPair::generate()?;
+    let serving_cert = serving.signed_by(&serving_key, &serving_ca.issuer)?;
+    std::fs::write(dir.join("serving.crt"), serving_cert.pem())?;
+    std::fs::write(dir.join("serving.key"), serving_key.serialize_pem())?;
+
     let sa = KeyPair::generate()?;
     std::fs::write(dir.join("sa.key"), sa.serialize_pem())?;
     std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
 
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "xcc-testbed-front-proxy-ca");
-    let ca_key = KeyPair::generate()?;
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    std::fs::write(dir.join("front-proxy-ca.crt"), ca_cert.pem())?;
+    let front_proxy_ca = ca("xcc-testbed-front-proxy-ca")?;
+    std::fs::write(dir.join("front-proxy-ca.crt"), &front_proxy_ca.pem)?;
 
     let mut client = CertificateParams::new(Vec::<String>::new())?;
     client
         .distinguished_name
         .push(DnType::CommonName, "front-proxy-client");
     let client_key = KeyPair::generate()?;
-    let issuer = Issuer::new(ca_params, ca_key);
-    let client_cert = client.signed_by(&client_key, &issuer)?;
+    let client_cert = client.signed_by(&client_key, &front_proxy_ca.issuer)?;
     std::fs::write(dir.join("front-proxy-client.crt"), client_cert.pem())?;
     std::fs::write(
         dir.join("front-proxy-client.key"),
         client_key.serialize_pem(),
     )?;
     Ok(())
+}
+
+/// A self-signed CA: its certificate and what signs with it.
+pub struct Ca {
+    pub pem: String,
+    pub issuer: Issuer<'static, KeyPair>,
+}
+
+/// A new self-signed CA named `name`.
+pub fn ca(name: &str) -> anyhow::Result<Ca> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok(Ca {
+        pem: cert.pem(),
+        issuer: Issuer::new(params, key),
+    })
 }

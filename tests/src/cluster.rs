@@ -60,7 +60,10 @@ pub struct Testbed {
     dir: Option<tempfile::TempDir>,
 }
 
-fn kubeconfig_yaml(name: &str, url: &str, token: &str) -> String {
+/// A kubeconfig for `url` that verifies the server with CA `ca_pem` and presents `token`.
+pub fn kubeconfig_yaml(name: &str, url: &str, ca_pem: &str, token: &str) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1
 kind: Config
@@ -68,7 +71,7 @@ clusters:
 - name: {name}
   cluster:
     server: {url}
-    insecure-skip-tls-verify: true
+    certificate-authority-data: {ca}
 users:
 - name: {name}
   user:
@@ -255,7 +258,8 @@ impl Cluster {
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
         let kubeconfig = dir.join("admin.kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(name, &url, &token))?;
+        let ca = std::fs::read_to_string(dir.join("serving-ca.crt"))?;
+        std::fs::write(&kubeconfig, kubeconfig_yaml(name, &url, &ca, &token))?;
         let p = |f: &str| dir.join(f).display().to_string();
         let egress = EgressProxy::start(&dir.join("egress.sock"))?;
         std::fs::write(
@@ -269,6 +273,8 @@ impl Cluster {
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             format!("--cert-dir={}", p("certs")),
+            format!("--tls-cert-file={}", p("serving.crt")),
+            format!("--tls-private-key-file={}", p("serving.key")),
             format!("--token-auth-file={}", p("tokens.csv")),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer=https://{name}.testbed.invalid"),
@@ -495,13 +501,18 @@ impl Cluster {
             .status
             .context("TokenRequest without status")?
             .token;
-        let yaml = kubeconfig_yaml(&self.name, &self.url, &token);
+        let yaml = kubeconfig_yaml(&self.name, &self.url, &self.serving_ca()?, &token);
         let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
         std::fs::write(&path, &yaml)?;
         Ok(Kubeconfig {
             path,
             client: client_for(&yaml).await?,
         })
+    }
+
+    /// The CA (PEM) that signed this API server's serving certificate.
+    pub fn serving_ca(&self) -> anyhow::Result<String> {
+        Ok(std::fs::read_to_string(self.dir.join("serving-ca.crt"))?)
     }
 
     /// The kubeconfig text of `kubeconfig` (for Secrets that carry it to another cluster).

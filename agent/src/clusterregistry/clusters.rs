@@ -11,8 +11,9 @@ use std::{
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
     core::PartialObjectMeta,
     runtime::{
@@ -23,16 +24,17 @@ use kube::{
     },
 };
 use serde_json::json;
-use xcc_kube::{ConditionStatus, set_condition};
+use xcc_kube::{
+    ConditionStatus, KubeconfigError, remove_condition, set_condition,
+    trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
+};
 
 use super::{
     CLUSTER_DISABLED_ANNOTATION, DEFAULT_SECRET_NAMESPACE, PeerState, PeerTable, SECRET_TYPE,
     api::{Cluster, ClusterStatus},
 };
-use crate::{
-    peers::{PeerClient, PeerClients, WatchBackoff},
-    sink::FIELD_MANAGER,
-};
+use crate::sink::FIELD_MANAGER;
+use xcc_kube::{PeerClient, PeerClients};
 
 /// Liveness checks of one peer are at least this far apart.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -61,6 +63,7 @@ pub struct Context {
     pub client: Client,
     pub local_id: String,
     pub peers: PeerClients,
+    pub recorder: Recorder,
     pub table: tokio::sync::watch::Sender<PeerTable>,
     pub clusters: Store<Cluster>,
     pub checks: Mutex<HashMap<String, Check>>,
@@ -79,20 +82,36 @@ pub fn check_delay(failures: u32) -> Duration {
 /// What the reconciler found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
+    /// `status.state`, in cluster-registry's words.
     pub state: &'static str,
+    /// Reason of the Ready condition: the state, or a finer cause (`KubeconfigRejected`).
+    pub reason: &'static str,
     pub local: bool,
     pub message: String,
+    /// Why the peer's identity is not verified (`--allow-insecure-peers`), if it is not.
+    pub insecure: Option<String>,
 }
 
 impl Found {
     fn peer(state: &'static str, message: impl Into<String>) -> Found {
         Found {
             state,
+            reason: state,
             local: false,
             message: message.into(),
+            insecure: None,
         }
     }
+
+    fn through(mut self, peer: &PeerClient) -> Found {
+        self.insecure = peer.insecure_message();
+        self
+    }
 }
+
+/// Reason of the Ready condition (and of a Warning Event) when the trust rules refuse a peer's
+/// kubeconfig.
+pub const KUBECONFIG_REJECTED: &str = "KubeconfigRejected";
 
 async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String, String> {
     let now = Instant::now();
@@ -108,7 +127,7 @@ async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String
     let namespaces: Api<Namespace> = Api::all(peer.client.clone());
     let result = match tokio::time::timeout(CHECK_TIMEOUT, namespaces.get("kube-system")).await {
         Ok(Ok(ns)) => Ok(ns.uid().unwrap_or_default()),
-        Ok(Err(error)) => Err(error.to_string()),
+        Ok(Err(error)) => Err(xcc_kube::bounded(&error)),
         Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
     };
     let mut checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,6 +195,15 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
     };
     let peer = match ctx.peers.client_for(&secret).await {
         Ok(peer) => peer,
+        Err(error @ KubeconfigError::Rejected { .. }) => {
+            // Nothing was run, read or sent; the copies from this peer stay as they are.
+            let mut found = Found::peer(
+                "InvalidAuthInfo",
+                format!("{error}; nothing is read from cluster {name} until the Secret is fixed"),
+            );
+            found.reason = KUBECONFIG_REJECTED;
+            return (found, None);
+        }
         Err(error) => {
             let message = format!(
                 "Secret {namespace}/{}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig",
@@ -192,7 +220,8 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
                     "reachable with the kubeconfig of Secret {namespace}/{}",
                     secret_ref.name
                 ),
-            ),
+            )
+            .through(&peer),
             Some(peer),
         ),
         Ok(uid) => {
@@ -207,7 +236,7 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
                 "cannot reach the API server with the kubeconfig of Secret {namespace}/{}: {error}; retrying with backoff",
                 secret_ref.name
             );
-            (Found::peer("Failed", message), Some(peer))
+            (Found::peer("Failed", message).through(&peer), Some(peer))
         }
     }
 }
@@ -267,10 +296,21 @@ pub fn next_status(
         conditions,
         "Ready",
         truth(found.state == "Ready"),
-        found.state,
+        found.reason,
         found.message.clone(),
         generation,
     );
+    match &found.insecure {
+        Some(why) => set_condition(
+            conditions,
+            INSECURE_PEER_CONDITION,
+            ConditionStatus::True,
+            INSECURE_PEER_REASON,
+            why.clone(),
+            generation,
+        ),
+        None => remove_condition(conditions, INSECURE_PEER_CONDITION),
+    }
     set_condition(
         conditions,
         "ClustersSynced",
@@ -309,8 +349,10 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             .all(|c| table.get(&c.name_any()).is_some_and(|p| p.live));
         let found = Found {
             state: "Ready",
+            reason: "Ready",
             local: true,
             message: "this cluster (spec.clusterID is the UID of namespace kube-system)".into(),
+            insecure: None,
         };
         (found, synced, conflict)
     } else {
@@ -347,6 +389,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         if old.and_then(|s| s.state.as_deref()) != Some(found.state) {
             tracing::info!(cluster = %name, state = found.state, message = %found.message, "Cluster state");
         }
+        warn_of_trust(&ctx, &cluster, old, &status).await;
         let patch = json!({
             "apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
             "kind": "Cluster",
@@ -381,6 +424,45 @@ pub fn error_policy(_: Arc<Cluster>, _: &Error, _: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
+/// A Warning Event when the Cluster's kubeconfig is newly refused, or newly accepted without
+/// TLS verification.
+async fn warn_of_trust(
+    ctx: &Context,
+    cluster: &Cluster,
+    old: Option<&ClusterStatus>,
+    new: &ClusterStatus,
+) {
+    let condition = |status: Option<&ClusterStatus>, type_: &str| {
+        status
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let mut events = Vec::new();
+    if let Some((reason, message)) = condition(Some(new), "Ready")
+        && reason == KUBECONFIG_REJECTED
+        && condition(old, "Ready").map(|c| c.0) != Some(reason)
+    {
+        events.push((KUBECONFIG_REJECTED, message));
+    }
+    if let Some((_, message)) = condition(Some(new), INSECURE_PEER_CONDITION)
+        && condition(old, INSECURE_PEER_CONDITION).is_none()
+    {
+        events.push((INSECURE_PEER_CONDITION, message));
+    }
+    for (reason, note) in events {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Connect".into(),
+            secondary: None,
+        };
+        if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+            tracing::debug!(cluster = %cluster.name_any(), %error, "could not publish an Event");
+        }
+    }
+}
+
 /// Wakes the Clusters whose `secretRef` names a Secret that changed.
 pub fn secret_triggers(
     client: Client,
@@ -388,7 +470,7 @@ pub fn secret_triggers(
 ) -> impl Stream<Item = ObjectRef<Cluster>> + Send {
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
     watcher(api, watcher::Config::default())
-        .backoff(WatchBackoff::default())
+        .backoff(xcc_kube::Backoff::default())
         .touched_objects()
         .filter_map(|secret| std::future::ready(secret.ok()))
         .flat_map(move |secret| {
@@ -445,10 +527,50 @@ mod tests {
         assert_eq!(condition("ClustersSynced").as_deref(), Some("False"));
         assert_eq!(condition("LocalCluster").as_deref(), Some("False"));
         assert_eq!(condition("LocalConflict"), None);
+        assert_eq!(condition(INSECURE_PEER_CONDITION), None);
         // Nothing new: the same status, so no write.
         assert_eq!(
             next_status(Some(&status), Some(2), &found, false, false),
             status
+        );
+    }
+
+    #[test]
+    fn a_refused_kubeconfig_and_an_insecure_peer_show_in_conditions() {
+        let mut found = Found::peer("InvalidAuthInfo", "kubeconfig ... is refused: exec");
+        found.reason = KUBECONFIG_REJECTED;
+        let status = next_status(None, Some(1), &found, false, false);
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", KUBECONFIG_REJECTED)
+        );
+        assert_eq!(status.state.as_deref(), Some("InvalidAuthInfo"));
+
+        let mut found = Found::peer("Ready", "reachable");
+        found.insecure = Some("not verified".into());
+        let insecure = next_status(Some(&status), Some(1), &found, false, true);
+        let condition = insecure
+            .conditions
+            .iter()
+            .find(|c| c.type_ == INSECURE_PEER_CONDITION)
+            .unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", INSECURE_PEER_REASON)
+        );
+        // Verified again: the condition goes.
+        found.insecure = None;
+        let verified = next_status(Some(&insecure), Some(1), &found, false, true);
+        assert!(
+            verified
+                .conditions
+                .iter()
+                .all(|c| c.type_ != INSECURE_PEER_CONDITION)
         );
     }
 }

@@ -40,10 +40,7 @@ use super::{
     decide::{Action, Key, LocalView, PeerView, decide},
     rules::RuleSet,
 };
-use crate::{
-    peers::WatchBackoff,
-    sink::{FIELD_MANAGER, up_to_date},
-};
+use crate::sink::{FIELD_MANAGER, up_to_date};
 
 /// How long a failed write waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
@@ -225,7 +222,7 @@ impl Engine {
                 Api::<ResourceSyncRule>::all(self.client.clone()),
                 watcher::Config::default(),
             )
-            .backoff(WatchBackoff::default()),
+            .backoff(xcc_kube::Backoff::default()),
         );
         let mut rule_events = std::pin::pin!(rule_events);
         let mut resync = tokio::time::interval(RESYNC);
@@ -494,7 +491,10 @@ impl Engine {
         }
     }
 
-    /// Peers with a client, whose Cluster exists and is not disabled: (name, client, identity).
+    /// Live peers (the Cluster reconciler's last check passed), whose Cluster exists and is not
+    /// disabled: (name, client, identity). A peer that is not live is neither checked nor
+    /// listed: a peer answering errors gets only the Cluster reconciler's backed-off checks,
+    /// and its copies are kept (nothing is decided about a peer without a source).
     fn peers(&self) -> Vec<(String, Client, String)> {
         let table = self.table.borrow();
         self.clusters
@@ -504,7 +504,8 @@ impl Engine {
             .filter(|c| !super::disabled(c))
             .filter_map(|c| {
                 let name = c.name_any();
-                let peer = table.get(&name)?.client.clone()?;
+                let state = table.get(&name).filter(|state| state.live)?;
+                let peer = state.client.clone()?;
                 Some((name, peer.client, peer.identity))
             })
             .collect()
@@ -544,7 +545,7 @@ impl Engine {
         let api = Api::<DynamicObject>::all_with(client, &kind.resource);
         let events = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()),
+            watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::default()),
         );
         let wake = self.wake_tx.clone();
         let done = listed.clone();

@@ -34,8 +34,8 @@ use kube::{
     },
 };
 
-use crate::peers::{PeerClient, PeerClients, WatchBackoff};
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
+use xcc_kube::{PeerClient, PeerClients};
 
 /// Annotation and label on every copy: the ID of the cluster the object originates from. Kept
 /// when the source already has it, so the origin survives intermediaries.
@@ -91,7 +91,7 @@ async fn local_cluster_id(
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut backoff = WatchBackoff::default();
+    let mut backoff = xcc_kube::Backoff::default();
     loop {
         match namespaces.get("kube-system").await {
             Ok(ns) => return ns.uid(),
@@ -112,6 +112,7 @@ pub async fn run(
     client: Client,
     instance: Option<String>,
     group_sync: bool,
+    peers: PeerClients,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
@@ -143,7 +144,8 @@ pub async fn run(
     let ctx = Arc::new(clusters::Context {
         client: client.clone(),
         local_id: local_id.clone(),
-        peers: PeerClients::default(),
+        peers,
+        recorder: recorder.clone(),
         table: table_tx,
         clusters: clusters_store.clone(),
         checks: Default::default(),
@@ -155,7 +157,7 @@ pub async fn run(
         }
     };
     let clusters = controller
-        .trigger_backoff(WatchBackoff::default())
+        .trigger_backoff(xcc_kube::Backoff::default())
         .reconcile_on(secrets)
         .graceful_shutdown_on(stopped)
         .run(clusters::reconcile, clusters::error_policy, ctx)

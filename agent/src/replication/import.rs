@@ -30,10 +30,10 @@ use kube::{
 
 use super::{Error, FINALIZER, Verdict, api::SecretImport, finalized, reason, write_status};
 use crate::{
-    peers::{PeerClient, PeerClients, WatchBackoff},
     sink::{self, LocalWriter, ORIGIN_ANNOTATION, Written},
     wakers::Wakers,
 };
+use xcc_kube::{PeerClient, PeerClients};
 
 pub struct Context {
     pub client: Client,
@@ -49,12 +49,16 @@ pub struct Context {
     pub written: Mutex<HashMap<String, (String, String)>>,
     /// Set once `local` holds the first full list.
     pub local_listed: Arc<std::sync::atomic::AtomicBool>,
-    /// Per import (by uid): the generation, reason and message its status was last given.
+    /// Per import (by uid): what its status was last given.
     pub said: Mutex<HashMap<String, Said>>,
 }
 
-/// What an import's status was last set to: generation, reason, message.
-pub type Said = (Option<i64>, &'static str, String);
+/// What an import's status was last set to.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Said {
+    generation: Option<i64>,
+    verdict: Verdict,
+}
 
 impl Context {
     fn local_meta(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
@@ -121,14 +125,18 @@ pub enum Remote {
     Unreachable(String),
 }
 
+/// Longest wait for the service cluster's answer, so that a peer that accepts connections and
+/// never answers holds up neither this import nor the others.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub fn classify(result: Result<Option<Secret>, kube::Error>) -> Remote {
     match result {
         Ok(Some(secret)) => Remote::Found(Box::new(secret)),
         Ok(None) => Remote::NotFound,
         Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
-            Remote::Forbidden(status.message.clone())
+            Remote::Forbidden(xcc_kube::bounded(&status.message))
         }
-        Err(error) => Remote::Unreachable(error.to_string()),
+        Err(error) => Remote::Unreachable(xcc_kube::bounded(&error)),
     }
 }
 
@@ -175,11 +183,10 @@ async fn apply(
     // The object a wake hands over can predate this reconciler's own last status write (a wake
     // by the copy it just wrote races the status event): what was last written is remembered,
     // so it is neither written nor announced twice.
-    let said = (
-        import.metadata.generation,
-        verdict.reason,
-        verdict.message.clone(),
-    );
+    let said = Said {
+        generation: import.metadata.generation,
+        verdict: verdict.clone(),
+    };
     let key = import.uid().unwrap_or_default();
     let reason_changed = if ctx.said().get(&key) == Some(&said) {
         false
@@ -194,10 +201,10 @@ async fn apply(
         } else {
             tracing::info!(%namespace, import = %name, reason = verdict.reason, message = %verdict.message, "SecretImport not ready");
         }
-        if verdict.reason == reason::CONFLICT {
+        if verdict.reason == reason::CONFLICT || verdict.reason == reason::KUBECONFIG_REJECTED {
             let event = KubeEvent {
                 type_: EventType::Warning,
-                reason: reason::CONFLICT.into(),
+                reason: verdict.reason.into(),
                 note: Some(verdict.message.clone()),
                 action: "Replicate".into(),
                 secondary: None,
@@ -249,18 +256,32 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
     let peer = match peer {
         Ok(peer) => peer,
         Err(error) => {
+            // Whatever the cause (a refused kubeconfig among them), the copy is left alone.
             ctx.remote.stop(&key);
             return Verdict::not_ready(error.reason(), error.to_string());
         }
     };
     watch_remote(ctx, key, &peer, &namespace, source);
+    copy_from(import, ctx, &peer, local).await.through(&peer)
+}
 
+/// Brings the local copy of the import's Secret in line with the service cluster's, read
+/// through `peer`.
+async fn copy_from(
+    import: &SecretImport,
+    ctx: &Context,
+    peer: &PeerClient,
+    local: Api<Secret>,
+) -> Verdict {
+    let namespace = import.namespace().unwrap_or_default();
+    let kubeconfig_name = &import.spec.remote_kubeconfig.name;
+    let source = &import.spec.secret.name;
     let origin = sink::origin(kubeconfig_name, &namespace, source);
-    let remote = classify(
-        Api::<Secret>::namespaced(peer.client.clone(), &namespace)
-            .get_opt(source)
-            .await,
-    );
+    let read = Api::<Secret>::namespaced(peer.client.clone(), &namespace);
+    let remote = match tokio::time::timeout(REMOTE_TIMEOUT, read.get_opt(source)).await {
+        Ok(result) => classify(result),
+        Err(_) => Remote::Unreachable(format!("no answer within {REMOTE_TIMEOUT:?}")),
+    };
     if let Remote::Found(remote) = &remote
         && ctx.current(
             &origin,
@@ -488,7 +509,7 @@ fn watch_remote(
 ) {
     let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = watcher(api, config).backoff(WatchBackoff::default());
+    let events = watcher(api, config).backoff(xcc_kube::Backoff::default());
     ctx.remote.ensure(
         import,
         format!("{} {namespace}/{name}", peer.identity),
@@ -605,7 +626,7 @@ mod tests {
         import.metadata.namespace = Some("project-1".into());
         // Port 1 on the loopback: nothing listens, connections are refused at once.
         let kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster: \
-            {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\nusers:\n- name: u\n  \
+            {server: 'https://127.0.0.1:1'}\nusers:\n- name: u\n  \
             user: {token: t}\ncontexts:\n- name: c\n  context: {cluster: s, user: u}\n\
             current-context: c\n";
         let mut kubeconfig_secret = remote();
@@ -633,7 +654,10 @@ mod tests {
             }
             seen
         };
+        // Bounded, so that a reconciler that stops asking fails the test instead of hanging it.
+        let server = tokio::time::timeout(Duration::from_secs(30), server);
         let (verdict, seen) = tokio::join!(replicate(&import, &ctx), server);
+        let seen = seen.expect("the reconciler made both requests");
         assert_eq!(verdict.reason, reason::REMOTE_UNREACHABLE, "{verdict:?}");
         assert!(verdict.message.contains("the local copy is kept"));
         assert_eq!(

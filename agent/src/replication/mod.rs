@@ -40,13 +40,14 @@ use kube::{
 };
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
-use xcc_kube::{ConditionStatus, set_condition};
-
-use crate::{
-    peers::{PeerClients, WatchBackoff},
-    sink::FIELD_MANAGER,
+use xcc_kube::{
+    ConditionStatus, remove_condition, set_condition,
+    trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
 };
+
+use crate::sink::FIELD_MANAGER;
 use api::{ReplicationStatus, SecretExport, SecretImport};
+use xcc_kube::PeerClients;
 
 /// Finalizer on SecretExports and SecretImports: the agent removes what it made (the Role and
 /// RoleBinding of an export, the local copy of an import) before the object goes.
@@ -61,6 +62,8 @@ pub mod reason {
     pub const REMOTE_UNREACHABLE: &str = "RemoteUnreachable";
     pub const CONFLICT: &str = "Conflict";
     pub const KUBECONFIG_MISSING: &str = "KubeconfigMissing";
+    /// The trust rules refuse the kubeconfig (exec, a file path, ...): nothing is read.
+    pub const KUBECONFIG_REJECTED: &str = "KubeconfigRejected";
     pub const WRITE_FAILED: &str = "WriteFailed";
 }
 
@@ -110,6 +113,9 @@ pub struct Verdict {
     pub ready: bool,
     pub reason: &'static str,
     pub message: String,
+    /// Why the peer this object reads from is not verified (`--allow-insecure-peers`), if so:
+    /// the `InsecurePeer` condition.
+    pub insecure: Option<String>,
 }
 
 impl Verdict {
@@ -118,6 +124,7 @@ impl Verdict {
             ready: true,
             reason,
             message: message.into(),
+            insecure: None,
         }
     }
 
@@ -126,7 +133,14 @@ impl Verdict {
             ready: false,
             reason,
             message: message.into(),
+            insecure: None,
         }
+    }
+
+    /// This verdict, reached through `peer`.
+    pub fn through(mut self, peer: &xcc_kube::PeerClient) -> Verdict {
+        self.insecure = peer.insecure_message();
+        self
     }
 
     /// When to look again without being woken: soon when something is wrong, rarely otherwise
@@ -161,6 +175,17 @@ pub fn next_status(
         verdict.message.clone(),
         generation,
     );
+    match &verdict.insecure {
+        Some(why) => set_condition(
+            &mut status.conditions,
+            INSECURE_PEER_CONDITION,
+            ConditionStatus::True,
+            INSECURE_PEER_REASON,
+            why.clone(),
+            generation,
+        ),
+        None => remove_condition(&mut status.conditions, INSECURE_PEER_CONDITION),
+    }
     status
 }
 
@@ -205,6 +230,7 @@ where
 pub async fn run(
     client: Client,
     instance: Option<String>,
+    peers: PeerClients,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -226,7 +252,6 @@ pub async fn run(
             "the replication CRDs are not installed (manifests/crds); secret replication waits for them"
         );
     }
-    let peers = PeerClients::default();
     let (import_tx, import_rx) = tokio::sync::mpsc::unbounded_channel();
     let (export_tx, export_rx) = tokio::sync::mpsc::unbounded_channel();
 
@@ -271,14 +296,14 @@ pub async fn run(
     });
     let imports = imports
         .with_config(controller_config())
-        .trigger_backoff(WatchBackoff::default())
+        .trigger_backoff(xcc_kube::Backoff::default())
         .reconcile_on(channel_stream(import_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(import::reconcile, import::error_policy, import_ctx)
         .for_each(|result| async move { log_result("SecretImport", result) });
     let exports = exports
         .with_config(controller_config())
-        .trigger_backoff(WatchBackoff::default())
+        .trigger_backoff(xcc_kube::Backoff::default())
         .reconcile_on(channel_stream(export_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(export::reconcile, export::error_policy, export_ctx)
@@ -347,7 +372,7 @@ async fn local_secret_triggers(
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
     let mut events = reflector::reflector(
         store,
-        watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()),
+        watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::default()),
     )
     .boxed();
     let wake = |secret: &PartialObjectMeta<Secret>| {

@@ -37,7 +37,7 @@ use super::{
     },
     finalized, write_status,
 };
-use crate::{peers::WatchBackoff, sink::FIELD_MANAGER, wakers::Wakers};
+use crate::{sink::FIELD_MANAGER, wakers::Wakers};
 
 const LABEL_PREFIX: &str = "replication.apiresources.multicluster.x-tanzu.vmware.com/";
 /// On generated objects: the uid of the binding that generated them.
@@ -444,7 +444,8 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
             api_resource.api_version, api_resource.plural
         ),
         format!("{} in {namespace}", api_resource.plural),
-        watcher(instances_api.clone(), watcher::Config::default()).backoff(WatchBackoff::default()),
+        watcher(instances_api.clone(), watcher::Config::default())
+            .backoff(xcc_kube::Backoff::default()),
     );
     let instances = match instances_api.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -587,7 +588,7 @@ pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receive
                     .collect::<Vec<_>>()
             },
         )
-        .trigger_backoff(WatchBackoff::default())
+        .trigger_backoff(xcc_kube::Backoff::default())
         .reconcile_on(super::channel_stream(rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(
@@ -603,7 +604,7 @@ pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receive
         Api::<D::Monitor>::all(client.clone()),
         watcher::Config::default(),
     )
-    .trigger_backoff(WatchBackoff::default())
+    .trigger_backoff(xcc_kube::Backoff::default())
     .graceful_shutdown_on(stopped(stop))
     .run(
         reconcile_monitor::<D>,
