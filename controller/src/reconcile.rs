@@ -262,7 +262,12 @@ async fn update_status(
         .filter(|c| c.state == "Published")
         .count();
     status.summary = Some(format!("{published}/{selected} published"));
-    let failing = plan.clusters.iter().find(|c| c.state != "Published");
+    // A refused kubeconfig is named first: it needs a person, the other states may pass.
+    let failing = plan
+        .clusters
+        .iter()
+        .find(|c| c.state == "KubeconfigRejected")
+        .or_else(|| plan.clusters.iter().find(|c| c.state != "Published"));
     let (ready, reason, message) = if selected == 0 {
         (
             ConditionStatus::False,

@@ -242,8 +242,8 @@ impl Workloads {
         let last_error = Arc::new(Mutex::new(None));
         let subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>> = Arc::default();
         let config = watcher::Config::default().fields(&format!("metadata.name={svc_name}"));
-        let stream = reflector::reflector(writer, watcher(api, config))
-            .backoff(xcc_kube::Backoff::default());
+        let stream =
+            reflector::reflector(writer, watcher(api, config)).backoff(xcc_kube::Backoff::peer());
         let (task_healthy, task_error, task_subscribers, trigger) = (
             healthy.clone(),
             last_error.clone(),

@@ -7,34 +7,46 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
-/// Exponential backoff with jitter: 250 ms doubling to 15 s, each delay stretched by a random
-/// 0–100 % (so 15–30 s once at the top), back to the start after a success (kube-runtime calls
-/// `reset` when a watch delivers an event). Fast at first, because most failures are a peer
-/// restarting; then slow, because a peer that still fails after a minute is misconfigured or
-/// down, and every request to it may carry a credential.
+/// Exponential backoff with jitter, back to the start after a success (kube-runtime calls
+/// `reset` when a watch delivers an event). Two schedules, both starting at 250 ms because most
+/// failures are a server restarting:
+/// - [`Backoff::peer`] for calls to other clusters: doubling to 15 s, each delay stretched by a
+///   random 0–100 % (so 15–30 s once at the top). A peer that still fails after a minute is
+///   misconfigured or down, and every request to it may carry a credential.
+/// - [`Backoff::local`] for this process's own cluster: doubling to 5 s, jittered the same way.
+///   Its API server is the one this process serves; after it restarts (RBAC caches cold, watches
+///   expired) the process should be back within seconds, not half a minute.
 #[derive(Debug)]
 pub struct Backoff {
     inner: ExponentialBackoff,
+    max: Duration,
 }
 
 impl Backoff {
     pub const MIN: Duration = Duration::from_millis(250);
-    pub const MAX: Duration = Duration::from_secs(15);
+    /// Top of [`Backoff::peer`] before jitter.
+    pub const PEER_MAX: Duration = Duration::from_secs(15);
+    /// Top of [`Backoff::local`] before jitter.
+    pub const LOCAL_MAX: Duration = Duration::from_secs(5);
 
-    fn builder() -> ExponentialBuilder {
-        ExponentialBuilder::new()
+    /// The schedule of calls and watches to another cluster.
+    pub fn peer() -> Backoff {
+        Self::up_to(Self::PEER_MAX)
+    }
+
+    /// The schedule of watches of this process's own cluster.
+    pub fn local() -> Backoff {
+        Self::up_to(Self::LOCAL_MAX)
+    }
+
+    fn up_to(max: Duration) -> Backoff {
+        let inner = ExponentialBuilder::new()
             .with_min_delay(Self::MIN)
-            .with_max_delay(Self::MAX)
+            .with_max_delay(max)
             .with_jitter()
             .without_max_times()
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            inner: Self::builder().build(),
-        }
+            .build();
+        Backoff { inner, max }
     }
 }
 
@@ -48,7 +60,7 @@ impl Iterator for Backoff {
 
 impl kube::runtime::utils::Backoff for Backoff {
     fn reset(&mut self) {
-        *self = Backoff::default();
+        *self = Self::up_to(self.max);
     }
 }
 
@@ -59,12 +71,12 @@ mod tests {
     #[test]
     fn delays_grow_to_the_cap_with_jitter_and_reset() {
         use kube::runtime::utils::Backoff as _;
-        let mut backoff = Backoff::default();
+        let mut backoff = Backoff::peer();
         let delays: Vec<Duration> = backoff.by_ref().take(12).collect();
         for (i, delay) in delays.iter().enumerate() {
             let base = Backoff::MIN
                 .saturating_mul(1u32 << i.min(10))
-                .min(Backoff::MAX);
+                .min(Backoff::PEER_MAX);
             assert!(
                 *delay >= base && *delay <= base * 2,
                 "{i}: {delay:?} vs {base:?}"
@@ -74,10 +86,16 @@ mod tests {
         assert!(delays.iter().enumerate().any(|(i, d)| {
             *d != Backoff::MIN
                 .saturating_mul(1u32 << i.min(10))
-                .min(Backoff::MAX)
+                .min(Backoff::PEER_MAX)
         }));
         backoff.reset();
         assert!(backoff.next().unwrap() < Backoff::MIN * 2);
+        let local: Vec<Duration> = Backoff::local().take(12).collect();
+        assert!(
+            local.iter().all(|d| *d <= Backoff::LOCAL_MAX * 2),
+            "{local:?}"
+        );
+        assert!(local[11] >= Backoff::LOCAL_MAX);
     }
 
     #[test]
@@ -85,7 +103,7 @@ mod tests {
         // Worst case (no jitter): the attempts that fall in the second minute.
         let mut at = Duration::ZERO;
         let mut in_second_minute = 0;
-        for delay in Backoff::default() {
+        for delay in Backoff::peer() {
             at += delay;
             if at > Duration::from_secs(120) {
                 break;

@@ -16,7 +16,7 @@
 
 pub mod aggregation;
 mod binaries;
-mod certs;
+pub mod certs;
 mod cluster;
 mod egress;
 mod process;

@@ -470,7 +470,7 @@ pub fn secret_triggers(
 ) -> impl Stream<Item = ObjectRef<Cluster>> + Send {
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
     watcher(api, watcher::Config::default())
-        .backoff(xcc_kube::Backoff::default())
+        .backoff(xcc_kube::Backoff::local())
         .touched_objects()
         .filter_map(|secret| std::future::ready(secret.ok()))
         .flat_map(move |secret| {

@@ -222,7 +222,7 @@ impl Engine {
                 Api::<ResourceSyncRule>::all(self.client.clone()),
                 watcher::Config::default(),
             )
-            .backoff(xcc_kube::Backoff::default()),
+            .backoff(xcc_kube::Backoff::local()),
         );
         let mut rule_events = std::pin::pin!(rule_events);
         let mut resync = tokio::time::interval(RESYNC);
@@ -450,13 +450,20 @@ impl Engine {
             );
         }
         for gvk in kinds.iter().filter(|g| self.kinds.contains_key(*g)) {
+            let fields = peer_field_selector(gvk, rules.get(gvk).map(Vec::as_slice));
             for (name, client, identity) in &peers {
                 if unreadable.contains(&(Some(name.clone()), gvk.clone())) {
                     continue;
                 }
+                // The selector is part of the identity: when a rule widens the kind, the
+                // source is restarted unfiltered.
+                let identity = match &fields {
+                    Some(fields) => format!("{identity}?fieldSelector={fields}"),
+                    None => identity.clone(),
+                };
                 wanted.insert(
                     (Some(name.clone()), gvk.clone()),
-                    (client.clone(), identity.clone()),
+                    (client.clone(), identity),
                 );
             }
         }
@@ -543,9 +550,16 @@ impl Engine {
         let store = writer.as_reader();
         let listed = Arc::new(AtomicBool::new(false));
         let api = Api::<DynamicObject>::all_with(client, &kind.resource);
+        let mut config = watcher::Config::default();
+        if let Some((_, fields)) = identity.split_once("?fieldSelector=") {
+            config = config.fields(fields);
+        }
         let events = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::default()),
+            watcher(api, config).backoff(match cluster {
+                Some(_) => xcc_kube::Backoff::peer(),
+                None => xcc_kube::Backoff::local(),
+            }),
         );
         let wake = self.wake_tx.clone();
         let done = listed.clone();
@@ -949,4 +963,58 @@ async fn write(
             .await?;
     }
     Ok(())
+}
+
+/// The field selector of a peer's watch of `gvk`, when the rules reading that kind only want
+/// objects of one API-defined type: the built-in rule for peer Secrets wants those of type
+/// [`super::SECRET_TYPE`], so unless a ResourceSyncRule also reads Secrets, a peer is asked for
+/// those alone (`type=...`), not for every Secret it holds. Local watches are never filtered: a
+/// local object of any type must be seen to win over a copy.
+fn peer_field_selector(gvk: &GroupVersionKind, rules: Option<&[RuleSet]>) -> Option<String> {
+    let secrets = gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Secret";
+    let rules = rules?;
+    (secrets && !rules.is_empty() && rules.iter().all(core::is_core))
+        .then(|| format!("type={}", super::SECRET_TYPE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret_gvk() -> GroupVersionKind {
+        GroupVersionKind {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Secret".into(),
+        }
+    }
+
+    #[test]
+    fn peers_are_asked_only_for_peer_secrets_unless_a_rule_reads_secrets() {
+        let core: Vec<RuleSet> = core::core_rules()
+            .into_iter()
+            .filter(|r| r.gvk == secret_gvk())
+            .collect();
+        assert_eq!(
+            peer_field_selector(&secret_gvk(), Some(&core)).as_deref(),
+            Some("type=k8s.cisco.com/cluster-registry-secret")
+        );
+        let spec = serde_json::from_value(json!({
+            "groupVersionKind": {"version": "v1", "kind": "Secret"},
+            "rules": [{"match": [{"objectKey": {"name": "test-secret", "namespace": "cluster-registry"}}]}],
+        }))
+        .unwrap();
+        let mut with_user_rule = core.clone();
+        with_user_rule.push(RuleSet::compile("test-secret-sink", &spec).unwrap());
+        assert_eq!(
+            peer_field_selector(&secret_gvk(), Some(&with_user_rule)),
+            None
+        );
+        let clusters = core::core_rules().into_iter().next().unwrap();
+        assert_eq!(
+            peer_field_selector(&clusters.gvk.clone(), Some(&[clusters])),
+            None
+        );
+        assert_eq!(peer_field_selector(&secret_gvk(), None), None);
+    }
 }

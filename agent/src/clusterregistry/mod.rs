@@ -91,7 +91,7 @@ async fn local_cluster_id(
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut backoff = xcc_kube::Backoff::default();
+    let mut backoff = xcc_kube::Backoff::local();
     loop {
         match namespaces.get("kube-system").await {
             Ok(ns) => return ns.uid(),
@@ -157,7 +157,7 @@ pub async fn run(
         }
     };
     let clusters = controller
-        .trigger_backoff(xcc_kube::Backoff::default())
+        .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(secrets)
         .graceful_shutdown_on(stopped)
         .run(clusters::reconcile, clusters::error_policy, ctx)

@@ -509,7 +509,7 @@ fn watch_remote(
 ) {
     let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = watcher(api, config).backoff(xcc_kube::Backoff::default());
+    let events = watcher(api, config).backoff(xcc_kube::Backoff::peer());
     ctx.remote.ensure(
         import,
         format!("{} {namespace}/{name}", peer.identity),

@@ -296,14 +296,14 @@ pub async fn run(
     });
     let imports = imports
         .with_config(controller_config())
-        .trigger_backoff(xcc_kube::Backoff::default())
+        .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(channel_stream(import_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(import::reconcile, import::error_policy, import_ctx)
         .for_each(|result| async move { log_result("SecretImport", result) });
     let exports = exports
         .with_config(controller_config())
-        .trigger_backoff(xcc_kube::Backoff::default())
+        .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(channel_stream(export_rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(export::reconcile, export::error_policy, export_ctx)
@@ -372,7 +372,7 @@ async fn local_secret_triggers(
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
     let mut events = reflector::reflector(
         store,
-        watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::default()),
+        watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::local()),
     )
     .boxed();
     let wake = |secret: &PartialObjectMeta<Secret>| {

@@ -445,7 +445,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         ),
         format!("{} in {namespace}", api_resource.plural),
         watcher(instances_api.clone(), watcher::Config::default())
-            .backoff(xcc_kube::Backoff::default()),
+            .backoff(xcc_kube::Backoff::local()),
     );
     let instances = match instances_api.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -588,7 +588,7 @@ pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receive
                     .collect::<Vec<_>>()
             },
         )
-        .trigger_backoff(xcc_kube::Backoff::default())
+        .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(super::channel_stream(rx))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(
@@ -604,7 +604,7 @@ pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receive
         Api::<D::Monitor>::all(client.clone()),
         watcher::Config::default(),
     )
-    .trigger_backoff(xcc_kube::Backoff::default())
+    .trigger_backoff(xcc_kube::Backoff::local())
     .graceful_shutdown_on(stopped(stop))
     .run(
         reconcile_monitor::<D>,

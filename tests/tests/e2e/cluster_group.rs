@@ -19,7 +19,7 @@ use crate::resource_sync::{
 /// `kubectl get -o yaml` on one cluster, `kubectl apply -f -` on the other. The fields the source
 /// API server wrote (uid, resourceVersion, ...) are dropped on the way, as a real copy needs:
 /// an API server refuses to create an object that carries a resourceVersion.
-async fn exchange(a: &Cluster, b: &Cluster) {
+pub(crate) async fn exchange(a: &Cluster, b: &Cluster) {
     for (from, to) in [(a, b), (b, a)] {
         // Fully qualified: the test bed also serves Cluster API's `clusters`.
         for kind in ["clusters.clusterregistry.k8s.cisco.com", "secret"] {

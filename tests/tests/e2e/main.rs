@@ -11,4 +11,5 @@ mod resource_sync;
 mod secrets;
 mod smoke;
 mod teardown;
+mod trust;
 mod xcc_dns;

@@ -255,6 +255,15 @@ pub(crate) struct Member {
 /// Installs one member: role aggregation, CRDs, our manifests, read and write access to
 /// ConfigMaps, its own Cluster and its own reader Secret, then its agent.
 pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Member {
+    install_member_with(binaries, cluster, &["--secret-replication=false"]).await
+}
+
+/// [`install_member`], its agent started with `agent_args` (beyond the log filter).
+pub(crate) async fn install_member_with(
+    binaries: &Binaries,
+    cluster: &Cluster,
+    agent_args: &[&str],
+) -> Member {
     let aggregator = aggregation::start(binaries, cluster).unwrap();
     cluster
         .install_crds(&repo().join("manifests/crds"))
@@ -289,7 +298,7 @@ pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Me
         .unwrap();
     Member {
         _aggregator: aggregator,
-        agent: start_agent(cluster, "xcc-agent.log").await,
+        agent: start_agent_with(cluster, "xcc-agent.log", agent_args).await,
         id,
         reader,
     }
@@ -298,16 +307,18 @@ pub(crate) async fn install_member(binaries: &Binaries, cluster: &Cluster) -> Me
 /// Starts `cluster`'s agent (resource sync only) under our manifests' ServiceAccount, logging to
 /// `log` in the cluster's directory, and waits until it is ready.
 pub(crate) async fn start_agent(cluster: &Cluster, log: &str) -> Agent {
+    start_agent_with(cluster, log, &["--secret-replication=false"]).await
+}
+
+/// Starts `cluster`'s agent with `extra` arguments beyond the log filter.
+pub(crate) async fn start_agent_with(cluster: &Cluster, log: &str, extra: &[&str]) -> Agent {
     let kubeconfig = cluster
         .mint_kubeconfig("xcc-dns", "xcc-agent")
         .await
         .unwrap();
-    let mut agent = Agent::start(
-        &kubeconfig.path,
-        &cluster.dir().join(log),
-        &["--log=info,xcc_agent=debug", "--secret-replication=false"],
-    )
-    .unwrap();
+    let mut args = vec!["--log=info,xcc_agent=debug"];
+    args.extend_from_slice(extra);
+    let mut agent = Agent::start(&kubeconfig.path, &cluster.dir().join(log), &args).unwrap();
     agent.wait_ready(Duration::from_secs(30)).await.unwrap();
     agent
 }
