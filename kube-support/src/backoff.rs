@@ -3,7 +3,7 @@
 //! peer that keeps failing (401 to everything, say) is asked about twice a minute, not four times
 //! a second. Built on `backon`, the schedule kube-runtime itself uses.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
@@ -16,10 +16,17 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// - [`Backoff::local`] for this process's own cluster: doubling to 5 s, jittered the same way.
 ///   Its API server is the one this process serves; after it restarts (RBAC caches cold, watches
 ///   expired) the process should be back within seconds, not half a minute.
+///
+/// kube-runtime's watcher emits `Event::Init` before every attempt to list, also when the list
+/// then fails, and its stream adapter resets the backoff on any such event: a schedule reset at
+/// once would retry a peer answering 401 three times a second forever. So a reset only takes
+/// effect once no delay was handed out for [`Backoff::quiet`], longer than any one delay: after a
+/// real recovery, not between two failures.
 #[derive(Debug)]
 pub struct Backoff {
     inner: ExponentialBackoff,
     max: Duration,
+    last_delay: Option<Instant>,
 }
 
 impl Backoff {
@@ -46,7 +53,17 @@ impl Backoff {
             .with_jitter()
             .without_max_times()
             .build();
-        Backoff { inner, max }
+        Backoff {
+            inner,
+            max,
+            last_delay: None,
+        }
+    }
+
+    /// How long without a failure before a reset takes effect: four times the top delay (which
+    /// jitter may double).
+    pub fn quiet(&self) -> Duration {
+        self.max * 4
     }
 }
 
@@ -54,13 +71,19 @@ impl Iterator for Backoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
+        self.last_delay = Some(Instant::now());
         self.inner.next()
     }
 }
 
 impl kube::runtime::utils::Backoff for Backoff {
     fn reset(&mut self) {
-        *self = Self::up_to(self.max);
+        if self
+            .last_delay
+            .is_none_or(|at| at.elapsed() >= self.quiet())
+        {
+            *self = Self::up_to(self.max);
+        }
     }
 }
 
@@ -88,6 +111,12 @@ mod tests {
                 .saturating_mul(1u32 << i.min(10))
                 .min(Backoff::PEER_MAX)
         }));
+        // A reset between two failures (the watcher's Init before a list that fails again)
+        // does not start the schedule over.
+        backoff.reset();
+        assert!(backoff.next().unwrap() >= Backoff::PEER_MAX);
+        // After a quiet period it does.
+        backoff.last_delay = Some(Instant::now() - backoff.quiet());
         backoff.reset();
         assert!(backoff.next().unwrap() < Backoff::MIN * 2);
         let local: Vec<Duration> = Backoff::local().take(12).collect();

@@ -333,13 +333,19 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
     create_namespace(mgmt).await;
     create_namespace(first).await;
     create_namespace(second).await;
-    secrets(mgmt)
-        .create(
-            &PostParams::default(),
-            &secret("upstream", &[("v", "from-management")], &[]),
-        )
-        .await
-        .unwrap();
+    for case in ["exec", "token", "insecure"] {
+        secrets(mgmt)
+            .create(
+                &PostParams::default(),
+                &secret(
+                    &format!("upstream-{case}"),
+                    &[("v", "from-management")],
+                    &[],
+                ),
+            )
+            .await
+            .unwrap();
+    }
     for case in ["exec", "token"] {
         secrets(first)
             .create(
@@ -354,7 +360,7 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
             .unwrap();
         first
             .apply_yaml(
-                &import_yaml(&format!("import-{case}"), "upstream")
+                &import_yaml(&format!("import-{case}"), &format!("upstream-{case}"))
                     .replace("energy-source", &format!("kc-{case}")),
             )
             .await
@@ -368,7 +374,13 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
         ("True", "Replicated"),
     )
     .await;
-    assert!(secrets(first).get_opt("upstream").await.unwrap().is_some());
+    assert!(
+        secrets(first)
+            .get_opt("upstream-exec")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // The group is formed: each sees the other through its peer Secret.
     for (cluster, peer) in [(first, "second"), (second, "first")] {
@@ -516,11 +528,16 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
             cluster.name
         );
     }
-    let copy = secrets(first).get("upstream").await.unwrap();
-    assert_eq!(
-        crate::secrets::value(&copy, "v").as_deref(),
-        Some("from-management")
-    );
+    for case in ["exec", "token"] {
+        let copy = secrets(first)
+            .get(&format!("upstream-{case}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::secrets::value(&copy, "v").as_deref(),
+            Some("from-management")
+        );
+    }
     assert!(
         registry(first)
             .get_opt("test-secret")
@@ -557,7 +574,8 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
             .unwrap();
         cluster
             .apply_yaml(
-                &import_yaml("import-insecure", "upstream").replace("energy-source", "kc-insecure"),
+                &import_yaml("import-insecure", "upstream-insecure")
+                    .replace("energy-source", "kc-insecure"),
             )
             .await
             .unwrap();

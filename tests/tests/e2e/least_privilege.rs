@@ -1,0 +1,284 @@
+//! Least privilege, shown: each binary's ServiceAccount, from our manifests as they are, gets 403
+//! for what that binary must never do. The credentials are the ones the binaries run with in the
+//! other e2e tests (a TokenRequest token for the manifest's ServiceAccount).
+
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Namespace, Node, Secret},
+    rbac::v1::ClusterRole,
+};
+use kube::{
+    Api, Client,
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
+        PatchParams, PostParams,
+    },
+};
+use xcc_e2e::{Testbed, require_testbed};
+
+use crate::xcc_dns::manifest;
+
+/// The status code of a failed call; panics when it succeeded.
+fn code<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> u16 {
+    match result {
+        Err(kube::Error::Api(status)) => status.code,
+        Err(other) => panic!("{what}: expected an API error, got {other}"),
+        Ok(found) => panic!("{what}: allowed ({found:?})"),
+    }
+}
+
+fn assert_forbidden<T: std::fmt::Debug>(who: &str, what: &str, result: Result<T, kube::Error>) {
+    assert_eq!(code(what, result), 403, "{who} may not {what}");
+}
+
+fn named<T: kube::Resource<DynamicType = ()> + Default>(name: &str, namespace: Option<&str>) -> T {
+    let mut object = T::default();
+    *object.meta_mut() = ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    };
+    object
+}
+
+/// What no xcc ServiceAccount may do on a cluster: cluster-scoped objects it does not own.
+async fn cluster_scope_is_closed(who: &str, client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert_forbidden(
+        who,
+        "create a namespace",
+        namespaces
+            .create(&PostParams::default(), &named("stolen", None))
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "delete namespace default",
+        namespaces.delete("default", &DeleteParams::default()).await,
+    );
+    assert_forbidden(
+        who,
+        "list namespaces",
+        namespaces.list(&ListParams::default()).await,
+    );
+    assert_forbidden(
+        who,
+        "list nodes",
+        Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "create a ClusterRole",
+        Api::<ClusterRole>::all(client.clone())
+            .create(&PostParams::default(), &named("escalate", None))
+            .await,
+    );
+    let crds = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+    ));
+    assert_forbidden(
+        who,
+        "delete a CRD",
+        Api::<DynamicObject>::all_with(client.clone(), &crds)
+            .delete(
+                "secretimports.replication.apiresources.multicluster.x-tanzu.vmware.com",
+                &DeleteParams::default(),
+            )
+            .await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_account_is_refused_what_its_binary_must_not_do() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["member"]).await.unwrap();
+    let member = bed.cluster("member");
+    member
+        .install_crds(&crate::secrets::repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    for file in [
+        "manifests/agent/agent.yaml",
+        "manifests/agent/cluster-registry.yaml",
+        "manifests/controller/controller.yaml",
+        "manifests/coredns-patcher/job.yaml",
+    ] {
+        member
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    for ns in ["cluster-registry", "team-a"] {
+        member.kubectl(&["create", "namespace", ns]).await.unwrap();
+    }
+    member
+        .apply_yaml(
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: hidden, namespace: kube-system}\n\
+             stringData: {token: not-for-xcc}\n",
+        )
+        .await
+        .unwrap();
+    let mint = |ns: &'static str, sa: &'static str| async move {
+        member.mint_kubeconfig(ns, sa).await.unwrap().client
+    };
+    let agent = mint("xcc-dns", "xcc-agent").await;
+    let reader = mint("xcc-dns", "xcc-cluster-reader").await;
+    let controller = mint("xcc-system", "xcc-controller").await;
+    let patcher = mint("xcc-dns", "xcc-coredns-patcher").await;
+
+    for (who, client) in [
+        ("xcc-agent", &agent),
+        ("the peer reader", &reader),
+        ("xcc-controller", &controller),
+        ("xcc-coredns-patcher", &patcher),
+    ] {
+        cluster_scope_is_closed(who, client).await;
+    }
+
+    // The peer reader is what other members act as here: it never writes, and reads only its
+    // kinds.
+    let who = "the peer reader";
+    let registry_secrets: Api<Secret> = Api::namespaced(reader.clone(), "cluster-registry");
+    assert_forbidden(
+        who,
+        "create a Secret",
+        registry_secrets
+            .create(&PostParams::default(), &named("planted", None))
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "patch a Secret",
+        registry_secrets
+            .patch(
+                "member",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"stringData": {"k": "v"}})),
+            )
+            .await,
+    );
+    let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "clusterregistry.k8s.cisco.com",
+        "v1alpha1",
+        "Cluster",
+    ));
+    let mut planted = DynamicObject::new("planted", &clusters);
+    planted.data = serde_json::json!({"spec": {"clusterID": "x"}});
+    assert_forbidden(
+        who,
+        "create a Cluster",
+        Api::<DynamicObject>::all_with(reader.clone(), &clusters)
+            .create(&PostParams::default(), &planted)
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "read ConfigMaps",
+        Api::<ConfigMap>::namespaced(reader.clone(), "team-a")
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "read namespace default",
+        Api::<Namespace>::all(reader.clone()).get("default").await,
+    );
+    // What it must read: the liveness check.
+    Api::<Namespace>::all(reader.clone())
+        .get("kube-system")
+        .await
+        .unwrap();
+
+    // The controller reads kubeconfig Secrets and writes nothing but its own status and Events.
+    let who = "xcc-controller";
+    let secrets: Api<Secret> = Api::namespaced(controller.clone(), "team-a");
+    assert_forbidden(
+        who,
+        "create a Secret",
+        secrets
+            .create(&PostParams::default(), &named("planted", None))
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "delete a Secret",
+        Api::<Secret>::namespaced(controller.clone(), "kube-system")
+            .delete("hidden", &DeleteParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "read ConfigMaps",
+        Api::<ConfigMap>::namespaced(controller.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await,
+    );
+
+    // The patcher touches one ConfigMap, by update only, and no Secret anywhere.
+    let who = "xcc-coredns-patcher";
+    assert_forbidden(
+        who,
+        "read a Secret of kube-system",
+        Api::<Secret>::namespaced(patcher.clone(), "kube-system")
+            .get("hidden")
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "list Secrets",
+        Api::<Secret>::all(patcher.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    let kube_system: Api<ConfigMap> = Api::namespaced(patcher.clone(), "kube-system");
+    assert_forbidden(
+        who,
+        "read another ConfigMap",
+        kube_system.get("kube-root-ca.crt").await,
+    );
+    assert_forbidden(
+        who,
+        "create a ConfigMap",
+        kube_system
+            .create(&PostParams::default(), &named("planted", None))
+            .await,
+    );
+
+    // The agent's DNS part reads slices of its namespace only; its sync part never touches
+    // RBAC beyond Roles and RoleBindings, nor ConfigMaps unless a rule's ClusterRole says so.
+    let who = "xcc-agent";
+    assert_forbidden(
+        who,
+        "read ConfigMaps",
+        Api::<ConfigMap>::namespaced(agent.clone(), "team-a")
+            .list(&ListParams::default())
+            .await,
+    );
+    let slices = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+    ));
+    assert_forbidden(
+        who,
+        "write EndpointSlices",
+        Api::<DynamicObject>::namespaced_with(agent.clone(), "xcc-dns", &slices)
+            .create(
+                &PostParams::default(),
+                &DynamicObject::new("planted", &slices),
+            )
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "read EndpointSlices elsewhere",
+        Api::<DynamicObject>::namespaced_with(agent.clone(), "kube-system", &slices)
+            .list(&ListParams::default())
+            .await,
+    );
+}
