@@ -98,6 +98,8 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
     };
     let bed = Testbed::start_named(&binaries, &["member"]).await.unwrap();
     let member = bed.cluster("member");
+    // The reader and agent ClusterRoles are aggregated, as in a real cluster.
+    let _aggregator = xcc_e2e::aggregation::start(&binaries, member).unwrap();
     member
         .install_crds(&crate::secrets::repo().join("manifests/crds"))
         .await
@@ -130,6 +132,20 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
     let reader = mint("xcc-dns", "xcc-cluster-reader").await;
     let controller = mint("xcc-system", "xcc-controller").await;
     let patcher = mint("xcc-dns", "xcc-coredns-patcher").await;
+
+    // First, what the reader must read: the liveness check. Once it can, aggregation has filled
+    // in the roles, and the 403s below mean something.
+    crate::resource_sync::wait_for(
+        "the reader reads namespace kube-system",
+        std::time::Duration::from_secs(30),
+        || async {
+            Api::<Namespace>::all(reader.clone())
+                .get("kube-system")
+                .await
+                .ok()
+        },
+    )
+    .await;
 
     for (who, client) in [
         ("xcc-agent", &agent),
@@ -188,11 +204,6 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
         "read namespace default",
         Api::<Namespace>::all(reader.clone()).get("default").await,
     );
-    // What it must read: the liveness check.
-    Api::<Namespace>::all(reader.clone())
-        .get("kube-system")
-        .await
-        .unwrap();
 
     // The controller reads kubeconfig Secrets and writes nothing but its own status and Events.
     let who = "xcc-controller";
