@@ -223,11 +223,10 @@ async fn wait_import_rejected(cluster: &Cluster, name: &str, field: &str) {
 
 /// `(state, message)` of `cluster` in the status of the walkthrough's GatewayDNS.
 async fn gateway_cluster(mgmt: &Cluster, cluster: &str) -> Option<(String, String)> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "connectivity.tanzu.vmware.com",
-        "v1alpha1",
-        "GatewayDNS",
-    ));
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("connectivity.tanzu.vmware.com", "v1alpha1", "GatewayDNS"),
+        "gatewaydns",
+    );
     let api: Api<DynamicObject> = Api::namespaced_with(mgmt.client.clone(), "dev-team", &resource);
     let object = api.get_opt("dev-team-gateway-dns").await.ok()??;
     let entry = object.data["status"]["clusters"]
@@ -456,21 +455,29 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
     }
 
     // Each object says why, naming the Secret and the field.
-    wait_for(
-        "GatewayDNS names both refusals",
-        Duration::from_secs(60),
-        || async {
-            let (a, a_msg) = gateway_cluster(mgmt, "first").await?;
-            let (b, b_msg) = gateway_cluster(mgmt, "second").await?;
-            (a == "KubeconfigRejected"
-                && a_msg.contains("exec")
-                && a_msg.contains("dev-team/first-kubeconfig")
-                && b == "KubeconfigRejected"
-                && b_msg.contains("tokenFile"))
-            .then_some(())
-        },
-    )
-    .await;
+    let rejected = |entry: Option<(String, String)>, field: &str, secret: &str| {
+        entry.is_some_and(|(state, message)| {
+            state == "KubeconfigRejected" && message.contains(field) && message.contains(secret)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(rejected(
+        gateway_cluster(mgmt, "first").await,
+        "exec",
+        "dev-team/first-kubeconfig",
+    ) && rejected(
+        gateway_cluster(mgmt, "second").await,
+        "tokenFile",
+        "dev-team/second-kubeconfig",
+    )) {
+        assert!(
+            Instant::now() < deadline,
+            "GatewayDNS names both refusals; first: {:?}, second: {:?}",
+            gateway_cluster(mgmt, "first").await,
+            gateway_cluster(mgmt, "second").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(warnings(mgmt, "KubeconfigRejected", "dev-team-gateway-dns").await > 0);
     wait_import_rejected(first, "import-exec", "exec").await;
     wait_import_rejected(first, "import-token", "tokenFile").await;
