@@ -72,6 +72,41 @@ pub struct DnsArgs {
     /// Worker threads answering queries; 0 means one per CPU.
     #[arg(long, env = "XCC_THREADS", default_value_t = 0)]
     pub threads: usize,
+
+    /// TCP connections open at once. At the cap a new connection closes the longest-idle one;
+    /// the cap is also kept below the open-file limit (which the agent raises to its maximum).
+    #[arg(long, env = "XCC_TCP_MAX_CONNECTIONS", default_value_t = 1000)]
+    pub tcp_max_connections: usize,
+
+    /// How long an idle TCP connection is kept open waiting for its next query.
+    #[arg(
+        long,
+        env = "XCC_TCP_IDLE_TIMEOUT",
+        default_value = "10s",
+        value_parser = humantime::parse_duration
+    )]
+    pub tcp_idle_timeout: Duration,
+
+    /// How long a TCP query may take to arrive once it has started (and its answer to be
+    /// written); a client that stalls half-way is disconnected.
+    #[arg(
+        long,
+        env = "XCC_TCP_READ_TIMEOUT",
+        default_value = "3s",
+        value_parser = humantime::parse_duration
+    )]
+    pub tcp_read_timeout: Duration,
+}
+
+impl DnsArgs {
+    /// The serving loops' limits.
+    pub fn serve_options(&self) -> xcc_dns::ServeOptions {
+        xcc_dns::ServeOptions {
+            tcp_max_connections: self.tcp_max_connections,
+            tcp_idle_timeout: self.tcp_idle_timeout,
+            tcp_read_timeout: self.tcp_read_timeout,
+        }
+    }
 }
 
 #[derive(Debug, ArgGroup)]
