@@ -124,6 +124,47 @@ pub struct RecordsArgs {
         value_parser = humantime::parse_duration
     )]
     pub poll_interval: Duration,
+
+    /// Largest share (0 to 1) of the file's names that one reload may remove; a file that would
+    /// remove more (a half-written copy, the wrong file) is refused and the last good table is
+    /// kept. 1 allows any change.
+    #[arg(
+        long = "records-max-removed-share",
+        env = "XCC_RECORDS_MAX_REMOVED_SHARE",
+        default_value_t = 0.5,
+        value_parser = share
+    )]
+    pub max_removed_share: f64,
+
+    /// Accept a reload that leaves no names at all (refused by default: the last good table is
+    /// kept).
+    #[arg(
+        long = "records-allow-empty",
+        env = "XCC_RECORDS_ALLOW_EMPTY",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub allow_empty: bool,
+}
+
+impl RecordsArgs {
+    /// How much one reload may take away.
+    pub fn shrink_limit(&self) -> xcc_dns::ShrinkLimit {
+        xcc_dns::ShrinkLimit {
+            allow_empty: self.allow_empty,
+            max_removed_share: self.max_removed_share,
+        }
+    }
+}
+
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+    }
 }
 
 #[derive(Debug, ArgGroup)]
@@ -288,6 +329,21 @@ mod tests {
         assert!(!args.sync.resource_sync);
         let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();
         assert!(!args.sync.group_sync);
+    }
+
+    #[test]
+    fn reload_limits_default_to_half_and_no_empty_file() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert_eq!(args.records.shrink_limit(), xcc_dns::ShrinkLimit::default());
+        let args = Args::try_parse_from([
+            "xcc-agent",
+            "--records-max-removed-share",
+            "1",
+            "--records-allow-empty",
+        ])
+        .unwrap();
+        assert_eq!(args.records.shrink_limit(), xcc_dns::ShrinkLimit::NONE);
+        assert!(Args::try_parse_from(["xcc-agent", "--records-max-removed-share", "1.5"]).is_err());
     }
 
     #[test]

@@ -118,7 +118,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let feed = match args.records.file.clone() {
         Some(path) => {
-            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone());
+            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone())
+                .with_limit(args.records.shrink_limit());
             // Fail fast on a bad file at start: there is no last good table to fall back on yet.
             feed.refresh()?;
             ready.store(true, std::sync::atomic::Ordering::Release);

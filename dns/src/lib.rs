@@ -38,7 +38,7 @@ pub use lookup::Resolution;
 pub use ratelog::Cause;
 pub use records_file::{load_records, parse_records};
 pub use server::{ServeOptions, Sockets, raise_fd_limit, serve, serve_with};
-pub use table::{Batch, HostRecords, RecordTable, Snapshot};
+pub use table::{Batch, HostRecords, RecordTable, ShrinkLimit, Snapshot};
 pub use zone::{DEFAULT_ZONE, Zone, ZoneSettings};
 
 /// Re-exported so that users of this crate name DNS types without a direct dependency.
