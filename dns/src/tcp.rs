@@ -75,13 +75,16 @@ impl Table {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a new connection, closing another first when at the cap.
-    fn admit(&self) -> (u64, Arc<Conn>) {
+    /// Registers a new connection, closing another first when at the cap. The flag says whether
+    /// one was closed.
+    fn admit(&self) -> (u64, Arc<Conn>, bool) {
         let mut inner = self.lock();
+        let mut evicted = false;
         while inner.conns.len() >= self.max {
             if Self::evict(&mut inner, true).is_none() {
                 break;
             }
+            evicted = true;
         }
         let id = inner.next_id;
         inner.next_id += 1;
@@ -90,7 +93,7 @@ impl Table {
             close: Notify::new(),
         });
         inner.conns.insert(id, conn.clone());
-        (id, conn)
+        (id, conn, evicted)
     }
 
     /// Closes the longest-idle connection; with `or_busy`, the oldest one when none is idle (a
@@ -186,18 +189,24 @@ pub(crate) async fn serve_tcp(
                 continue;
             }
         };
-        let (id, conn) = table.admit();
-        let table = table.clone();
+        let (id, conn, evicted) = table.admit();
+        let table_ref = table.clone();
         let answerer = Answerer::new(handler.clone(), log.clone(), Protocol::Tcp);
         let options = options.clone();
         let log = log.clone();
         connections.spawn(async move {
+            let table = table_ref;
             let _registered = Registered { table: &table, id };
             let result = connection(stream, peer, &conn, &table, &answerer, &options).await;
             if let Err(cause) = result {
                 log.note(cause, peer);
             }
         });
+        if evicted {
+            // Let the closed connection's task run and release its descriptor before the next
+            // accept: at the cap, a burst of accepts would otherwise hold the evicted ones too.
+            tokio::task::yield_now().await;
+        }
     }
 }
 
@@ -305,14 +314,15 @@ mod tests {
     #[test]
     fn at_the_cap_the_longest_idle_connection_is_closed_first() {
         let t = table(3);
-        let (a, ca) = t.admit();
-        let (b, cb) = t.admit();
-        let (c, cc) = t.admit();
+        let (a, ca, _) = t.admit();
+        let (b, cb, _) = t.admit();
+        let (c, cc, _) = t.admit();
         // `a` is busy; `b` went idle before `c`.
         ca.idle_since.store(0, Ordering::Relaxed);
         cb.idle_since.store(5, Ordering::Relaxed);
         cc.idle_since.store(9, Ordering::Relaxed);
-        let (d, _) = t.admit();
+        let (d, _, evicted) = t.admit();
+        assert!(evicted);
         let ids: Vec<u64> = {
             let mut ids: Vec<u64> = t.lock().conns.keys().copied().collect();
             ids.sort();
@@ -335,11 +345,11 @@ mod tests {
     #[test]
     fn with_none_idle_the_oldest_is_closed() {
         let t = table(2);
-        let (a, ca) = t.admit();
-        let (b, cb) = t.admit();
+        let (a, ca, _) = t.admit();
+        let (b, cb, _) = t.admit();
         ca.idle_since.store(0, Ordering::Relaxed);
         cb.idle_since.store(0, Ordering::Relaxed);
-        let (c, _) = t.admit();
+        let (c, _, _) = t.admit();
         let mut ids: Vec<u64> = t.lock().conns.keys().copied().collect();
         ids.sort();
         assert_eq!(ids, vec![b, c]);
