@@ -79,6 +79,41 @@ pub struct DnsArgs {
     /// Worker threads answering queries; 0 means one per CPU.
     #[arg(long, env = "XCC_THREADS", default_value_t = 0)]
     pub threads: usize,
+
+    /// TCP connections open at once. At the cap a new connection closes the longest-idle one;
+    /// the cap is also kept below the open-file limit (which the agent raises to its maximum).
+    #[arg(long, env = "XCC_TCP_MAX_CONNECTIONS", default_value_t = 1000)]
+    pub tcp_max_connections: usize,
+
+    /// How long an idle TCP connection is kept open waiting for its next query.
+    #[arg(
+        long,
+        env = "XCC_TCP_IDLE_TIMEOUT",
+        default_value = "10s",
+        value_parser = humantime::parse_duration
+    )]
+    pub tcp_idle_timeout: Duration,
+
+    /// How long a TCP query may take to arrive once it has started (and its answer to be
+    /// written); a client that stalls half-way is disconnected.
+    #[arg(
+        long,
+        env = "XCC_TCP_READ_TIMEOUT",
+        default_value = "3s",
+        value_parser = humantime::parse_duration
+    )]
+    pub tcp_read_timeout: Duration,
+}
+
+impl DnsArgs {
+    /// The serving loops' limits.
+    pub fn serve_options(&self) -> xcc_dns::ServeOptions {
+        xcc_dns::ServeOptions {
+            tcp_max_connections: self.tcp_max_connections,
+            tcp_idle_timeout: self.tcp_idle_timeout,
+            tcp_read_timeout: self.tcp_read_timeout,
+        }
+    }
 }
 
 #[derive(Debug, ArgGroup)]
@@ -96,6 +131,47 @@ pub struct RecordsArgs {
         value_parser = humantime::parse_duration
     )]
     pub poll_interval: Duration,
+
+    /// Largest share (0 to 1) of the file's names that one reload may remove; a file that would
+    /// remove more (a half-written copy, the wrong file) is refused and the last good table is
+    /// kept. 1 allows any change.
+    #[arg(
+        long = "records-max-removed-share",
+        env = "XCC_RECORDS_MAX_REMOVED_SHARE",
+        default_value_t = 0.5,
+        value_parser = share
+    )]
+    pub max_removed_share: f64,
+
+    /// Accept a reload that leaves no names at all (refused by default: the last good table is
+    /// kept).
+    #[arg(
+        long = "records-allow-empty",
+        env = "XCC_RECORDS_ALLOW_EMPTY",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub allow_empty: bool,
+}
+
+impl RecordsArgs {
+    /// How much one reload may take away.
+    pub fn shrink_limit(&self) -> xcc_dns::ShrinkLimit {
+        xcc_dns::ShrinkLimit {
+            allow_empty: self.allow_empty,
+            max_removed_share: self.max_removed_share,
+        }
+    }
+}
+
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+    }
 }
 
 #[derive(Debug, ArgGroup)]
@@ -263,6 +339,21 @@ mod tests {
         assert!(!args.sync.resource_sync);
         let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();
         assert!(!args.sync.group_sync);
+    }
+
+    #[test]
+    fn reload_limits_default_to_half_and_no_empty_file() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert_eq!(args.records.shrink_limit(), xcc_dns::ShrinkLimit::default());
+        let args = Args::try_parse_from([
+            "xcc-agent",
+            "--records-max-removed-share",
+            "1",
+            "--records-allow-empty",
+        ])
+        .unwrap();
+        assert_eq!(args.records.shrink_limit(), xcc_dns::ShrinkLimit::NONE);
+        assert!(Args::try_parse_from(["xcc-agent", "--records-max-removed-share", "1.5"]).is_err());
     }
 
     #[test]

@@ -40,8 +40,8 @@ fn main() -> std::process::ExitCode {
     match run::main(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
+            // Once, through the log (which goes to stderr too).
             tracing::error!("{error:#}");
-            eprintln!("xcc-agent: {error:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,6 +1,9 @@
 //! Standalone feed: the records file. It is polled (a `stat` per interval, cheap, and it works on
 //! every filesystem including ConfigMap volumes whose files are swapped through symlinks); a
-//! changed file is parsed and published as one source. A bad file never replaces a good table.
+//! changed file is parsed and published as one source. A bad file never replaces a good table,
+//! and neither does one that would empty it or take away more than a set share of its names
+//! (a half-written copy, the wrong file): see [`ShrinkLimit`]. Loads run on a blocking thread,
+//! so that parsing a large file never delays an answer.
 
 use std::{
     hash::{Hash, Hasher},
@@ -9,7 +12,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use xcc_dns::RecordTable;
+use xcc_dns::{RecordTable, ShrinkLimit};
 
 use crate::metrics::Metrics;
 
@@ -41,6 +44,7 @@ pub struct RecordsFeed {
     metrics: Arc<Metrics>,
     stamp: Option<Stamp>,
     content: Option<u64>,
+    limit: ShrinkLimit,
 }
 
 impl RecordsFeed {
@@ -51,7 +55,14 @@ impl RecordsFeed {
             metrics,
             stamp: None,
             content: None,
+            limit: ShrinkLimit::default(),
         }
+    }
+
+    /// Sets how much one reload may take away (the first load is never limited).
+    pub fn with_limit(mut self, limit: ShrinkLimit) -> Self {
+        self.limit = limit;
+        self
     }
 
     /// The file this feed reads.
@@ -60,7 +71,19 @@ impl RecordsFeed {
     }
 
     /// Loads the file if it changed since the last call. `Ok(true)` when the table changed.
+    /// Blocking: reads and parses the file.
     pub fn refresh(&mut self) -> Result<bool, xcc_dns::Error> {
+        let mut parsed = false;
+        let result = self.load(&mut parsed);
+        if parsed {
+            // The file's text and the parsed records are dropped by now, whether the load
+            // succeeded or failed: give their pages back.
+            release_free_memory();
+        }
+        result
+    }
+
+    fn load(&mut self, parsed: &mut bool) -> Result<bool, xcc_dns::Error> {
         let stamp = stamp(&self.path).map_err(|source| xcc_dns::Error::ReadRecords {
             path: self.path.clone(),
             source,
@@ -86,6 +109,7 @@ impl RecordsFeed {
         if Some(content) == self.content {
             return Ok(false);
         }
+        *parsed = true;
         let records = match xcc_dns::parse_records(&text) {
             Ok(records) => records,
             Err(message) => {
@@ -95,13 +119,12 @@ impl RecordsFeed {
                 });
             }
         };
+        drop(text);
         let count = records.len();
-        if let Err(error) = self.table.set_source(SOURCE, records) {
+        if let Err(error) = self.table.set_source_limited(SOURCE, records, self.limit) {
             return self.failed(error);
         }
         self.content = Some(content);
-        drop(text);
-        release_free_memory();
         self.metrics.records_loaded(None);
         let snapshot = self.table.snapshot();
         self.metrics
@@ -116,7 +139,9 @@ impl RecordsFeed {
     }
 
     /// Polls the file every `interval` until `shutdown`; failures are logged once per change.
-    pub async fn watch(mut self, interval: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// Each poll runs on a blocking thread: the query path never waits for a load.
+    pub async fn watch(self, interval: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut feed = self;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = shutdown;
@@ -126,10 +151,25 @@ impl RecordsFeed {
                 _ = ticker.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            match self.refresh() {
+            let polled = tokio::task::spawn_blocking(move || {
+                let result = feed.refresh();
+                (feed, result)
+            })
+            .await;
+            let result;
+            (feed, result) = match polled {
+                Ok(polled) => polled,
+                // A panic while loading: the feed went with it. Serving goes on with the table
+                // as it was.
+                Err(error) => {
+                    tracing::error!(%error, "records file loader failed; reloads stop");
+                    return;
+                }
+            };
+            match result {
                 Ok(_) => last_error = None,
                 Err(error) => {
-                    let text = error.to_string();
+                    let text = error_chain(&error);
                     if last_error.as_deref() != Some(&text) {
                         tracing::error!(error = %text, "records file not loaded; still serving the last good table");
                         last_error = Some(text);
@@ -138,6 +178,18 @@ impl RecordsFeed {
             }
         }
     }
+}
+
+/// An error and its causes, each once: `cannot read records file x: No such file or directory`.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Hands the parser's freed buffers back to the OS. A large file is parsed once per change; glibc
@@ -203,8 +255,76 @@ mod tests {
         assert!(feed.refresh().is_err());
         assert_eq!(feed.table.snapshot().len(), 1);
 
-        std::fs::write(&path, "records:\n  b.xcc.test:\n    addresses: [192.0.2.2]\n  c.xcc.test:\n    cname: b.xcc.test\n").unwrap();
+        // `a` is kept: replacing every name at once would be refused (see below).
+        std::fs::write(&path, "records:\n  a.xcc.test:\n    addresses: [192.0.2.1]\n  b.xcc.test:\n    addresses: [192.0.2.2]\n  c.xcc.test:\n    cname: b.xcc.test\n").unwrap();
         assert!(feed.refresh().unwrap());
-        assert_eq!(feed.table.snapshot().len(), 2);
+        assert_eq!(feed.table.snapshot().len(), 3);
+    }
+
+    fn hosts(range: std::ops::Range<usize>) -> String {
+        let mut text = String::from("records:\n");
+        for i in range {
+            text.push_str(&format!("  h{i}.xcc.test:\n    addresses: [192.0.2.1]\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn an_emptied_file_is_refused_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.yaml");
+        std::fs::write(&path, hosts(0..10)).unwrap();
+        let mut feed = feed(&path);
+        assert!(feed.refresh().unwrap());
+        for empty in ["", "records: {}\n"] {
+            std::fs::write(&path, empty).unwrap();
+            let err = feed.refresh().unwrap_err();
+            assert_eq!(err.label(), "empty_reload", "{err}");
+            assert_eq!(feed.table.snapshot().len(), 10);
+        }
+        let metrics = feed.metrics.encode();
+        assert!(
+            metrics.contains(r#"xcc_records_reloads_total{result="empty_reload"} 2"#),
+            "{metrics}"
+        );
+        // The operator's flag allows it.
+        let mut feed = feed.with_limit(ShrinkLimit {
+            allow_empty: true,
+            max_removed_share: 1.0,
+        });
+        std::fs::write(&path, "records: {}\n# now really empty\n").unwrap();
+        assert!(feed.refresh().unwrap());
+        assert_eq!(feed.table.snapshot().len(), 0);
+    }
+
+    #[test]
+    fn a_file_that_drops_more_than_the_share_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.yaml");
+        std::fs::write(&path, hosts(0..100)).unwrap();
+        let mut feed = feed(&path).with_limit(ShrinkLimit {
+            allow_empty: false,
+            max_removed_share: 0.25,
+        });
+        assert!(feed.refresh().unwrap());
+        // A copy cut after 70 names: 30% gone.
+        std::fs::write(&path, hosts(0..70)).unwrap();
+        let err = feed.refresh().unwrap_err();
+        assert_eq!(err.label(), "too_many_removed", "{err}");
+        assert!(err.to_string().contains("30 of its 100 names"), "{err}");
+        assert_eq!(feed.table.snapshot().len(), 100);
+        // 25% is within the share.
+        std::fs::write(&path, hosts(0..75)).unwrap();
+        assert!(feed.refresh().unwrap());
+        assert_eq!(feed.table.snapshot().len(), 75);
+    }
+
+    #[test]
+    fn read_errors_name_their_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut feed = feed(&dir.path().join("missing.yaml"));
+        let text = error_chain(&feed.refresh().unwrap_err());
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        assert!(text.contains("missing.yaml"), "{text}");
     }
 }

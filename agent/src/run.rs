@@ -95,6 +95,12 @@ pub fn main(args: Args) -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    // Every TCP client holds a descriptor: the default soft limit (often 1024) would run out
+    // long before the connection cap does.
+    match xcc_dns::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
+    }
     let zones = args
         .dns
         .zones
@@ -112,7 +118,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let feed = match args.records.file.clone() {
         Some(path) => {
-            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone());
+            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone())
+                .with_limit(args.records.shrink_limit());
             // Fail fast on a bad file at start: there is no last good table to fall back on yet.
             feed.refresh()?;
             ready.store(true, std::sync::atomic::Ordering::Release);
@@ -139,7 +146,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let admin_addr = admin_listener.local_addr()?;
 
     let handler = Handler::new(table.clone(), metrics.clone());
-    let dns = tokio::spawn(xcc_dns::serve(handler, sockets, stopped(stop_rx.clone())));
+    let dns = tokio::spawn(xcc_dns::serve_with(
+        handler,
+        sockets,
+        args.dns.serve_options(),
+        stopped(stop_rx.clone()),
+    ));
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         AdminState {

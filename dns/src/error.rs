@@ -18,7 +18,7 @@ pub enum Error {
         names: Vec<String>,
     },
 
-    #[error("cannot read records file {path}: {source}")]
+    #[error("cannot read records file {path}")]
     ReadRecords {
         path: PathBuf,
         #[source]
@@ -28,11 +28,29 @@ pub enum Error {
     #[error("records file {path}: {message}")]
     InvalidRecords { path: PathBuf, message: String },
 
-    #[error("cannot bind DNS sockets on {addr}: {source}")]
+    #[error("cannot bind DNS sockets on {addr}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: io::Error,
+    },
+
+    #[error(
+        "source {source_name:?} would go from {names} names to none; refused, the last good \
+         records are kept (allow it with --records-allow-empty)"
+    )]
+    EmptyReload { source_name: String, names: usize },
+
+    #[error(
+        "source {source_name:?} would lose {removed} of its {names} names, more than the allowed \
+         share {max_share}; refused, the last good records are kept (raise \
+         --records-max-removed-share to allow it)"
+    )]
+    TooManyRemoved {
+        source_name: String,
+        removed: usize,
+        names: usize,
+        max_share: f64,
     },
 
     #[error("DNS server failed: {0}")]
@@ -49,6 +67,8 @@ impl Error {
             Error::ReadRecords { .. } => "read_records",
             Error::InvalidRecords { .. } => "invalid_records",
             Error::Bind { .. } => "bind",
+            Error::EmptyReload { .. } => "empty_reload",
+            Error::TooManyRemoved { .. } => "too_many_removed",
             Error::Serve(_) => "serve",
         }
     }

@@ -49,6 +49,11 @@ impl Handler {
         Handler { table, observer }
     }
 
+    /// The observer told of every response.
+    pub(crate) fn observer(&self) -> &dyn QueryObserver {
+        &*self.observer
+    }
+
     /// The table this handler serves.
     pub fn table(&self) -> &Arc<RecordTable> {
         &self.table

@@ -6,8 +6,12 @@
 //!        ▼
 //!   RecordTable ── publishes ──► Arc<Snapshot>  (arc-swap: readers never wait)
 //!                                     │ resolve(qname, qtype)
-//!   UDP (SO_REUSEPORT) / TCP ──► Handler (hickory-server RequestHandler) ──► response
+//!   UDP (SO_REUSEPORT) / TCP ──► precheck ──► Handler (hickory-server RequestHandler) ──► response
 //! ```
+//!
+//! The serving loops are our own (one task per UDP socket, a TCP accept loop with a connection
+//! cap and deadlines); hickory decodes the messages that pass the allocation-free precheck and
+//! builds the responses.
 //!
 //! The rules served are those of the zone design: SOA/NS at each apex, NODATA vs NXDOMAIN with the
 //! SOA in authority (RFC 2308), empty non-terminals exist (RFC 8020), wildcards by closest
@@ -19,17 +23,22 @@ mod error;
 mod handler;
 mod lookup;
 pub mod name;
+pub mod precheck;
+mod ratelog;
 mod records_file;
+mod respond;
 mod server;
 mod table;
+mod tcp;
 mod zone;
 
 pub use error::Error;
 pub use handler::{ADVERTISED_UDP_PAYLOAD, Handler, NoObserver, QueryObserver};
 pub use lookup::Resolution;
+pub use ratelog::Cause;
 pub use records_file::{load_records, parse_records};
-pub use server::{Sockets, serve};
-pub use table::{Batch, HostRecords, RecordTable, Snapshot};
+pub use server::{ServeOptions, Sockets, raise_fd_limit, serve, serve_with};
+pub use table::{Batch, HostRecords, RecordTable, ShrinkLimit, Snapshot};
 pub use zone::{DEFAULT_ZONE, Zone, ZoneSettings};
 
 /// Re-exported so that users of this crate name DNS types without a direct dependency.

@@ -24,9 +24,11 @@ struct RecordsFile {
     records: Records,
 }
 
-/// The host map, rejecting a host name given twice (a YAML map would silently keep the last).
+/// The host map as written: raw host names and entries, in file order. Names and entries are
+/// checked after parsing, where the error can name the host's own line: an error raised inside a
+/// serde visitor would carry the position of the enclosing map instead.
 #[derive(Default)]
-struct Records(BTreeMap<HostName, Entry>);
+struct Records(Vec<(String, RawEntry)>);
 
 impl<'de> Deserialize<'de> for Records {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -40,18 +42,11 @@ impl<'de> Deserialize<'de> for Records {
                 self,
                 mut map: A,
             ) -> Result<Records, A::Error> {
-                let mut records = BTreeMap::new();
-                while let Some(host) = map.next_key::<HostName>()? {
-                    let entry: Entry = map.next_value().map_err(|e| {
-                        serde::de::Error::custom(format_args!("host {}: {e}", host.0))
-                    })?;
-                    if records.contains_key(&host) {
-                        return Err(serde::de::Error::custom(format_args!(
-                            "duplicate host name {}",
-                            host.0
-                        )));
-                    }
-                    records.insert(host, entry);
+                let mut records = Vec::new();
+                while let Some(host) = map.next_key::<String>()? {
+                    // Passed on as it is: the error already names the host (its path, such as
+                    // `records.a.xcc.test.addresses[1]`) and its position.
+                    records.push((host, map.next_value::<RawEntry>()?));
                 }
                 Ok(Records(records))
             }
@@ -59,22 +54,6 @@ impl<'de> Deserialize<'de> for Records {
         d.deserialize_map(Visitor)
     }
 }
-
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct HostName(Name);
-
-impl<'de> Deserialize<'de> for HostName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_fqdn(&text)
-            .map(HostName)
-            .map_err(|reason| serde::de::Error::custom(format!("host name {text:?}: {reason}")))
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, try_from = "RawEntry")]
-struct Entry(HostRecords);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,25 +64,43 @@ struct RawEntry {
     cname: Option<String>,
 }
 
-impl TryFrom<RawEntry> for Entry {
-    type Error = String;
-
-    fn try_from(raw: RawEntry) -> Result<Self, String> {
-        let cname = match raw.cname {
+impl RawEntry {
+    fn check(self) -> Result<HostRecords, String> {
+        let cname = match self.cname {
             Some(text) => Some(parse_fqdn(&text).map_err(|e| format!("cname {text:?}: {e}"))?),
             None => None,
         };
-        match (raw.addresses.is_empty(), &cname) {
+        match (self.addresses.is_empty(), &cname) {
             (true, None) => Err("give `addresses` or `cname`".into()),
             (false, Some(_)) => {
                 Err("`addresses` and `cname` cannot both be set (RFC 1034 §3.6.2)".into())
             }
-            _ => Ok(Entry(HostRecords {
-                addresses: raw.addresses,
+            _ => Ok(HostRecords {
+                addresses: self.addresses,
                 cname,
-            })),
+            }),
         }
     }
+}
+
+/// The 1-based line on which `host` is written as a key (plain or quoted), at or after the line
+/// `from`, for error messages.
+fn line_of(text: &str, host: &str, from: usize) -> Option<usize> {
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, line)| {
+            let line = line.trim_start();
+            [("", ""), ("\"", "\""), ("'", "'")]
+                .iter()
+                .any(|(open, close)| {
+                    line.strip_prefix(open)
+                        .and_then(|l| l.strip_prefix(host))
+                        .and_then(|l| l.strip_prefix(close))
+                        .is_some_and(|l| l.trim_start().starts_with(':'))
+                })
+        })
+        .map(|(i, _)| i + 1)
 }
 
 /// Parses records-file text. Errors say where (line, column) and what is wrong.
@@ -112,12 +109,24 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
         return Ok(Vec::new());
     }
     let file: RecordsFile = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
-    Ok(file
-        .records
-        .0
-        .into_iter()
-        .map(|(name, entry)| (name.0, entry.0))
-        .collect())
+    let mut records = BTreeMap::new();
+    // The host's line, looked up in the text only when there is an error to report.
+    let at = |host: &str, from: usize| {
+        line_of(text, host, from).map_or_else(String::new, |line| format!(" at line {line}"))
+    };
+    for (raw, entry) in file.records.0 {
+        let name = parse_fqdn(&raw)
+            .map_err(|reason| format!("host name {raw:?}: {reason}{}", at(&raw, 1)))?;
+        let host = entry
+            .check()
+            .map_err(|reason| format!("host {raw}: {reason}{}", at(&raw, 1)))?;
+        // A YAML map would silently keep the last of two entries for one name.
+        if records.insert(name, host).is_some() {
+            let first = line_of(text, &raw, 1).unwrap_or(0);
+            return Err(format!("duplicate host name {raw}{}", at(&raw, first + 1)));
+        }
+    }
+    Ok(records.into_iter().collect())
 }
 
 /// Reads and parses a records file.
@@ -179,6 +188,35 @@ mod tests {
         let err =
             parse_records("records:\n  a..xcc.test:\n    addresses: [192.0.2.1]\n").unwrap_err();
         assert!(err.contains("a..xcc.test"), "{err}");
+    }
+
+    #[test]
+    fn errors_name_one_position_the_right_one() {
+        let mut text = String::from("records:\n");
+        for i in 0..50 {
+            text.push_str(&format!("  h{i}.xcc.test:\n    addresses: [192.0.2.1]\n"));
+        }
+        text.push_str("  bad.xcc.test:\n    addresses: [192.0.2.1, 192.0.2.300]\n");
+        let err = parse_records(&text).unwrap_err();
+        assert_eq!(err.matches(" line ").count(), 1, "{err}");
+        assert!(err.contains("line 103"), "{err}");
+        assert!(err.contains("bad.xcc.test.addresses"), "{err}");
+
+        let err = parse_records(
+            "records:\n  a.xcc.test:\n    addresses: [192.0.2.1]\n  \"a.xcc.test\":\n    addresses: [192.0.2.2]\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.ends_with("duplicate host name a.xcc.test at line 4"),
+            "{err}"
+        );
+
+        let err = parse_records("records:\n  a.xcc.test:\n    addresses: [192.0.2.1]\n  b.xcc.test:\n    cname: a..xcc.test\n").unwrap_err();
+        assert!(
+            err.starts_with("host b.xcc.test: cname \"a..xcc.test\""),
+            "{err}"
+        );
+        assert!(err.ends_with(" at line 4"), "{err}");
     }
 
     #[test]

@@ -1,18 +1,18 @@
 //! Sockets and the serving loop. `serve` takes already-bound sockets and a shutdown future, so
 //! tests and the agent decide where to listen and when to stop.
 
-use std::{future::Future, io, net::SocketAddr, time::Duration};
+use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
-use hickory_server::Server;
-use socket2::{Domain, Protocol, Socket, Type};
+use hickory_server::net::xfer::Protocol;
+use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, UdpSocket};
 
-use crate::{Error, Handler};
-
-/// How long an idle TCP connection is kept open (RFC 7766 suggests a few seconds).
-const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Responses queued per TCP connection.
-const TCP_RESPONSE_BUFFER: usize = 32;
+use crate::{
+    ADVERTISED_UDP_PAYLOAD, Error, Handler,
+    precheck::MAX_QUERY_LEN,
+    ratelog::{Every, LOG_INTERVAL, MalformedLog},
+    respond::Answerer,
+};
 
 /// The sockets a server answers on: UDP sockets sharing one port with `SO_REUSEPORT` (the kernel
 /// spreads queries across them) and one TCP listener on the same port.
@@ -53,9 +53,9 @@ impl Sockets {
 
 fn reuseport_socket(addr: SocketAddr, kind: Type) -> io::Result<Socket> {
     let proto = if kind == Type::DGRAM {
-        Protocol::UDP
+        socket2::Protocol::UDP
     } else {
-        Protocol::TCP
+        socket2::Protocol::TCP
     };
     let socket = Socket::new(Domain::for_address(addr), kind, Some(proto))?;
     socket.set_reuse_address(true)?;
@@ -78,22 +78,145 @@ fn into_tokio_udp(socket: Socket) -> io::Result<UdpSocket> {
     UdpSocket::from_std(socket.into())
 }
 
-/// Serves DNS on `sockets` until `shutdown` completes, then stops accepting and returns.
+/// Limits of the serving loops.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// TCP connections open at once; at the cap, a new connection closes the longest-idle one.
+    /// Also kept below the process's file-descriptor limit.
+    pub tcp_max_connections: usize,
+    /// How long a TCP connection may wait for its next query (RFC 7766 §6.2.3).
+    pub tcp_idle_timeout: Duration,
+    /// How long a TCP query may take to arrive once its first byte has, and its answer to be
+    /// written: a client that stalls half-way is dropped after this.
+    pub tcp_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            tcp_max_connections: 1000,
+            tcp_idle_timeout: Duration::from_secs(10),
+            tcp_read_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Serves DNS on `sockets` with the default [`ServeOptions`] until `shutdown` completes.
 pub async fn serve(
     handler: Handler,
     sockets: Sockets,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let mut server = Server::new(handler);
+    serve_with(handler, sockets, ServeOptions::default(), shutdown).await
+}
+
+/// Serves DNS on `sockets` until `shutdown` completes, then stops every loop and returns.
+///
+/// One task per UDP socket answers its datagrams in turn (no task per query); TCP has its own
+/// accept loop (see [`crate::tcp`]) so that connection limits, deadlines and descriptor
+/// exhaustion are handled here. Both run every message through the same pre-decode walk and
+/// the same [`Handler`].
+pub async fn serve_with(
+    handler: Handler,
+    sockets: Sockets,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let log = Arc::new(MalformedLog::default());
+    let mut tasks = tokio::task::JoinSet::new();
     for socket in sockets.udp {
-        server.register_socket(socket);
+        let answerer = Answerer::new(handler.clone(), log.clone(), Protocol::Udp);
+        tasks.spawn(serve_udp(socket, answerer));
     }
-    server.register_listener(sockets.tcp, TCP_IDLE_TIMEOUT, TCP_RESPONSE_BUFFER);
+    tasks.spawn(crate::tcp::serve_tcp(sockets.tcp, handler, log, options));
     tokio::select! {
-        result = server.block_until_done() => result.map_err(|e| Error::Serve(e.to_string())),
-        () = shutdown => server
-            .shutdown_gracefully()
-            .await
-            .map_err(|e| Error::Serve(e.to_string())),
+        // The loops only end on a socket error that cannot be retried.
+        Some(ended) = tasks.join_next() => {
+            tasks.shutdown().await;
+            match ended {
+                Ok(Err(error)) => Err(Error::Serve(error.to_string())),
+                Ok(Ok(())) => Err(Error::Serve("a DNS socket closed".into())),
+                Err(error) => Err(Error::Serve(error.to_string())),
+            }
+        }
+        () = shutdown => {
+            tasks.shutdown().await;
+            Ok(())
+        }
     }
+}
+
+/// Answers the datagrams of one UDP socket, one after the other, with buffers reused.
+async fn serve_udp(socket: UdpSocket, answerer: Answerer) -> io::Result<()> {
+    // One byte more than the longest query: a longer datagram arrives cut, is seen as too long
+    // and answered FORMERR.
+    let mut buf = vec![0u8; MAX_QUERY_LEN + 1];
+    let mut out = Vec::with_capacity(ADVERTISED_UDP_PAYLOAD as usize);
+    let errors = Every::default();
+    loop {
+        let (len, peer) = match socket.recv_from(&mut buf).await {
+            Ok(received) => received,
+            Err(error) => {
+                // ICMP errors from earlier sends surface here (ECONNREFUSED); nothing to do but
+                // go on, quietly.
+                if let Some(count) = errors.hit(LOG_INTERVAL) {
+                    tracing::debug!(%error, count, "UDP receive error");
+                }
+                continue;
+            }
+        };
+        // Port 0 cannot be answered (and is a spoofing favourite).
+        if peer.port() == 0 {
+            continue;
+        }
+        if answerer.answer(&buf[..len], peer, &mut out).await
+            && let Err(error) = socket.send_to(&out, peer).await
+            && let Some(count) = errors.hit(LOG_INTERVAL)
+        {
+            tracing::debug!(%error, %peer, count, "UDP send error");
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, so that TCP clients exhaust our
+/// connection cap rather than the process's descriptors. Returns the soft limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read or write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            limit = raised;
+        }
+    }
+    Ok(rlim_u64(limit.rlim_cur))
+}
+
+/// The soft limit on open files, if it can be read.
+pub(crate) fn fd_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
+        .then_some(rlim_u64(limit.rlim_cur))
+}
+
+/// `rlim_t` is `u64` on the targets we build for, but not on every one.
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+fn rlim_u64(value: libc::rlim_t) -> u64 {
+    value as u64
 }

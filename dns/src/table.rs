@@ -210,6 +210,17 @@ impl RecordTable {
         self.update(|batch| batch.set_source(source, entries))
     }
 
+    /// Replaces everything `source` says with `entries` within `limit` (see
+    /// [`Batch::set_source_limited`]), and publishes.
+    pub fn set_source_limited(
+        &self,
+        source: &str,
+        entries: Vec<(Name, HostRecords)>,
+        limit: ShrinkLimit,
+    ) -> Result<(), Error> {
+        self.update(|batch| batch.set_source_limited(source, entries, limit))
+    }
+
     /// Forgets `source`, and publishes.
     pub fn remove_source(&self, source: &str) {
         self.update(|batch| {
@@ -282,6 +293,35 @@ impl RecordTable {
     }
 }
 
+/// How much a reload of a source may take away at once. A records file truncated by a half-done
+/// copy, or replaced by the wrong one, should not empty the zone: such a reload is refused and
+/// the source keeps what it said before.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShrinkLimit {
+    /// Whether a source that has names may be replaced by none.
+    pub allow_empty: bool,
+    /// Largest share (0.0 to 1.0) of a source's names that one reload may remove; 1.0 allows any.
+    pub max_removed_share: f64,
+}
+
+impl ShrinkLimit {
+    /// No limit at all.
+    pub const NONE: ShrinkLimit = ShrinkLimit {
+        allow_empty: true,
+        max_removed_share: 1.0,
+    };
+}
+
+impl Default for ShrinkLimit {
+    /// Refuse an empty reload, and one that removes more than half of the names.
+    fn default() -> Self {
+        ShrinkLimit {
+            allow_empty: false,
+            max_removed_share: 0.5,
+        }
+    }
+}
+
 /// Changes made under one lock and published together; see [`RecordTable::update`].
 pub struct Batch<'t> {
     zones: &'t [Zone],
@@ -297,6 +337,50 @@ impl Batch<'_> {
         source: &str,
         entries: Vec<(Name, HostRecords)>,
     ) -> Result<(), Error> {
+        let keyed = self.keyed(source, entries)?;
+        self.apply(source, keyed);
+        Ok(())
+    }
+
+    /// Like [`Batch::set_source`], but refused with [`Error::EmptyReload`] or
+    /// [`Error::TooManyRemoved`] (and nothing changed) when `entries` would take away more of the
+    /// source's current names than `limit` allows. A source without names yet is not limited.
+    pub fn set_source_limited(
+        &mut self,
+        source: &str,
+        entries: Vec<(Name, HostRecords)>,
+        limit: ShrinkLimit,
+    ) -> Result<(), Error> {
+        let keyed = self.keyed(source, entries)?;
+        let current = self.writer.sources.get(source).map_or(&[][..], |k| &k[..]);
+        if !current.is_empty() {
+            if keyed.is_empty() && !limit.allow_empty {
+                return Err(Error::EmptyReload {
+                    source_name: source.to_string(),
+                    names: current.len(),
+                });
+            }
+            let kept: HashSet<&[u8]> = keyed.iter().map(|(k, _)| &k[..]).collect();
+            let removed = current.iter().filter(|k| !kept.contains(&k[..])).count();
+            if removed as f64 > limit.max_removed_share * current.len() as f64 {
+                return Err(Error::TooManyRemoved {
+                    source_name: source.to_string(),
+                    removed,
+                    names: current.len(),
+                    max_share: limit.max_removed_share,
+                });
+            }
+        }
+        self.apply(source, keyed);
+        Ok(())
+    }
+
+    /// The table keys of `entries`; an error naming every name outside the served zones.
+    fn keyed(
+        &self,
+        source: &str,
+        entries: Vec<(Name, HostRecords)>,
+    ) -> Result<Vec<(Key, HostRecords)>, Error> {
         let mut outside = Vec::new();
         let mut keyed = Vec::with_capacity(entries.len());
         for (name, records) in entries {
@@ -311,6 +395,11 @@ impl Batch<'_> {
                 names: outside,
             });
         }
+        Ok(keyed)
+    }
+
+    /// Replaces what `source` says with `keyed` (checked by [`Batch::keyed`]).
+    fn apply(&mut self, source: &str, keyed: Vec<(Key, HostRecords)>) {
         self.remove_source(source);
         let source: Arc<str> = Arc::from(source);
         let mut keys = Vec::with_capacity(keyed.len());
@@ -353,7 +442,6 @@ impl Batch<'_> {
             keys.shrink_to_fit();
             self.writer.sources.insert(source, keys);
         }
-        Ok(())
     }
 
     /// Forgets everything `source` said.
@@ -425,5 +513,95 @@ impl Writer {
                 self.names.remove(key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> RecordTable {
+        RecordTable::new(
+            vec![Zone::new("xcc.test").unwrap()],
+            ZoneSettings::default(),
+        )
+        .unwrap()
+    }
+
+    fn hosts(range: std::ops::Range<usize>) -> Vec<(Name, HostRecords)> {
+        range
+            .map(|i| {
+                let name = Name::from_ascii(format!("h{i}.xcc.test.")).unwrap();
+                let records = HostRecords {
+                    addresses: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))],
+                    cname: None,
+                };
+                (name, records)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_reload_is_refused_and_the_names_stay() {
+        let t = table();
+        t.set_source_limited("file", hosts(0..10), ShrinkLimit::default())
+            .unwrap();
+        let serial = t.snapshot().serial();
+        let err = t
+            .set_source_limited("file", Vec::new(), ShrinkLimit::default())
+            .unwrap_err();
+        assert!(matches!(err, Error::EmptyReload { names: 10, .. }), "{err}");
+        assert_eq!(t.snapshot().len(), 10);
+        assert_eq!(t.snapshot().serial(), serial, "nothing published");
+
+        let allow = ShrinkLimit {
+            allow_empty: true,
+            max_removed_share: 1.0,
+        };
+        t.set_source_limited("file", Vec::new(), allow).unwrap();
+        assert_eq!(t.snapshot().len(), 0);
+    }
+
+    #[test]
+    fn a_first_load_is_not_limited() {
+        let t = table();
+        t.set_source_limited("file", Vec::new(), ShrinkLimit::default())
+            .unwrap();
+        t.set_source_limited("file", hosts(0..3), ShrinkLimit::default())
+            .unwrap();
+        assert_eq!(t.snapshot().len(), 3);
+    }
+
+    #[test]
+    fn removing_more_than_the_share_is_refused_up_to_it_allowed() {
+        let t = table();
+        let limit = ShrinkLimit {
+            allow_empty: false,
+            max_removed_share: 0.3,
+        };
+        t.set_source_limited("file", hosts(0..10), limit).unwrap();
+        // 4 of 10 removed (and 20 added): over 30%.
+        let err = t
+            .set_source_limited("file", hosts(4..30), limit)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::TooManyRemoved {
+                    removed: 4,
+                    names: 10,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(t.snapshot().len(), 10);
+        // Exactly 3 of 10: allowed.
+        t.set_source_limited("file", hosts(3..30), limit).unwrap();
+        assert_eq!(t.snapshot().len(), 27);
+        // Other sources are not counted against this one.
+        t.set_source("other", hosts(100..200)).unwrap();
+        t.set_source_limited("file", hosts(10..30), limit).unwrap();
+        assert_eq!(t.snapshot().len(), 120);
     }
 }

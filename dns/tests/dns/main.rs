@@ -1,8 +1,10 @@
 //! Socket-free tests of the DNS engine: each builds a request from bytes, runs the handler with a
-//! capturing response handler, and asserts what a client would see.
+//! capturing response handler, and asserts what a client would see. `serve` alone runs the
+//! serving loops on real sockets on 127.0.0.1.
 
 mod answers;
 mod fuzz;
 mod message;
+mod serve;
 mod support;
 mod table;

@@ -1,0 +1,143 @@
+//! One message in, at most one response out: the pre-decode walk, hickory's decoder, the
+//! [`Handler`], and the encoding, shared by the UDP and TCP loops.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+use hickory_proto::{
+    op::{Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode},
+    rr::Record,
+    serialize::binary::{BinEncodable, BinEncoder},
+};
+use hickory_server::{
+    net::{NetError, runtime::TokioTime, xfer::Protocol},
+    server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
+    zone_handler::MessageResponse,
+};
+
+use crate::{
+    Handler,
+    precheck::{FORMERR, Verdict, bare_reply, precheck},
+    ratelog::{Cause, MalformedLog},
+};
+
+/// Encodes the handler's response into a buffer the caller owns and reuses.
+///
+/// hickory hands the response to a `ResponseHandler` by value and keeps it, so the buffer is
+/// shared through an `Arc`; only the task that owns the `Answerer` call uses it, so the lock is
+/// never contended.
+#[derive(Clone)]
+struct Collect {
+    protocol: Protocol,
+    out: Arc<Mutex<Vec<u8>>>,
+}
+
+#[async_trait::async_trait]
+impl ResponseHandler for Collect {
+    async fn send_response<'a>(
+        &mut self,
+        response: MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let id = response.metadata().id;
+        // RFC 1035 §4.2.1 and RFC 6891 §6.2.5: over UDP, the size the OPT we send advertises
+        // (the handler clamps it to what the client can take), 512 without one; the encoder sets
+        // TC when the answer does not fit. TCP takes any size.
+        let max = match (self.protocol, response.edns()) {
+            (Protocol::Udp, Some(edns)) => edns.max_payload().max(512),
+            (Protocol::Udp, None) => 512,
+            _ => u16::MAX,
+        };
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out.clear();
+        let mut encoder = BinEncoder::new(&mut out);
+        encoder.set_max_size(max);
+        match response.destructive_emit(&mut encoder) {
+            Ok(info) => Ok(info),
+            Err(error) => {
+                // As hickory's own server does: a response that cannot be encoded becomes a
+                // SERVFAIL header.
+                tracing::debug!(%error, "cannot encode a DNS response; sending SERVFAIL");
+                out.clear();
+                let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
+                metadata.response_code = ResponseCode::ServFail;
+                let header = Header {
+                    metadata,
+                    counts: HeaderCounts::default(),
+                };
+                let mut encoder = BinEncoder::new(&mut out);
+                header.emit(&mut encoder)?;
+                Ok(ResponseInfo::from(header))
+            }
+        }
+    }
+}
+
+/// Answers messages for one socket or connection, reusing its buffers.
+pub(crate) struct Answerer {
+    handler: Handler,
+    log: Arc<MalformedLog>,
+    collect: Collect,
+}
+
+impl Answerer {
+    pub fn new(handler: Handler, log: Arc<MalformedLog>, protocol: Protocol) -> Self {
+        Answerer {
+            handler,
+            log,
+            collect: Collect {
+                protocol,
+                out: Arc::new(Mutex::new(Vec::with_capacity(512))),
+            },
+        }
+    }
+
+    /// Answers `msg` from `peer` into `out` (cleared first). Returns false when nothing is to be
+    /// sent.
+    pub async fn answer(&self, msg: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bool {
+        let started = Instant::now();
+        out.clear();
+        let rcode = match precheck(msg) {
+            Verdict::Drop(cause) => {
+                self.log.note(cause, peer);
+                return false;
+            }
+            Verdict::Reply { rcode, cause } => {
+                self.log.note(cause, peer);
+                rcode
+            }
+            Verdict::Decode => match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol)
+            {
+                Ok(request) => {
+                    // The handler reports the query to the observer itself.
+                    self.handler
+                        .handle_request::<_, TokioTime>(&request, self.collect.clone())
+                        .await;
+                    // Swap buffers rather than copy: both stay allocated for the next message.
+                    let mut collected = self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
+                    std::mem::swap(&mut *collected, out);
+                    return !out.is_empty();
+                }
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "undecodable DNS message");
+                    self.log.note(Cause::Undecodable, peer);
+                    FORMERR
+                }
+            },
+        };
+        out.extend_from_slice(&bare_reply(msg, rcode));
+        self.handler
+            .observer()
+            .observe(None, ResponseCode::from(0, rcode), started.elapsed());
+        true
+    }
+}
