@@ -246,6 +246,36 @@ pub struct SyncArgs {
     )]
     pub group_sync: bool,
 
+    /// Run the sync reconcilers only on the replica holding the Lease `--lease-name` in
+    /// `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record feed
+    /// run on every replica; readiness never depends on leading. The Lease is released on
+    /// SIGTERM, so a rolling update hands over at once; a replica that dies without releasing it
+    /// is replaced after `--lease-duration`.
+    #[arg(
+        long,
+        env = "XCC_LEADER_ELECT",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub leader_elect: bool,
+
+    /// Name of the Lease of `--leader-elect`.
+    #[arg(long, env = "XCC_LEASE_NAME", default_value = "xcc-agent")]
+    pub lease_name: String,
+
+    /// How long the Lease stays valid without renewal: how long a replica that died without
+    /// releasing it holds up the sync.
+    #[arg(
+        long,
+        env = "XCC_LEASE_DURATION",
+        default_value = "15s",
+        value_parser = humantime::parse_duration
+    )]
+    pub lease_duration: Duration,
+
     #[command(flatten)]
     pub trust: xcc_kube::PeerTrust,
 }

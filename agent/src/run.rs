@@ -166,28 +166,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     // One cache of peer clients, behind one trust gate, for every reconciler of the process.
     let peers = xcc_kube::PeerClients::new(args.sync.trust);
+    let leading = Arc::new(AtomicBool::new(false));
     let sync = match &feed {
-        Feed::Slices(client) if args.sync.secret_replication => {
-            let client = client.clone();
-            let instance = args.kube.pod_name.clone();
-            Some(tokio::spawn(replication::run(
-                client,
-                instance,
-                peers.clone(),
-                stop_rx.clone(),
-            )))
-        }
-        _ => None,
-    };
-    let resource_sync = match &feed {
-        Feed::Slices(client) if args.sync.resource_sync => {
-            Some(tokio::spawn(clusterregistry::run(
-                client.clone(),
-                args.kube.pod_name.clone(),
-                args.sync.group_sync,
-                peers.clone(),
-                stop_rx.clone(),
-            )))
+        Feed::Slices(client) if args.sync.secret_replication || args.sync.resource_sync => {
+            let reconcilers = Reconcilers {
+                client: client.clone(),
+                instance: args.kube.pod_name.clone(),
+                secret_replication: args.sync.secret_replication,
+                resource_sync: args.sync.resource_sync,
+                group_sync: args.sync.group_sync,
+                peers,
+            };
+            Some(if args.sync.leader_elect {
+                let config = xcc_kube::LeaseConfig {
+                    namespace: args.kube.namespace.clone(),
+                    name: args.sync.lease_name.clone(),
+                    identity: args
+                        .kube
+                        .pod_name
+                        .clone()
+                        .unwrap_or_else(|| format!("xcc-agent-{}", std::process::id())),
+                    duration: args.sync.lease_duration,
+                };
+                tokio::spawn(xcc_kube::run_while_leading(
+                    client.clone(),
+                    config,
+                    leading.clone(),
+                    stop_rx.clone(),
+                    move |stop| reconcilers.clone().run(stop),
+                ))
+            } else {
+                leading.store(true, std::sync::atomic::Ordering::Release);
+                tokio::spawn(reconcilers.run(stop_rx.clone()))
+            })
         }
         _ => None,
     };
@@ -225,8 +236,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         udp_sockets,
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
         %source,
-        secret_replication = sync.is_some(),
-        resource_sync = resource_sync.is_some(),
+        secret_replication = sync.is_some() && args.sync.secret_replication,
+        resource_sync = sync.is_some() && args.sync.resource_sync,
+        leader_elect = args.sync.leader_elect,
         "xcc-agent serving"
     );
 
@@ -239,11 +251,52 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(sync) = sync {
         sync.await.context("sync reconcilers task")?;
     }
-    if let Some(resource_sync) = resource_sync {
-        resource_sync.await.context("resource sync task")?;
-    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The sync reconcilers, on the one shared peer-client cache.
+#[derive(Clone)]
+struct Reconcilers {
+    client: kube::Client,
+    instance: Option<String>,
+    secret_replication: bool,
+    resource_sync: bool,
+    group_sync: bool,
+    peers: xcc_kube::PeerClients,
+}
+
+impl Reconcilers {
+    /// Runs every enabled reconciler until `stop` is raised.
+    async fn run(self, stop: tokio::sync::watch::Receiver<bool>) {
+        let replication = self.secret_replication.then(|| {
+            tokio::spawn(replication::run(
+                self.client.clone(),
+                self.instance.clone(),
+                self.peers.clone(),
+                stop.clone(),
+            ))
+        });
+        let resource_sync = self.resource_sync.then(|| {
+            tokio::spawn(clusterregistry::run(
+                self.client.clone(),
+                self.instance.clone(),
+                self.group_sync,
+                self.peers.clone(),
+                stop.clone(),
+            ))
+        });
+        for (name, task) in [
+            ("secret replication", replication),
+            ("resource sync", resource_sync),
+        ] {
+            if let Some(task) = task
+                && let Err(error) = task.await
+            {
+                tracing::error!(%error, reconciler = name, "reconciler task ended abnormally");
+            }
+        }
+    }
 }
 
 /// Where the table's records come from.

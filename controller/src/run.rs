@@ -66,10 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     if ready {
                         (axum::http::StatusCode::OK, "ready\n")
                     } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            "not leading or not started\n",
-                        )
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not started\n")
                     }
                 }
             }),
@@ -80,6 +77,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .pod_name
         .clone()
         .unwrap_or_else(|| format!("xcc-controller-{}", std::process::id()));
+    // Ready means "this process works" (its client and admin server are up), never "this
+    // process leads": a standby that were never ready would stall every rolling update.
+    ready.store(true, Ordering::Release);
     if args.leader_election {
         let lease = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "xcc-controller")
             .with_namespace(args.lease_namespace.clone())
@@ -94,22 +94,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!(%identity, "leading");
         tokio::select! {
-            result = controller(client, &args, identity, ready) => result,
+            result = controller(client, &args, identity) => result,
             _ = async { while leading.changed().await.is_ok() && *leading.borrow() {} } => {
                 anyhow::bail!("lost the leader Lease; exiting so that the new leader runs alone")
             }
         }
     } else {
-        controller(client, &args, identity, ready).await
+        controller(client, &args, identity).await
     }
 }
 
-async fn controller(
-    client: Client,
-    args: &Args,
-    identity: String,
-    ready: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
+async fn controller(client: Client, args: &Args, identity: String) -> anyhow::Result<()> {
     let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
         "v1beta1",
@@ -146,7 +141,6 @@ async fn controller(
             .collect::<Vec<_>>()
     };
     let for_secret = by_namespace.clone();
-    ready.store(true, Ordering::Release);
     controller
         .watches_with(
             Api::<DynamicObject>::all_with(client.clone(), &clusters),

@@ -1,13 +1,14 @@
 //! Kubernetes plumbing that more than one xcc binary needs: the one gate through which a
 //! kubeconfig in a Secret (Cluster API's `<cluster>-kubeconfig`, cluster-registry's peer Secrets,
 //! a SecretImport's service cluster) becomes a client ([`trust`]), the cache of those peer
-//! clients ([`PeerClients`]), and status
+//! clients ([`PeerClients`]), leader election over a Lease ([`run_while_leading`]), and status
 //! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
 //! while the status does not change).
 
 mod backoff;
 mod conditions;
 mod kubeconfig;
+mod leader;
 mod peers;
 pub mod trust;
 
@@ -16,5 +17,6 @@ pub use conditions::{
     ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,
 };
 pub use kubeconfig::{KubeconfigError, own_cluster_client};
+pub use leader::{LeaseConfig, run_while_leading};
 pub use peers::PeerClients;
 pub use trust::{PeerClient, PeerTls, PeerTrust};

@@ -181,8 +181,7 @@ current-context: x
         let err = peers
             .client_for(&secret("other", "a", "1", KUBECONFIG))
             .await
-            .err()
-            .expect("an error");
+            .expect_err("an error");
         assert_eq!(err.reason(), "KubeconfigMissing");
         assert!(err.to_string().contains("kubeconfig"), "{err}");
     }

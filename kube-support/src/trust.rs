@@ -215,7 +215,7 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls), Refusa
             .ok_or_else(|| {
                 Refusal::Invalid(format!("current-context {current:?} is not in contexts"))
             })?,
-        None if contexts.len() == 1 => contexts[0].clone(),
+        None if contexts.len() == 1 => contexts[0],
         None => {
             return Err(Refusal::Invalid(
                 "no current-context, and not exactly one context".into(),

@@ -89,6 +89,14 @@ impl Process {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// SIGKILL at once (a crash, a lost node: nothing is cleaned up); reaps the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, up to `grace` to exit, then SIGKILL; reaps the process.
     pub fn stop(&mut self, grace: Duration) {
         let Some(mut child) = self.child.take() else {

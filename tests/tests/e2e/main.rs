@@ -1,6 +1,7 @@
 //! End-to-end tests on the real multi-cluster test bed (one test binary, one module per topic).
 //! Without a test bed they skip with one loud line, except with CI=true where they fail.
 
+mod agent_leader;
 mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;

@@ -1,0 +1,172 @@
+//! Leader election over a Lease (`coordination.k8s.io/v1`), for work that only one replica may
+//! do at a time (the agent's sync reconcilers): [`run_while_leading`] runs that work while this
+//! process holds the Lease, stops it when the Lease is lost, and on shutdown stops it first and
+//! then releases the Lease, so that a rolling update hands over at once.
+//!
+//! The Lease itself is kept by `kube-lease-manager` (server-side apply, renewal before expiry,
+//! forced takeover of an expired Lease). What it lacks is a fast handover: a replica waiting for
+//! the Lease sleeps until the holder's lease would expire, also when the holder has released it
+//! on shutdown. So a waiting replica also watches the Lease, and when it sees it without a holder
+//! it asks again at once.
+//!
+//! ```text
+//!   waiting ──(lease acquired)──► leading: work runs ──(lease lost)──► work stopped ─┐
+//!      ▲  └──(Lease released by the holder: ask again now)                              │
+//!      └─────────────────────────────────────────────────────────────────────────────────┘
+//!   shutdown at any point: work stopped, then the Lease released
+//! ```
+
+use std::{
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use tokio::sync::watch;
+
+/// Where the Lease lives and who this replica is.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// This replica's identity in the Lease (the pod name).
+    pub identity: String,
+    /// How long a Lease is valid without renewal: how long a replica that died without
+    /// releasing it (kill -9, a lost node) holds up the others.
+    pub duration: Duration,
+}
+
+/// Longest wait for the Lease to be released on shutdown.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs `work` whenever this replica holds the Lease, until `shutdown` is raised. `work` gets a
+/// stop flag it must honour (raised when the Lease is lost or at shutdown) and is awaited before
+/// anything else happens, so two replicas never work at once. `leading` tells the admin server
+/// (and metrics) whether this replica leads; readiness must not depend on it.
+pub async fn run_while_leading<W, F>(
+    client: Client,
+    config: LeaseConfig,
+    leading: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+    work: W,
+) where
+    W: Fn(watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let released = released_notices(client.clone(), &config);
+    let mut released = std::pin::pin!(released);
+    let mut failures = crate::Backoff::local();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let manager = match manager(&client, &config).await {
+            Ok(manager) => manager,
+            Err(error) => {
+                let delay = failures.next().unwrap_or(crate::Backoff::LOCAL_MAX);
+                tracing::warn!(%error, lease = %config.name, "cannot set up leader election; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => continue,
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                }
+            }
+        };
+        tracing::info!(identity = %config.identity, lease = %config.name, "waiting for the Lease");
+        let acquired = loop {
+            tokio::select! {
+                changed = manager.changed() => match changed {
+                    Ok(true) => break true,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, lease = %config.name, "leader election failed; retrying");
+                        break false;
+                    }
+                },
+                // Released by its holder: a new manager reads the Lease afresh and takes it.
+                Some(()) = released.next() => break false,
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+        };
+        if !acquired {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        failures = crate::Backoff::local();
+        tracing::info!(identity = %config.identity, lease = %config.name, "leading: sync reconcilers start");
+        leading.store(true, Ordering::Release);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(work(stop_rx));
+        let shut_down = loop {
+            tokio::select! {
+                changed = manager.changed() => match changed {
+                    Ok(true) => {}
+                    Ok(false) => break false,
+                    Err(error) => {
+                        tracing::warn!(%error, lease = %config.name, "cannot renew the Lease");
+                        break false;
+                    }
+                },
+                _ = shutdown.wait_for(|stop| *stop) => break true,
+            }
+        };
+        // The work stops before anyone else can start it: first here, then the Lease goes.
+        let _ = stop_tx.send(true);
+        if let Err(error) = task.await {
+            tracing::error!(%error, "sync reconcilers ended abnormally");
+        }
+        leading.store(false, Ordering::Release);
+        if shut_down {
+            match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
+                Ok(Ok(())) => tracing::info!(lease = %config.name, "Lease released"),
+                Ok(Err(error)) => tracing::warn!(%error, "cannot release the Lease"),
+                Err(_) => tracing::warn!("the Lease was not released within {RELEASE_TIMEOUT:?}"),
+            }
+            return;
+        }
+        tracing::warn!(lease = %config.name, "lost the Lease: sync reconcilers stopped");
+    }
+}
+
+async fn manager(
+    client: &Client,
+    config: &LeaseConfig,
+) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+    LeaseManagerBuilder::new(client.clone(), config.name.clone())
+        .with_namespace(config.namespace.clone())
+        .with_identity(config.identity.clone())
+        .with_duration(config.duration.as_secs().max(2))
+        .with_grace((config.duration.as_secs() / 3).max(1))
+        .build()
+        .await
+}
+
+/// A notice each time the Lease is seen without a holder.
+fn released_notices(
+    client: Client,
+    config: &LeaseConfig,
+) -> impl futures::Stream<Item = ()> + Send + use<> {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let fields = format!("metadata.name={}", config.name);
+    watcher(api, watcher::Config::default().fields(&fields))
+        .backoff(crate::Backoff::local())
+        .applied_objects()
+        .filter_map(|lease| {
+            let free = lease.ok().is_some_and(|lease| {
+                lease
+                    .spec
+                    .and_then(|spec| spec.holder_identity)
+                    .is_none_or(|holder| holder.is_empty())
+            });
+            std::future::ready(free.then_some(()))
+        })
+}
