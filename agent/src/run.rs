@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::{
-    admin::{self, AdminState},
+    admin::{self, AdminState, CoreTasks},
     args::{Args, KubeArgs, LogArgs, LogFormat},
     clusterregistry,
     metrics::Metrics,
@@ -146,17 +146,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let admin_addr = admin_listener.local_addr()?;
 
     let handler = Handler::new(table.clone(), metrics.clone());
-    let dns = tokio::spawn(xcc_dns::serve_with(
+    let tasks = CoreTasks::default();
+    let alive = tasks.watch("DNS server");
+    let serving = xcc_dns::serve_with(
         handler,
         sockets,
         args.dns.serve_options(),
         stopped(stop_rx.clone()),
-    ));
+    );
+    let dns = tokio::spawn(async move {
+        let _alive = alive;
+        serving.await
+    });
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         AdminState {
             metrics: metrics.clone(),
             ready: ready.clone(),
+            tasks: tasks.clone(),
         },
         stopped(stop_rx.clone()),
     ));
@@ -188,23 +195,38 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         .unwrap_or_else(|| format!("xcc-agent-{}", std::process::id())),
                     duration: args.sync.lease_duration,
                 };
-                tokio::spawn(xcc_kube::run_while_leading(
+                let alive = tasks.watch("sync reconcilers");
+                let elected = xcc_kube::run_while_leading(
                     client.clone(),
                     config,
                     leading.clone(),
                     stop_rx.clone(),
                     move |stop| reconcilers.clone().run(stop),
-                ))
+                );
+                tokio::spawn(async move {
+                    let _alive = alive;
+                    elected.await
+                })
             } else {
                 leading.store(true, std::sync::atomic::Ordering::Release);
-                tokio::spawn(reconcilers.run(stop_rx.clone()))
+                let alive = tasks.watch("sync reconcilers");
+                let running = reconcilers.run(stop_rx.clone());
+                tokio::spawn(async move {
+                    let _alive = alive;
+                    running.await
+                })
             })
         }
         _ => None,
     };
+    let alive = tasks.watch("record feed");
     let watcher = match feed {
         Feed::Records(feed) => {
-            tokio::spawn(feed.watch(args.records.poll_interval, stop_rx.clone()))
+            let watching = feed.watch(args.records.poll_interval, stop_rx.clone());
+            tokio::spawn(async move {
+                let _alive = alive;
+                watching.await
+            })
         }
         Feed::Slices(client) => {
             let reporter = Reporter {
@@ -222,6 +244,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
             let stop = stopped(stop_rx.clone());
             tokio::spawn(async move {
+                let _alive = alive;
                 tokio::select! {
                     () = run => {}
                     () = stop => {}
@@ -244,6 +267,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let signal = shutdown_signal().await?;
     tracing::info!(signal, "shutting down");
+    tasks.stopping();
     let _ = stop_tx.send(true);
     dns.await.context("DNS server task")??;
     admin.await.context("admin server task")??;
