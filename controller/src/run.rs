@@ -8,6 +8,7 @@ use std::sync::{
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kube::core::PartialObjectMeta;
 use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind},
@@ -148,8 +149,11 @@ async fn controller(client: Client, args: &Args, identity: String) -> anyhow::Re
             watcher::Config::default(),
             move |cluster| by_namespace(cluster.namespace()),
         )
+        // Metadata only: a Secret's name and namespace say which GatewayDNS to wake; its data
+        // (every Secret of the cluster) never crosses the wire here. The reconciler reads the
+        // one kubeconfig Secret it needs.
         .watches(
-            Api::<Secret>::all(client.clone()),
+            Api::<PartialObjectMeta<Secret>>::all(client.clone()),
             watcher::Config::default(),
             move |secret| {
                 if secret.name_any().ends_with("-kubeconfig") {

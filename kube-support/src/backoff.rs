@@ -19,13 +19,16 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 ///
 /// kube-runtime's watcher emits `Event::Init` before every attempt to list, also when the list
 /// then fails, and its stream adapter resets the backoff on any such event: a schedule reset at
-/// once would retry a peer answering 401 three times a second forever. So a reset only takes
-/// effect once no delay was handed out for [`Backoff::quiet`], longer than any one delay: after a
-/// real recovery, not between two failures.
+/// once would retry a peer answering 401 three times a second forever. So for peers a reset only
+/// takes effect once no delay was handed out for [`Backoff::quiet`], longer than any one delay:
+/// after a real recovery, not between two failures. The local schedule resets at once: right
+/// after its API server restarts, watches fail with `410 Expired` several times in a row while
+/// its caches warm up, and each retry must come quickly.
 #[derive(Debug)]
 pub struct Backoff {
     inner: ExponentialBackoff,
     max: Duration,
+    quiet: Duration,
     last_delay: Option<Instant>,
 }
 
@@ -38,15 +41,15 @@ impl Backoff {
 
     /// The schedule of calls and watches to another cluster.
     pub fn peer() -> Backoff {
-        Self::up_to(Self::PEER_MAX)
+        Self::up_to(Self::PEER_MAX, Self::PEER_MAX * 4)
     }
 
     /// The schedule of watches of this process's own cluster.
     pub fn local() -> Backoff {
-        Self::up_to(Self::LOCAL_MAX)
+        Self::up_to(Self::LOCAL_MAX, Duration::ZERO)
     }
 
-    fn up_to(max: Duration) -> Backoff {
+    fn up_to(max: Duration, quiet: Duration) -> Backoff {
         let inner = ExponentialBuilder::new()
             .with_min_delay(Self::MIN)
             .with_max_delay(max)
@@ -56,14 +59,15 @@ impl Backoff {
         Backoff {
             inner,
             max,
+            quiet,
             last_delay: None,
         }
     }
 
-    /// How long without a failure before a reset takes effect: four times the top delay (which
-    /// jitter may double).
+    /// How long without a failure before a reset takes effect: for peers four times the top
+    /// delay (which jitter may double), locally none.
     pub fn quiet(&self) -> Duration {
-        self.max * 4
+        self.quiet
     }
 }
 
@@ -82,7 +86,7 @@ impl kube::runtime::utils::Backoff for Backoff {
             .last_delay
             .is_none_or(|at| at.elapsed() >= self.quiet())
         {
-            *self = Self::up_to(self.max);
+            *self = Self::up_to(self.max, self.quiet);
         }
     }
 }
@@ -119,6 +123,13 @@ mod tests {
         backoff.last_delay = Some(Instant::now() - backoff.quiet());
         backoff.reset();
         assert!(backoff.next().unwrap() < Backoff::MIN * 2);
+        let mut local = Backoff::local();
+        local.by_ref().take(5).for_each(drop);
+        local.reset();
+        assert!(
+            local.next().unwrap() < Backoff::MIN * 2,
+            "a local reset takes effect at once"
+        );
         let local: Vec<Duration> = Backoff::local().take(12).collect();
         assert!(
             local.iter().all(|d| *d <= Backoff::LOCAL_MAX * 2),

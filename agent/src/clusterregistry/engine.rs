@@ -700,6 +700,9 @@ impl Engine {
         .filter(|o| Key::source_of(o).as_ref() == Some(key))
         .collect();
         let table = self.table.borrow().clone();
+        let local_type = self
+            .local_object(key)
+            .and_then(|o| o.get("type").and_then(Value::as_str).map(str::to_string));
         let peer_data: Vec<PeerData> = self
             .sources
             .iter()
@@ -716,7 +719,10 @@ impl Engine {
                     name.clone(),
                     state.id.clone(),
                     state.live,
-                    source.listed.load(Ordering::Acquire),
+                    // A source filtered by type says nothing of objects of another type: their
+                    // absence there is no deletion.
+                    source.listed.load(Ordering::Acquire)
+                        && filter_covers(&source.identity, local_type.as_deref()),
                     features,
                     self.object(source, key),
                 ))
@@ -977,9 +983,31 @@ fn peer_field_selector(gvk: &GroupVersionKind, rules: Option<&[RuleSet]>) -> Opt
         .then(|| format!("type={}", super::SECRET_TYPE))
 }
 
+/// Whether a peer source whose identity carries a `type=` field selector lists objects of
+/// `local_type` (the type of the local object under the key, if any).
+fn filter_covers(identity: &str, local_type: Option<&str>) -> bool {
+    match identity.split_once("?fieldSelector=type=") {
+        Some((_, wanted)) => local_type.is_none_or(|t| t == wanted),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filtered_peer_source_decides_nothing_about_other_types() {
+        let filtered =
+            "cluster-registry/second@u/1?fieldSelector=type=k8s.cisco.com/cluster-registry-secret";
+        assert!(filter_covers(
+            filtered,
+            Some("k8s.cisco.com/cluster-registry-secret")
+        ));
+        assert!(filter_covers(filtered, None));
+        assert!(!filter_covers(filtered, Some("Opaque")));
+        assert!(filter_covers("cluster-registry/second@u/1", Some("Opaque")));
+    }
 
     fn secret_gvk() -> GroupVersionKind {
         GroupVersionKind {
