@@ -13,7 +13,7 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// - [`Backoff::peer`] for calls to other clusters: doubling to 15 s, each delay stretched by a
 ///   random 0–100 % (so 15–30 s once at the top). A peer that still fails after a minute is
 ///   misconfigured or down, and every request to it may carry a credential.
-/// - [`Backoff::local`] for this process's own cluster: doubling to 5 s, jittered the same way.
+/// - [`Backoff::local`] for this process's own cluster: doubling to 2 s, jittered the same way.
 ///   Its API server is the one this process serves; after it restarts (RBAC caches cold, watches
 ///   expired) the process should be back within seconds, not half a minute.
 ///
@@ -37,7 +37,7 @@ impl Backoff {
     /// Top of [`Backoff::peer`] before jitter.
     pub const PEER_MAX: Duration = Duration::from_secs(15);
     /// Top of [`Backoff::local`] before jitter.
-    pub const LOCAL_MAX: Duration = Duration::from_secs(5);
+    pub const LOCAL_MAX: Duration = Duration::from_secs(2);
 
     /// The schedule of calls and watches to another cluster.
     pub fn peer() -> Backoff {
