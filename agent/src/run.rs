@@ -137,7 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         args.dns.udp_sockets
     };
-    let sockets = Sockets::bind(args.dns.listen, udp_sockets)?;
+    let sockets = Sockets::bind_with(args.dns.listen, udp_sockets, args.dns.udp_recv_buffer)?;
     let dns_addr = sockets.local_addr()?;
     let admin_listener = tokio::net::TcpListener::bind(args.admin.admin_listen)
         .await
