@@ -76,6 +76,11 @@ pub struct DnsArgs {
     #[arg(long, env = "XCC_UDP_SOCKETS", default_value_t = 0)]
     pub udp_sockets: usize,
 
+    /// Receive buffer asked for on each UDP socket, in bytes (capped by net.core.rmem_max);
+    /// 0 keeps the kernel's default (net.core.rmem_default).
+    #[arg(long, env = "XCC_UDP_RECV_BUFFER", default_value_t = xcc_dns::UDP_RECV_BUFFER)]
+    pub udp_recv_buffer: usize,
+
     /// Worker threads answering queries; 0 means one per CPU.
     #[arg(long, env = "XCC_THREADS", default_value_t = 0)]
     pub threads: usize,

@@ -65,11 +65,6 @@ impl RecordsFeed {
         self
     }
 
-    /// The file this feed reads.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Loads the file if it changed since the last call. `Ok(true)` when the table changed.
     /// Blocking: reads and parses the file.
     pub fn refresh(&mut self) -> Result<bool, xcc_dns::Error> {
@@ -138,10 +133,50 @@ impl RecordsFeed {
         Err(error)
     }
 
-    /// Polls the file every `interval` until `shutdown`; failures are logged once per change.
-    /// Each poll runs on a blocking thread: the query path never waits for a load.
-    pub async fn watch(self, interval: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// Moves the feed to its own thread, where every load (the first one too) runs: the query
+    /// path never waits for a load, and every table is built from that thread's malloc arena.
+    /// Loads spread over several threads left a table-sized footprint in each one's arena.
+    pub fn start(self) -> std::io::Result<Loader> {
+        let (requests, inbox) = std::sync::mpsc::channel::<Reply>();
+        let path = self.path.clone();
         let mut feed = self;
+        std::thread::Builder::new()
+            .name("records-loader".into())
+            .spawn(move || {
+                lower_priority();
+                // Ends when the `Loader` is dropped.
+                while let Ok(reply) = inbox.recv() {
+                    let _ = reply.send(feed.refresh());
+                }
+            })?;
+        Ok(Loader { requests, path })
+    }
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<bool, xcc_dns::Error>>;
+
+/// A [`RecordsFeed`] running on its loader thread.
+pub struct Loader {
+    requests: std::sync::mpsc::Sender<Reply>,
+    path: PathBuf,
+}
+
+impl Loader {
+    /// The file this feed reads.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// [`RecordsFeed::refresh`] on the loader thread. `None` if that thread is gone (it
+    /// panicked): serving goes on with the table as it was.
+    pub async fn refresh(&self) -> Option<Result<bool, xcc_dns::Error>> {
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.requests.send(reply).ok()?;
+        result.await.ok()
+    }
+
+    /// Polls the file every `interval` until `shutdown`; failures are logged once per change.
+    pub async fn watch(self, interval: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = shutdown;
@@ -151,33 +186,31 @@ impl RecordsFeed {
                 _ = ticker.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            let polled = tokio::task::spawn_blocking(move || {
-                let result = feed.refresh();
-                (feed, result)
-            })
-            .await;
-            let result;
-            (feed, result) = match polled {
-                Ok(polled) => polled,
-                // A panic while loading: the feed went with it. Serving goes on with the table
-                // as it was.
-                Err(error) => {
-                    tracing::error!(%error, "records file loader failed; reloads stop");
-                    return;
-                }
-            };
-            match result {
-                Ok(_) => last_error = None,
-                Err(error) => {
+            match self.refresh().await {
+                Some(Ok(_)) => last_error = None,
+                Some(Err(error)) => {
                     let text = error_chain(&error);
                     if last_error.as_deref() != Some(&text) {
                         tracing::error!(error = %text, "records file not loaded; still serving the last good table");
                         last_error = Some(text);
                     }
                 }
+                None => {
+                    tracing::error!("records loader thread ended; reloads stop");
+                    return;
+                }
             }
         }
     }
+}
+
+/// Gives the calling thread the lowest CPU priority (nice 19). A load of a large file is seconds
+/// of CPU; sharing a core with the serving threads at equal weight, it delayed answers by up to
+/// 125 ms (bench/dns-reload.sh, agent pinned to one CPU). Best effort.
+fn lower_priority() {
+    // SAFETY: setpriority has no memory effects; on Linux, `who = 0` with PRIO_PROCESS means the
+    // calling thread.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
 /// An error and its causes, each once: `cannot read records file x: No such file or directory`.

@@ -13,7 +13,7 @@ use crate::{
     args::{Args, KubeArgs, LogArgs, LogFormat},
     clusterregistry,
     metrics::Metrics,
-    records::RecordsFeed,
+    records::{Loader, RecordsFeed},
     replication,
     slices::{self, SliceIndex},
 };
@@ -118,10 +118,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let feed = match args.records.file.clone() {
         Some(path) => {
-            let mut feed = RecordsFeed::new(path, table.clone(), metrics.clone())
-                .with_limit(args.records.shrink_limit());
+            let feed = RecordsFeed::new(path, table.clone(), metrics.clone())
+                .with_limit(args.records.shrink_limit())
+                .start()
+                .context("cannot start the records loader thread")?;
             // Fail fast on a bad file at start: there is no last good table to fall back on yet.
-            feed.refresh()?;
+            feed.refresh()
+                .await
+                .context("the records loader thread failed")??;
             ready.store(true, std::sync::atomic::Ordering::Release);
             Feed::Records(feed)
         }
@@ -133,7 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         args.dns.udp_sockets
     };
-    let sockets = Sockets::bind(args.dns.listen, udp_sockets)?;
+    let sockets = Sockets::bind_with(args.dns.listen, udp_sockets, args.dns.udp_recv_buffer)?;
     let dns_addr = sockets.local_addr()?;
     let admin_listener = tokio::net::TcpListener::bind(args.admin.admin_listen)
         .await
@@ -325,7 +329,7 @@ impl Reconcilers {
 
 /// Where the table's records come from.
 enum Feed {
-    Records(RecordsFeed),
+    Records(Loader),
     Slices(kube::Client),
 }
 

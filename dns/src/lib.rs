@@ -37,7 +37,7 @@ pub use handler::{ADVERTISED_UDP_PAYLOAD, Handler, NoObserver, QueryObserver};
 pub use lookup::Resolution;
 pub use ratelog::Cause;
 pub use records_file::{load_records, parse_records};
-pub use server::{ServeOptions, Sockets, raise_fd_limit, serve, serve_with};
+pub use server::{ServeOptions, Sockets, UDP_RECV_BUFFER, raise_fd_limit, serve, serve_with};
 pub use table::{Batch, HostRecords, RecordTable, ShrinkLimit, Snapshot};
 pub use zone::{DEFAULT_ZONE, Zone, ZoneSettings};
 

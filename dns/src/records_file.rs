@@ -24,11 +24,25 @@ struct RecordsFile {
     records: Records,
 }
 
-/// The host map as written: raw host names and entries, in file order. Names and entries are
-/// checked after parsing, where the error can name the host's own line: an error raised inside a
-/// serde visitor would carry the position of the enclosing map instead.
+/// The host map, each entry checked as it is read (so that a large file's raw text and its
+/// parsed records are not held twice), rejecting a host name given twice (a YAML map would
+/// silently keep the last).
 #[derive(Default)]
-struct Records(Vec<(String, RawEntry)>);
+struct Records(BTreeMap<Name, HostRecords>);
+
+/// A host whose entry failed its checks: its name as written, and what is wrong.
+struct EntryError {
+    raw: String,
+    message: String,
+    duplicate: bool,
+}
+
+thread_local! {
+    /// The entry error of the parse running on this thread. A custom serde error would carry
+    /// the position of the enclosing map, not the host's; the visitor leaves the error here
+    /// instead and [`parse_records`] adds the host's own line.
+    static ENTRY_ERROR: std::cell::RefCell<Option<EntryError>> = const { std::cell::RefCell::new(None) };
+}
 
 impl<'de> Deserialize<'de> for Records {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -42,11 +56,35 @@ impl<'de> Deserialize<'de> for Records {
                 self,
                 mut map: A,
             ) -> Result<Records, A::Error> {
-                let mut records = Vec::new();
-                while let Some(host) = map.next_key::<String>()? {
-                    // Passed on as it is: the error already names the host (its path, such as
-                    // `records.a.xcc.test.addresses[1]`) and its position.
-                    records.push((host, map.next_value::<RawEntry>()?));
+                let mut records = BTreeMap::new();
+                while let Some(raw) = map.next_key::<String>()? {
+                    // Passed on as it is: a YAML-level error already names the host (its path,
+                    // such as `records.a.xcc.test.addresses[1]`) and its position.
+                    let entry = map.next_value::<RawEntry>()?;
+                    let checked = parse_fqdn(&raw)
+                        .map_err(|reason| format!("host name {raw:?}: {reason}"))
+                        .and_then(|name| {
+                            let host = entry
+                                .check()
+                                .map_err(|reason| format!("host {raw}: {reason}"))?;
+                            Ok((name, host))
+                        });
+                    let failure = match checked {
+                        Ok((name, host)) => match records.insert(name, host) {
+                            None => continue,
+                            Some(_) => (format!("duplicate host name {raw}"), true),
+                        },
+                        Err(message) => (message, false),
+                    };
+                    let (message, duplicate) = failure;
+                    ENTRY_ERROR.with(|e| {
+                        *e.borrow_mut() = Some(EntryError {
+                            raw,
+                            message,
+                            duplicate,
+                        })
+                    });
+                    return Err(serde::de::Error::custom("invalid entry"));
                 }
                 Ok(Records(records))
             }
@@ -108,25 +146,29 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let file: RecordsFile = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
-    let mut records = BTreeMap::new();
-    // The host's line, looked up in the text only when there is an error to report.
-    let at = |host: &str, from: usize| {
-        line_of(text, host, from).map_or_else(String::new, |line| format!(" at line {line}"))
-    };
-    for (raw, entry) in file.records.0 {
-        let name = parse_fqdn(&raw)
-            .map_err(|reason| format!("host name {raw:?}: {reason}{}", at(&raw, 1)))?;
-        let host = entry
-            .check()
-            .map_err(|reason| format!("host {raw}: {reason}{}", at(&raw, 1)))?;
-        // A YAML map would silently keep the last of two entries for one name.
-        if records.insert(name, host).is_some() {
-            let first = line_of(text, &raw, 1).unwrap_or(0);
-            return Err(format!("duplicate host name {raw}{}", at(&raw, first + 1)));
-        }
+    ENTRY_ERROR.with(|e| e.borrow_mut().take());
+    match serde_yaml::from_str::<RecordsFile>(text) {
+        Ok(file) => Ok(file.records.0.into_iter().collect()),
+        Err(error) => Err(match ENTRY_ERROR.with(|e| e.borrow_mut().take()) {
+            Some(EntryError {
+                raw,
+                message,
+                duplicate,
+            }) => {
+                // The second of two entries is the one to point at.
+                let from = if duplicate {
+                    line_of(text, &raw, 1).map_or(1, |first| first + 1)
+                } else {
+                    1
+                };
+                match line_of(text, &raw, from) {
+                    Some(line) => format!("{message} at line {line}"),
+                    None => message,
+                }
+            }
+            None => error.to_string(),
+        }),
     }
-    Ok(records.into_iter().collect())
 }
 
 /// Reads and parses a records file.

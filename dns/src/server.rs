@@ -26,6 +26,16 @@ impl Sockets {
     /// Binds `udp_count` (at least one) UDP sockets and one TCP listener on `addr`. With port 0
     /// the first socket picks a free port and the others join it.
     pub fn bind(addr: SocketAddr, udp_count: usize) -> Result<Self, Error> {
+        Self::bind_with(addr, udp_count, UDP_RECV_BUFFER)
+    }
+
+    /// Like [`Sockets::bind`], asking for `udp_recv_buffer` bytes of receive buffer on each UDP
+    /// socket (0: the kernel's default, `net.core.rmem_default`).
+    pub fn bind_with(
+        addr: SocketAddr,
+        udp_count: usize,
+        udp_recv_buffer: usize,
+    ) -> Result<Self, Error> {
         let wrap = |source: io::Error| Error::Bind { addr, source };
         let first = reuseport_socket(addr, Type::DGRAM).map_err(wrap)?;
         let local = first
@@ -33,10 +43,10 @@ impl Sockets {
             .ok()
             .and_then(|a| a.as_socket())
             .ok_or_else(|| wrap(io::Error::other("bound socket has no address")))?;
-        let mut udp = vec![into_tokio_udp(first).map_err(wrap)?];
+        let mut udp = vec![into_tokio_udp(first, udp_recv_buffer).map_err(wrap)?];
         for _ in 1..udp_count.max(1) {
             let socket = reuseport_socket(local, Type::DGRAM).map_err(wrap)?;
-            udp.push(into_tokio_udp(socket).map_err(wrap)?);
+            udp.push(into_tokio_udp(socket, udp_recv_buffer).map_err(wrap)?);
         }
         let tcp = reuseport_socket(local, Type::STREAM).map_err(wrap)?;
         tcp.listen(1024).map_err(wrap)?;
@@ -67,14 +77,16 @@ fn reuseport_socket(addr: SocketAddr, kind: Type) -> io::Result<Socket> {
     Ok(socket)
 }
 
-/// Receive buffer asked for on UDP sockets: a burst of queries while the thread is descheduled
-/// waits here instead of being dropped. The kernel caps it at `net.core.rmem_max`.
-const UDP_RECV_BUFFER: usize = 4 << 20;
+/// Receive buffer asked for on UDP sockets by default: a burst of queries while the thread is
+/// descheduled waits here instead of being dropped. The kernel caps it at `net.core.rmem_max`.
+pub const UDP_RECV_BUFFER: usize = 4 << 20;
 
-fn into_tokio_udp(socket: Socket) -> io::Result<UdpSocket> {
+fn into_tokio_udp(socket: Socket, recv_buffer: usize) -> io::Result<UdpSocket> {
     socket.set_nonblocking(true)?;
-    // Best effort: a smaller buffer only means earlier drops under overload.
-    let _ = socket.set_recv_buffer_size(UDP_RECV_BUFFER);
+    if recv_buffer > 0 {
+        // Best effort: a smaller buffer only means earlier drops under overload.
+        let _ = socket.set_recv_buffer_size(recv_buffer);
+    }
     UdpSocket::from_std(socket.into())
 }
 

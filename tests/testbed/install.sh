@@ -21,6 +21,7 @@ step() { printf '==> testbed: %s\n' "$*"; }
 pkgs=()
 command -v dig >/dev/null || pkgs+=(dnsutils)
 command -v dnsperf >/dev/null || pkgs+=(dnsperf)
+command -v knotd >/dev/null || pkgs+=(knot)
 if [ ${#pkgs[@]} -gt 0 ]; then
   step "apt-get install ${pkgs[*]}"
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
