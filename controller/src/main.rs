@@ -11,6 +11,7 @@
 mod args;
 mod desired;
 mod gatewaydns;
+mod metrics;
 mod reconcile;
 mod run;
 mod workload;

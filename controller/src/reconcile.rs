@@ -47,6 +47,7 @@ pub struct Context {
     pub clusters: ApiResource,
     /// Backstop resync of every GatewayDNS (Service watches do the real work).
     pub resync: Duration,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,12 +77,20 @@ impl Error {
 }
 
 pub async fn reconcile(gateway: Arc<GatewayDNS>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_timed(gateway, &ctx).await;
+    ctx.metrics
+        .reconciled(started.elapsed(), result.as_ref().err().map(Error::label));
+    result
+}
+
+async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Context) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer(&api, FINALIZER, gateway, |event| async {
         match event {
-            Finalizer::Apply(gateway) => apply(&gateway, &ctx).await,
-            Finalizer::Cleanup(gateway) => cleanup(&gateway, &ctx).await,
+            Finalizer::Apply(gateway) => apply(&gateway, ctx).await,
+            Finalizer::Cleanup(gateway) => cleanup(&gateway, ctx).await,
         }
     })
     .await
@@ -248,6 +257,14 @@ async fn update_status(
     insecure: &[String],
     ctx: &Context,
 ) -> Result<(), Error> {
+    ctx.metrics.cluster_states(
+        &gateway_ref(gateway),
+        Some(
+            plan.clusters
+                .iter()
+                .map(|c| (c.cluster.as_str(), c.state.as_str())),
+        ),
+    );
     let old = gateway.status.clone().unwrap_or_default();
     let mut status = GatewayDNSStatus {
         observed_generation: gateway.metadata.generation,
@@ -423,6 +440,8 @@ fn truncate(mut s: String, max: usize) -> String {
 async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
+    ctx.metrics
+        .cluster_states(&reference, None::<std::iter::Empty<(&str, &str)>>);
     ctx.workloads
         .retain(&namespace, &ObjectRef::from_obj(gateway), &BTreeSet::new());
     let clusters = match list_clusters(ctx, &namespace).await {

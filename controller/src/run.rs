@@ -57,7 +57,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind the admin server on {}", args.admin_listen))?;
     tracing::info!(admin = %listener.local_addr()?, zone = %args.zone, "xcc-controller starting");
     let admin_ready = ready.clone();
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let admin_metrics = metrics.clone();
     let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let text = admin_metrics.encode();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        text,
+                    )
+                }
+            }),
+        )
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route(
             "/readyz",
@@ -95,17 +112,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!(%identity, "leading");
         tokio::select! {
-            result = controller(client, &args, identity) => result,
+            result = controller(client, &args, identity, metrics) => result,
             _ = async { while leading.changed().await.is_ok() && *leading.borrow() {} } => {
                 anyhow::bail!("lost the leader Lease; exiting so that the new leader runs alone")
             }
         }
     } else {
-        controller(client, &args, identity).await
+        controller(client, &args, identity, metrics).await
     }
 }
 
-async fn controller(client: Client, args: &Args, identity: String) -> anyhow::Result<()> {
+async fn controller(
+    client: Client,
+    args: &Args,
+    identity: String,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<()> {
     let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
         "v1beta1",
@@ -129,6 +151,7 @@ async fn controller(client: Client, args: &Args, identity: String) -> anyhow::Re
         ),
         clusters: clusters.clone(),
         resync: args.resync_interval,
+        metrics,
     });
     let gateways: Api<GatewayDNS> = Api::all(client.clone());
     let controller = Controller::new(gateways, watcher::Config::default());
