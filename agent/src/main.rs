@@ -21,6 +21,7 @@ mod replication;
 mod run;
 mod sink;
 mod slices;
+mod sources;
 mod wakers;
 
 use clap::Parser;

@@ -16,6 +16,7 @@ use crate::{
     records::{Loader, RecordsFeed},
     replication,
     slices::{self, SliceIndex},
+    sources::LocalSecrets,
 };
 
 /// One CRD as the YAML file checked in under `manifests/crds/`.
@@ -295,13 +296,16 @@ struct Reconcilers {
 }
 
 impl Reconcilers {
-    /// Runs every enabled reconciler until `stop` is raised.
+    /// Runs every enabled reconciler until `stop` is raised, on the sources they share.
     async fn run(self, stop: tokio::sync::watch::Receiver<bool>) {
+        let (local_secrets, secrets_watch) =
+            LocalSecrets::start(self.client.clone(), self.peers.clone());
         let replication = self.secret_replication.then(|| {
             tokio::spawn(replication::run(
                 self.client.clone(),
                 self.instance.clone(),
                 self.peers.clone(),
+                local_secrets.clone(),
                 stop.clone(),
             ))
         });
@@ -311,6 +315,7 @@ impl Reconcilers {
                 self.instance.clone(),
                 self.group_sync,
                 self.peers.clone(),
+                local_secrets.clone(),
                 stop.clone(),
             ))
         });
@@ -324,6 +329,7 @@ impl Reconcilers {
                 tracing::error!(%error, reconciler = name, "reconciler task ended abnormally");
             }
         }
+        secrets_watch.abort();
     }
 }
 

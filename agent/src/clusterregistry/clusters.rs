@@ -15,12 +15,9 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    core::PartialObjectMeta,
     runtime::{
-        WatchStreamExt,
         controller::Action,
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use serde_json::json;
@@ -33,7 +30,10 @@ use super::{
     CLUSTER_DISABLED_ANNOTATION, DEFAULT_SECRET_NAMESPACE, PeerState, PeerTable, SECRET_TYPE,
     api::{Cluster, ClusterStatus},
 };
-use crate::sink::FIELD_MANAGER;
+use crate::{
+    sink::FIELD_MANAGER,
+    sources::{LocalSecrets, SecretChange},
+};
 use xcc_kube::{PeerClient, PeerClients};
 
 /// Liveness checks of one peer are at least this far apart.
@@ -463,40 +463,39 @@ async fn warn_of_trust(
     }
 }
 
-/// Wakes the Clusters whose `secretRef` names a Secret that changed.
+/// Wakes the Clusters whose `secretRef` names a local Secret that changed (from the process's
+/// one watch of local Secrets); all of them when changes were missed.
 pub fn secret_triggers(
-    client: Client,
+    secrets: &LocalSecrets,
     clusters: Store<Cluster>,
-) -> impl Stream<Item = ObjectRef<Cluster>> + Send {
-    let api = Api::<PartialObjectMeta<Secret>>::all(client);
-    watcher(api, watcher::Config::default())
-        .backoff(xcc_kube::Backoff::local())
-        .touched_objects()
-        .filter_map(|secret| std::future::ready(secret.ok()))
-        .flat_map(move |secret| {
-            let namespace = secret.namespace().unwrap_or_default();
-            let name = secret.name_any();
-            let woken: Vec<ObjectRef<Cluster>> = clusters
-                .state()
-                .iter()
-                .filter(|c| {
-                    c.spec
+) -> impl Stream<Item = ObjectRef<Cluster>> + Send + use<> {
+    secrets.changes().flat_map(move |change| {
+        let key = change.key();
+        let missed = matches!(change, SecretChange::Missed);
+        let woken: Vec<ObjectRef<Cluster>> = clusters
+            .state()
+            .iter()
+            .filter(|c| {
+                missed
+                    || c.spec
                         .auth_info
                         .as_ref()
                         .and_then(|a| a.secret_ref.as_ref())
                         .is_some_and(|r| {
-                            r.name == name
-                                && r.namespace
-                                    .as_deref()
-                                    .filter(|n| !n.is_empty())
-                                    .unwrap_or(DEFAULT_SECRET_NAMESPACE)
-                                    == namespace
+                            key.as_ref().is_some_and(|(namespace, name)| {
+                                r.name == *name
+                                    && r.namespace
+                                        .as_deref()
+                                        .filter(|n| !n.is_empty())
+                                        .unwrap_or(DEFAULT_SECRET_NAMESPACE)
+                                        == namespace
+                            })
                         })
-                })
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect();
-            futures::stream::iter(woken)
-        })
+            })
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect();
+        futures::stream::iter(woken)
+    })
 }
 
 #[cfg(test)]

@@ -113,6 +113,7 @@ pub async fn run(
     instance: Option<String>,
     group_sync: bool,
     peers: PeerClients,
+    local_secrets: crate::sources::LocalSecrets,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
@@ -140,7 +141,7 @@ pub async fn run(
         watcher::Config::default(),
     );
     let clusters_store = controller.store();
-    let secrets = clusters::secret_triggers(client.clone(), clusters_store.clone());
+    let secrets = clusters::secret_triggers(&local_secrets, clusters_store.clone());
     let ctx = Arc::new(clusters::Context {
         client: client.clone(),
         local_id: local_id.clone(),

@@ -23,18 +23,14 @@ mod monitors;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::api::{
-    core::v1::Secret,
-    rbac::v1::{Role, RoleBinding},
-};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{
     Api, Client, CustomResourceExt, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         events::{Recorder, Reporter},
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -45,7 +41,10 @@ use xcc_kube::{
     trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
 };
 
-use crate::sink::FIELD_MANAGER;
+use crate::{
+    sink::FIELD_MANAGER,
+    sources::{LocalSecrets, SecretChange},
+};
 use api::{ReplicationStatus, SecretExport, SecretImport};
 use xcc_kube::PeerClients;
 
@@ -231,6 +230,7 @@ pub async fn run(
     client: Client,
     instance: Option<String>,
     peers: PeerClients,
+    local_secrets: LocalSecrets,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -268,16 +268,12 @@ pub async fn run(
         Api::<RoleBinding>::all(client.clone()),
         watcher::Config::default(),
     );
-    let (local_secrets, local_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let local_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let secrets = tokio::spawn(local_secret_triggers(
-        client.clone(),
-        (local_writer, local_listed.clone()),
+    let secret_wakes = tokio::spawn(local_secret_triggers(
+        local_secrets.changes(),
         imports.store(),
         exports.store(),
         import_tx.clone(),
         export_tx,
-        peers.clone(),
     ));
 
     let import_ctx = Arc::new(import::Context {
@@ -285,9 +281,9 @@ pub async fn run(
         peers,
         recorder: recorder.clone(),
         remote: crate::wakers::Wakers::new(import_tx),
-        local: local_secrets,
+        local: local_secrets.store(),
         written: Default::default(),
-        local_listed: local_listed.clone(),
+        local_listed: local_secrets.listed(),
         said: Default::default(),
     });
     let export_ctx = Arc::new(export::Context {
@@ -315,7 +311,7 @@ pub async fn run(
         monitors::run::<monitors::Import>(client.clone(), stop.clone()),
         monitors::run::<monitors::Export>(client, stop.clone()),
     );
-    secrets.abort();
+    secret_wakes.abort();
 }
 
 /// At most this many objects of a kind are reconciled at once. Unbounded, a thousand new
@@ -352,58 +348,41 @@ fn channel_stream<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// One metadata-only watch of every local Secret, kept in `store` for the import reconciler
-/// (`listed` once it holds the first full list) and fanned out to the imports and exports that
-/// name it: an import's kubeconfig Secret or copy, an export's Secret. The store is updated
-/// before the wake is sent.
+/// Wakes the imports and exports that name a local Secret that changed (from the process's one
+/// watch of local Secrets): an import's kubeconfig Secret or copy, an export's Secret. The
+/// shared store is updated before the change arrives here.
 async fn local_secret_triggers(
-    client: Client,
-    (store, listed): (
-        reflector::store::Writer<PartialObjectMeta<Secret>>,
-        Arc<std::sync::atomic::AtomicBool>,
-    ),
+    changes: impl futures::Stream<Item = SecretChange>,
     imports: Store<SecretImport>,
     exports: Store<SecretExport>,
     import_tx: UnboundedSender<ObjectRef<SecretImport>>,
     export_tx: UnboundedSender<ObjectRef<SecretExport>>,
-    peers: PeerClients,
 ) {
-    // Metadata-only requests: no Secret data crosses the wire or sits in memory.
-    let api = Api::<PartialObjectMeta<Secret>>::all(client);
-    let mut events = reflector::reflector(
-        store,
-        watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::local()),
-    )
-    .boxed();
-    let wake = |secret: &PartialObjectMeta<Secret>| {
-        let namespace = secret.namespace();
-        let name = secret.name_any();
+    let mut changes = std::pin::pin!(changes);
+    while let Some(change) = changes.next().await {
+        let named = |namespace: Option<String>, names: [&str; 2]| {
+            change.key().map_or(
+                // Missed changes: everything is looked at again.
+                matches!(change, SecretChange::Missed),
+                |(ns, name)| {
+                    namespace.as_deref() == Some(ns.as_str()) && names.contains(&name.as_str())
+                },
+            )
+        };
         for import in imports.state() {
-            if import.namespace() == namespace
-                && (import.spec.secret.name == name || import.spec.remote_kubeconfig.name == name)
-            {
+            let names = [
+                import.spec.secret.name.as_str(),
+                import.spec.remote_kubeconfig.name.as_str(),
+            ];
+            if named(import.namespace(), names) {
                 let _ = import_tx.send(ObjectRef::from_obj(import.as_ref()));
             }
         }
         for export in exports.state() {
-            if export.namespace() == namespace && export.spec.secret.name == name {
+            let name = export.spec.secret.name.as_str();
+            if named(export.namespace(), [name, name]) {
                 let _ = export_tx.send(ObjectRef::from_obj(export.as_ref()));
             }
-        }
-    };
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(secret)) => wake(&secret),
-            Ok(watcher::Event::Delete(secret)) => {
-                peers.forget(&secret.namespace().unwrap_or_default(), &secret.name_any());
-                wake(&secret);
-            }
-            Ok(watcher::Event::InitDone) => {
-                listed.store(true, std::sync::atomic::Ordering::Release)
-            }
-            // A relist: the reconcilers' own watches relist too and look at everything.
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "watch of local Secrets failed; retrying"),
         }
     }
 }
