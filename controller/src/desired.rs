@@ -23,7 +23,7 @@ use k8s_openapi::api::{
 };
 use kube::{ResourceExt, api::ObjectMeta};
 
-use crate::gatewaydns::{ClusterGatewayStatus, GatewayDNS};
+use crate::gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayState};
 
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
 pub const REF_ANNOTATION: &str = "connectivity.tanzu.vmware.com/gateway-dns-ref";
@@ -205,7 +205,7 @@ pub fn plan(
             ..Default::default()
         };
         if let Some(owner) = owns_cluster(gateway, all, cluster) {
-            status.state = "Conflict".into();
+            status.state = GatewayState::Conflict;
             status.message = format!(
                 "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
                 cluster.name
@@ -236,7 +236,7 @@ pub fn plan(
                             .push(slice(name, kind, addresses, &host, &reference));
                     }
                 }
-                status.state = "Published".into();
+                status.state = GatewayState::Published;
                 status.addresses = v4.into_iter().chain(v6).chain(fqdn).collect();
                 if hostnames.len() > 1 {
                     status.message = format!(
@@ -247,28 +247,28 @@ pub fn plan(
                 }
             }
             Observation::ServiceNotFound => {
-                status.state = "ServiceNotFound".into();
+                status.state = GatewayState::ServiceNotFound;
                 status.message = format!(
                     "Service {} not found on cluster {}",
                     gateway.spec.service, cluster.name
                 );
             }
             Observation::NotLoadBalancer(kind) => {
-                status.state = "NotLoadBalancer".into();
+                status.state = GatewayState::NotLoadBalancer;
                 status.message = format!(
                     "Service {} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
                     gateway.spec.service, cluster.name
                 );
             }
             Observation::NoAddress => {
-                status.state = "NoAddress".into();
+                status.state = GatewayState::NoAddress;
                 status.message = format!(
                     "Service {} on cluster {} has no load-balancer address yet",
                     gateway.spec.service, cluster.name
                 );
             }
             Observation::Unreachable(why) => {
-                status.state = "Unreachable".into();
+                status.state = GatewayState::Unreachable;
                 status.message = format!(
                     "cluster {} is unreachable, its last records are kept: {why}",
                     cluster.name
@@ -276,7 +276,7 @@ pub fn plan(
                 out.keep.extend(names);
             }
             Observation::KubeconfigRejected(why) => {
-                status.state = "KubeconfigRejected".into();
+                status.state = GatewayState::KubeconfigRejected;
                 status.message = format!(
                     "cluster {} is not asked, its last records are kept: {why}",
                     cluster.name
@@ -463,7 +463,11 @@ mod tests {
             "dev-team/dev-team-gateway-dns"
         );
         assert_eq!(a.labels()[SERVICE_NAME_LABEL], "dev-team-cluster-a-gateway");
-        assert!(plan.clusters.iter().all(|c| c.state == "Published"));
+        assert!(
+            plan.clusters
+                .iter()
+                .all(|c| c.state == GatewayState::Published)
+        );
     }
 
     #[test]
@@ -550,7 +554,7 @@ mod tests {
         let conflicts: Vec<&str> = new_plan
             .clusters
             .iter()
-            .filter(|c| c.state == "Conflict")
+            .filter(|c| c.state == GatewayState::Conflict)
             .map(|c| c.cluster.as_str())
             .collect();
         assert_eq!(conflicts, ["cluster-a", "cluster-b"]);

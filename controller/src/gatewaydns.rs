@@ -67,6 +67,50 @@ pub struct GatewayDNSStatus {
     pub clusters: Vec<ClusterGatewayStatus>,
 }
 
+/// What became of one selected cluster's gateway.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum GatewayState {
+    /// Its addresses are published on every cluster of the namespace.
+    Published,
+    /// The Service `spec.service` does not exist there.
+    ServiceNotFound,
+    /// The Service is not of type LoadBalancer.
+    NotLoadBalancer,
+    /// The load balancer has no address yet.
+    NoAddress,
+    /// The cluster could not be asked; its last records are kept.
+    Unreachable,
+    /// The trust rules refuse its kubeconfig Secret; it is not asked, its last records are kept.
+    KubeconfigRejected,
+    /// Another (older) GatewayDNS publishes this cluster.
+    Conflict,
+    /// A value this version does not know (written by another version).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl GatewayState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GatewayState::Published => "Published",
+            GatewayState::ServiceNotFound => "ServiceNotFound",
+            GatewayState::NotLoadBalancer => "NotLoadBalancer",
+            GatewayState::NoAddress => "NoAddress",
+            GatewayState::Unreachable => "Unreachable",
+            GatewayState::KubeconfigRejected => "KubeconfigRejected",
+            GatewayState::Conflict => "Conflict",
+            GatewayState::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for GatewayState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The gateway of one selected cluster.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -75,9 +119,8 @@ pub struct ClusterGatewayStatus {
     pub cluster: String,
     /// The DNS name published for it (`*.gateway.<cluster>.<namespace>.clusters.<zone>`).
     pub hostname: String,
-    /// `Published`, or why not: `ServiceNotFound`, `NotLoadBalancer`, `NoAddress`,
-    /// `Unreachable` (last records kept), `Conflict` (another GatewayDNS owns this cluster).
-    pub state: String,
+    /// `Published`, or why not.
+    pub state: GatewayState,
     /// Addresses or host names published.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,

@@ -27,7 +27,7 @@ use crate::{
     desired::{
         self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref, is_owned, same_content,
     },
-    gatewaydns::{GatewayDNS, GatewayDNSStatus},
+    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
     workload::Workloads,
 };
 
@@ -276,15 +276,19 @@ async fn update_status(
     let published = plan
         .clusters
         .iter()
-        .filter(|c| c.state == "Published")
+        .filter(|c| c.state == GatewayState::Published)
         .count();
     status.summary = Some(format!("{published}/{selected} published"));
     // A refused kubeconfig is named first: it needs a person, the other states may pass.
     let failing = plan
         .clusters
         .iter()
-        .find(|c| c.state == "KubeconfigRejected")
-        .or_else(|| plan.clusters.iter().find(|c| c.state != "Published"));
+        .find(|c| c.state == GatewayState::KubeconfigRejected)
+        .or_else(|| {
+            plan.clusters
+                .iter()
+                .find(|c| c.state != GatewayState::Published)
+        });
     let (ready, reason, message) = if selected == 0 {
         (
             ConditionStatus::False,
@@ -292,7 +296,11 @@ async fn update_status(
             "no Cluster API Cluster in this namespace matches clusterSelector".to_string(),
         )
     } else if let Some(c) = failing {
-        (ConditionStatus::False, c.state.clone(), c.message.clone())
+        (
+            ConditionStatus::False,
+            c.state.to_string(),
+            c.message.clone(),
+        )
     } else if !problems.is_empty() {
         (
             ConditionStatus::False,
@@ -370,14 +378,14 @@ async fn announce(
         if before.is_some_and(|b| b.state == c.state && b.addresses == c.addresses) {
             continue;
         }
-        if c.state == "Published" {
+        if c.state == GatewayState::Published {
             events.push((
                 EventType::Normal,
                 "Published".to_string(),
                 format!("{} → {}", c.hostname, c.addresses.join(", ")),
             ));
         } else {
-            events.push((EventType::Warning, c.state.clone(), c.message.clone()));
+            events.push((EventType::Warning, c.state.to_string(), c.message.clone()));
         }
     }
     for c in &old.clusters {
