@@ -403,34 +403,35 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
     let agent_token = own_token_file(&first.dir().join("xcc-dns-xcc-agent.kubeconfig"));
     let controller_token = own_token_file(&controller_kubeconfig.path);
     let mgmt_secrets: Api<Secret> = Api::namespaced(mgmt.client.clone(), "dev-team");
-    set_data(
-        &mgmt_secrets,
-        "first-kubeconfig",
-        "value",
-        &exec_kubeconfig(&tripwire, &marker("controller")),
-    )
-    .await;
-    set_data(
-        &mgmt_secrets,
-        "second-kubeconfig",
-        "value",
-        &token_file_kubeconfig(&tripwire, &controller_token),
-    )
-    .await;
-    set_data(
-        &secrets(first),
-        "kc-exec",
-        "kubeconfig",
-        &exec_kubeconfig(&tripwire, &marker("import")),
-    )
-    .await;
-    set_data(
-        &secrets(first),
-        "kc-token",
-        "kubeconfig",
-        &token_file_kubeconfig(&tripwire, &agent_token),
-    )
-    .await;
+    let first_secrets = secrets(first);
+    for (api, name, key, kubeconfig) in [
+        (
+            &mgmt_secrets,
+            "first-kubeconfig",
+            "value",
+            exec_kubeconfig(&tripwire, &marker("controller")),
+        ),
+        (
+            &mgmt_secrets,
+            "second-kubeconfig",
+            "value",
+            token_file_kubeconfig(&tripwire, &controller_token),
+        ),
+        (
+            &first_secrets,
+            "kc-exec",
+            "kubeconfig",
+            exec_kubeconfig(&tripwire, &marker("import")),
+        ),
+        (
+            &first_secrets,
+            "kc-token",
+            "kubeconfig",
+            token_file_kubeconfig(&tripwire, &agent_token),
+        ),
+    ] {
+        set_data(api, name, key, &kubeconfig).await;
+    }
     let registry = |c: &Cluster| -> Api<Secret> { Api::namespaced(c.client.clone(), REGISTRY_NS) };
     for (cluster, name, kubeconfig) in [
         (
@@ -489,20 +490,16 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
 
     // Then the peer Secrets the group itself stands on, one on each side.
     let peers_hostile = Instant::now();
-    set_data(
-        &registry(first),
-        "second",
-        "kubeconfig",
-        &exec_kubeconfig(&tripwire, &marker("peer")),
-    )
-    .await;
-    set_data(
-        &registry(second),
-        "first",
-        "kubeconfig",
-        &token_file_kubeconfig(&tripwire, &agent_token),
-    )
-    .await;
+    for (cluster, peer, kubeconfig) in [
+        (first, "second", exec_kubeconfig(&tripwire, &marker("peer"))),
+        (
+            second,
+            "first",
+            token_file_kubeconfig(&tripwire, &agent_token),
+        ),
+    ] {
+        set_data(&registry(cluster), peer, "kubeconfig", &kubeconfig).await;
+    }
     wait_cluster_rejected(first, "second", "exec").await;
     wait_cluster_rejected(second, "first", "tokenFile").await;
 
