@@ -322,6 +322,41 @@ mod tests {
         assert_eq!(rcode_of(precheck(&notify)), Some(NOTIMP));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 20_000, failure_persistence: None, ..Default::default() })]
+
+        /// Never a panic, and every bare reply parses as a DNS response to the same ID.
+        #[test]
+        fn any_bytes_get_a_verdict(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            check_any(&bytes);
+        }
+
+        #[test]
+        fn mutated_queries_get_a_verdict(
+            flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6),
+            cut in proptest::prelude::any::<usize>(),
+        ) {
+            let mut bytes = query(Some(&cookie(8)));
+            for (at, value) in flips {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            bytes.truncate(HEADER_LEN + cut % (bytes.len() - HEADER_LEN + 1));
+            check_any(&bytes);
+        }
+    }
+
+    fn check_any(bytes: &[u8]) {
+        if let Verdict::Reply { rcode, .. } = precheck(bytes) {
+            let reply = hickory_proto::op::Message::from_vec(&bare_reply(bytes, rcode)).unwrap();
+            assert_eq!(reply.metadata.id, u16::from_be_bytes([bytes[0], bytes[1]]));
+            assert_eq!(
+                reply.metadata.message_type,
+                hickory_proto::op::MessageType::Response
+            );
+        }
+    }
+
     #[test]
     fn bare_replies_echo_id_opcode_and_rd() {
         let mut m = query(None);
