@@ -183,16 +183,16 @@ fn check_options(mut rdata: &[u8]) -> Result<(), Cause> {
     Ok(())
 }
 
-/// A bare response header to `msg` (which holds at least a header): the query's ID, opcode and
-/// RD flag, QR set, `rcode`, every count zero (RFC 1035 §4.1.1; no question echoed, since the
+/// A bare response header to `msg` (which holds at least a header): the query's ID, opcode, RD
+/// and CD flags, QR set, `rcode`, every count zero (RFC 1035 §4.1.1; no question echoed, since the
 /// question could not be trusted).
 pub fn bare_reply(msg: &[u8], rcode: u8) -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
     out[0] = msg[0];
     out[1] = msg[1];
-    // QR, the opcode, RD; AA, TC, RA, Z and AD/CD clear.
+    // QR, the opcode, RD; AA, TC, RA, Z and AD clear; CD echoed (as hickory's responses do).
     out[2] = 0x80 | (msg[2] & 0x78) | (msg[2] & 0x01);
-    out[3] = rcode & 0x0F;
+    out[3] = (msg[3] & 0x10) | (rcode & 0x0F);
     out
 }
 
