@@ -20,6 +20,7 @@
 //! zones and NOTIMP for opcodes other than QUERY.
 
 mod error;
+mod fast;
 mod handler;
 mod lookup;
 pub mod name;

@@ -183,16 +183,16 @@ fn check_options(mut rdata: &[u8]) -> Result<(), Cause> {
     Ok(())
 }
 
-/// A bare response header to `msg` (which holds at least a header): the query's ID, opcode and
-/// RD flag, QR set, `rcode`, every count zero (RFC 1035 §4.1.1; no question echoed, since the
+/// A bare response header to `msg` (which holds at least a header): the query's ID, opcode, RD
+/// and CD flags, QR set, `rcode`, every count zero (RFC 1035 §4.1.1; no question echoed, since the
 /// question could not be trusted).
 pub fn bare_reply(msg: &[u8], rcode: u8) -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
     out[0] = msg[0];
     out[1] = msg[1];
-    // QR, the opcode, RD; AA, TC, RA, Z and AD/CD clear.
+    // QR, the opcode, RD; AA, TC, RA, Z and AD clear; CD echoed (as hickory's responses do).
     out[2] = 0x80 | (msg[2] & 0x78) | (msg[2] & 0x01);
-    out[3] = rcode & 0x0F;
+    out[3] = (msg[3] & 0x10) | (rcode & 0x0F);
     out
 }
 
@@ -320,6 +320,41 @@ mod tests {
         assert_eq!(precheck(&notify), Verdict::Decode);
         notify[6..8].copy_from_slice(&[0xFF, 0xFF]);
         assert_eq!(rcode_of(precheck(&notify)), Some(NOTIMP));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 20_000, failure_persistence: None, ..Default::default() })]
+
+        /// Never a panic, and every bare reply parses as a DNS response to the same ID.
+        #[test]
+        fn any_bytes_get_a_verdict(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            check_any(&bytes);
+        }
+
+        #[test]
+        fn mutated_queries_get_a_verdict(
+            flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6),
+            cut in proptest::prelude::any::<usize>(),
+        ) {
+            let mut bytes = query(Some(&cookie(8)));
+            for (at, value) in flips {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            bytes.truncate(HEADER_LEN + cut % (bytes.len() - HEADER_LEN + 1));
+            check_any(&bytes);
+        }
+    }
+
+    fn check_any(bytes: &[u8]) {
+        if let Verdict::Reply { rcode, .. } = precheck(bytes) {
+            let reply = hickory_proto::op::Message::from_vec(&bare_reply(bytes, rcode)).unwrap();
+            assert_eq!(reply.metadata.id, u16::from_be_bytes([bytes[0], bytes[1]]));
+            assert_eq!(
+                reply.metadata.message_type,
+                hickory_proto::op::MessageType::Response
+            );
+        }
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub(crate) struct Answerer {
     handler: Handler,
     log: Arc<MalformedLog>,
     collect: Collect,
+    /// Whether the common UDP queries skip hickory ([`crate::fast`]).
+    fast_path: bool,
 }
 
 impl Answerer {
@@ -98,7 +100,17 @@ impl Answerer {
                 protocol,
                 out: Arc::new(Mutex::new(Vec::with_capacity(512))),
             },
+            // TCP stays on hickory: its connections are few and long, the fast path is for the
+            // datagram flood.
+            fast_path: protocol == Protocol::Udp,
         }
+    }
+
+    /// The same answerer without the fast path, to compare the two.
+    #[cfg(test)]
+    pub fn without_fast_path(mut self) -> Self {
+        self.fast_path = false;
+        self
     }
 
     /// Answers `msg` from `peer` into `out` (cleared first). Returns false when nothing is to be
@@ -115,24 +127,37 @@ impl Answerer {
                 self.log.note(cause, peer);
                 rcode
             }
-            Verdict::Decode => match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol)
-            {
-                Ok(request) => {
-                    // The handler reports the query to the observer itself.
-                    self.handler
-                        .handle_request::<_, TokioTime>(&request, self.collect.clone())
-                        .await;
-                    // Swap buffers rather than copy: both stay allocated for the next message.
-                    let mut collected = self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
-                    std::mem::swap(&mut *collected, out);
-                    return !out.is_empty();
+            Verdict::Decode => {
+                if self.fast_path {
+                    let snapshot = self.handler.table().snapshot();
+                    if let Some(qtype) = crate::fast::answer(msg, &snapshot, out) {
+                        self.handler.observer().observe(
+                            Some(qtype),
+                            ResponseCode::NoError,
+                            started.elapsed(),
+                        );
+                        return true;
+                    }
                 }
-                Err(error) => {
-                    tracing::debug!(%peer, %error, "undecodable DNS message");
-                    self.log.note(Cause::Undecodable, peer);
-                    FORMERR
+                match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol) {
+                    Ok(request) => {
+                        // The handler reports the query to the observer itself.
+                        self.handler
+                            .handle_request::<_, TokioTime>(&request, self.collect.clone())
+                            .await;
+                        // Swap buffers rather than copy: both stay allocated for the next one.
+                        let mut collected =
+                            self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
+                        std::mem::swap(&mut *collected, out);
+                        return !out.is_empty();
+                    }
+                    Err(error) => {
+                        tracing::debug!(%peer, %error, "undecodable DNS message");
+                        self.log.note(Cause::Undecodable, peer);
+                        FORMERR
+                    }
                 }
-            },
+            }
         };
         out.extend_from_slice(&bare_reply(msg, rcode));
         self.handler

@@ -170,9 +170,17 @@ async fn serve_udp(socket: UdpSocket, answerer: Answerer) -> io::Result<()> {
             Ok(received) => received,
             Err(error) => {
                 // ICMP errors from earlier sends surface here (ECONNREFUSED); nothing to do but
-                // go on, quietly.
+                // go on, quietly. Anything else might repeat at once: pause rather than spin.
                 if let Some(count) = errors.hit(LOG_INTERVAL) {
                     tracing::debug!(%error, count, "UDP receive error");
+                }
+                if !matches!(
+                    error.kind(),
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::Interrupted
+                ) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 continue;
             }
