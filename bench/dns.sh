@@ -31,6 +31,9 @@ NAMES=${NAMES:-10000}
 STEP_SECONDS=${STEP_SECONDS:-5}
 FIXED_RATE=${FIXED_RATE:-5000}
 CPU_SECONDS=${CPU_SECONDS:-20}
+# A second, high rate for the servers that answer it in full (CoreDNS saturates far below):
+# there the cost of the DNS work shows, not only the wake-up per datagram.
+HIGH_RATE=${HIGH_RATE:-50000}
 CLIENTS=${CLIENTS:-20}
 OUTSTANDING=${OUTSTANDING:-100}
 
@@ -101,7 +104,15 @@ measure() { # label pid port
   local hz; hz=$(getconf CLK_TCK)
   local us; us=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$completed" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
   printf '%-10s max_qps_zero_loss=%s cpu_us_per_query@%s=%s (lost %s of %s)\n' "$label" "$best" "$FIXED_RATE" "$us" "$lost" "$completed" >&2
-  echo "$best $us $lost"
+  local high=-
+  if [ "$best" -ge "$HIGH_RATE" ]; then
+    before=$(cpu_ticks "$pid")
+    read -r completed lost qps < <(perf_at "$port" "$HIGH_RATE" "$CPU_SECONDS")
+    after=$(cpu_ticks "$pid")
+    high=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$completed" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
+    printf '%-10s cpu_us_per_query@%s=%s (lost %s of %s)\n' "$label" "$HIGH_RATE" "$high" "$lost" "$completed" >&2
+  fi
+  echo "$best $us $lost $high"
 }
 
 # The servers answer the same way before we time them.
@@ -119,7 +130,7 @@ port=$(free_port)
 taskset -c 0 "$work/reflector" "$port" &
 pid=$!; pids+=("$pid")
 sleep 0.3
-read -r f_qps f_us f_lost < <(measure reflector "$pid" "$port")
+read -r f_qps f_us f_lost f_high < <(measure reflector "$pid" "$port")
 stop "$pid"
 
 say "xcc-agent (CPU 0, one thread, one UDP socket, default receive buffer)"
@@ -129,7 +140,7 @@ taskset -c 0 "$agent" --records "$work/records.yaml" --listen "127.0.0.1:$agent_
 agent_pid=$!; pids+=("$agent_pid")
 wait_dns "$agent_port"
 expected=$(check_same "$agent_port")
-read -r a_qps a_us a_lost < <(measure xcc-agent "$agent_pid" "$agent_port")
+read -r a_qps a_us a_lost a_high < <(measure xcc-agent "$agent_pid" "$agent_port")
 stop "$agent_pid"
 
 say "Knot DNS (CPU 0, one UDP worker, one TCP worker, one background worker)"
@@ -160,7 +171,7 @@ if [ "$(check_same "$knot_port")" != "$expected" ]; then
   say "Knot answers differently:"; check_same "$knot_port" >&2; say "-- agent:"; say "$expected"; exit 1
 fi
 knot_version=$(knotd --version | awk '{print $NF}')
-read -r k_qps k_us k_lost < <(measure knot "$knot_pid" "$knot_port")
+read -r k_qps k_us k_lost k_high < <(measure knot "$knot_pid" "$knot_port")
 stop "$knot_pid"
 
 say "CoreDNS (CPU 0, GOMAXPROCS=1, file plugin)"
@@ -177,7 +188,7 @@ wait_dns "$core_port"
 if [ "$(check_same "$core_port")" != "$expected" ]; then
   say "CoreDNS answers differently:"; check_same "$core_port" >&2; say "-- agent:"; say "$expected"; exit 1
 fi
-read -r c_qps c_us c_lost < <(measure coredns "$core_pid" "$core_port")
+read -r c_qps c_us c_lost c_high < <(measure coredns "$core_pid" "$core_port")
 stop "$core_pid"
 
 say "RSS with 100,000 names"
@@ -197,11 +208,11 @@ printf '%s\n' "$update_out" >&2
 echo
 echo "names: $NAMES; queries: 90% A hits, 5% AAAA NODATA, 5% NXDOMAIN; server on CPU 0, dnsperf on CPU 1"
 echo "dnsperf -c $CLIENTS -q $OUTSTANDING; default UDP receive buffer ($(cat /proc/sys/net/core/rmem_default) bytes) for every server"
-printf '%-10s %18s %24s %10s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost"
-printf '%-10s %18s %24s %10s\n' reflector "$f_qps" "$f_us" "$f_lost"
-printf '%-10s %18s %24s %10s\n' xcc-agent "$a_qps" "$a_us" "$a_lost"
-printf '%-10s %18s %24s %10s\n' "knot $knot_version" "$k_qps" "$k_us" "$k_lost"
-printf '%-10s %18s %24s %10s\n' coredns "$c_qps" "$c_us" "$c_lost"
+printf '%-10s %18s %24s %10s %24s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost" "CPU µs/query @${HIGH_RATE}"
+printf '%-10s %18s %24s %10s %24s\n' reflector "$f_qps" "$f_us" "$f_lost" "$f_high"
+printf '%-10s %18s %24s %10s %24s\n' xcc-agent "$a_qps" "$a_us" "$a_lost" "$a_high"
+printf '%-10s %18s %24s %10s %24s\n' "knot $knot_version" "$k_qps" "$k_us" "$k_lost" "$k_high"
+printf '%-10s %18s %24s %10s %24s\n' coredns "$c_qps" "$c_us" "$c_lost" "$c_high"
 ratio_qps=$(awk -v a="$a_qps" -v c="$c_qps" 'BEGIN {if (c == 0) print "inf"; else printf "%.2f", a / c}')
 ratio_cpu=$(awk -v a="$a_us" -v c="$c_us" 'BEGIN {printf "%.2f", a / c}')
 ratio_knot=$(awk -v a="$a_us" -v k="$k_us" 'BEGIN {printf "%.2f", a / k}')
@@ -217,5 +228,6 @@ bar "no server lost a query at ${FIXED_RATE} q/s (agent $a_lost, knot $k_lost, c
   "[ '$a_lost' = 0 ] && [ '$k_lost' = 0 ] && [ '$c_lost' = 0 ]"
 bar "agent RSS < 100 MB ($((rss_kb / 1024)) MB)" "[ $rss_kb -lt 102400 ]"
 bar "update visible < 100 ms" "printf '%s\n' \"\$update_out\" | grep -q '^PASS'"
-echo "(reported, no bar: agent CPU/query vs Knot's = $ratio_knot)"
+ratio_knot_high=$(awk -v a="$a_high" -v k="$k_high" 'BEGIN {if (a + 0 == 0 || k + 0 == 0) print "-"; else printf "%.2f", a / k}')
+echo "(reported, no bar: agent CPU/query vs Knot's = $ratio_knot at ${FIXED_RATE} q/s, $ratio_knot_high at ${HIGH_RATE} q/s)"
 exit $fail
