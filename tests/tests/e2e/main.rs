@@ -6,6 +6,7 @@ mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;
 mod cluster_group;
+mod https;
 mod least_privilege;
 mod measure;
 mod moved_copies;

@@ -1,7 +1,7 @@
 //! The test bed itself: isolation, RBAC with minted ServiceAccount kubeconfigs, the aggregation
 //! layer, distinct cluster identities.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -203,16 +203,7 @@ spec:
 
 /// Serves `GET /apis/smoke.xcc.test/v1alpha1` (and anything else as an empty resource list).
 async fn serve_discovery(port: u16) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into()),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
@@ -222,19 +213,11 @@ async fn serve_discovery(port: u16) {
             r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"smoke.xcc.test/v1alpha1","resources":[]}"#,
         )
     });
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            return;
-        };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-        });
-    }
+    crate::https::serve(
+        listener,
+        cert.cert.der().clone(),
+        cert.signing_key.serialize_der(),
+        app,
+    )
+    .await;
 }

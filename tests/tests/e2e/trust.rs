@@ -240,6 +240,26 @@ async fn gateway_cluster(mgmt: &Cluster, cluster: &str) -> Option<(String, Strin
     ))
 }
 
+/// On `cluster`: Secret `kc-<case>` holding `kubeconfig`, and SecretImport `import-<case>` of
+/// the service cluster's Secret `source` through it.
+async fn import_through(cluster: &Cluster, case: &str, source: &str, kubeconfig: &str) {
+    let kubeconfig_secret = format!("kc-{case}");
+    secrets(cluster)
+        .create(
+            &PostParams::default(),
+            &secret(&kubeconfig_secret, &[("kubeconfig", kubeconfig)], &[]),
+        )
+        .await
+        .unwrap();
+    cluster
+        .apply_yaml(
+            &import_yaml(&format!("import-{case}"), source)
+                .replace("energy-source", &kubeconfig_secret),
+        )
+        .await
+        .unwrap();
+}
+
 /// The reference's test Secret, in the namespace its rule names.
 const TEST_SECRET_IN_REGISTRY: &str = "apiVersion: v1\nkind: Secret\nmetadata: {name: test-secret, namespace: cluster-registry}\ndata: {}\n";
 
@@ -346,24 +366,7 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
             .unwrap();
     }
     for case in ["exec", "token"] {
-        secrets(first)
-            .create(
-                &PostParams::default(),
-                &secret(
-                    &format!("kc-{case}"),
-                    &[("kubeconfig", &mgmt_kubeconfig)],
-                    &[],
-                ),
-            )
-            .await
-            .unwrap();
-        first
-            .apply_yaml(
-                &import_yaml(&format!("import-{case}"), &format!("upstream-{case}"))
-                    .replace("energy-source", &format!("kc-{case}")),
-            )
-            .await
-            .unwrap();
+        import_through(first, case, &format!("upstream-{case}"), &mgmt_kubeconfig).await;
     }
     wait_ready(first, "SecretImport", "import-exec", ("True", "Replicated")).await;
     wait_ready(
@@ -569,20 +572,7 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
     // with --allow-insecure-peers), which says the peer is not verified.
     let insecure = insecure_kubeconfig(&mgmt_kubeconfig);
     for cluster in [first, second] {
-        secrets(cluster)
-            .create(
-                &PostParams::default(),
-                &secret("kc-insecure", &[("kubeconfig", &insecure)], &[]),
-            )
-            .await
-            .unwrap();
-        cluster
-            .apply_yaml(
-                &import_yaml("import-insecure", "upstream-insecure")
-                    .replace("energy-source", "kc-insecure"),
-            )
-            .await
-            .unwrap();
+        import_through(cluster, "insecure", "upstream-insecure", &insecure).await;
     }
     wait_import_rejected(first, "import-insecure", "insecure-skip-tls-verify").await;
     wait_ready(
@@ -617,19 +607,10 @@ struct RevokedPeer {
 
 impl RevokedPeer {
     async fn start() -> RevokedPeer {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let ca = xcc_e2e::certs::ca("revoked-peer-ca").unwrap();
         let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &ca.issuer).unwrap();
-        let config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests: Arc<std::sync::Mutex<Vec<(Instant, String)>>> = Arc::default();
@@ -647,23 +628,12 @@ impl RevokedPeer {
                 )
             }
         });
-        tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                let (acceptor, app) = (acceptor.clone(), app.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        tokio::spawn(crate::https::serve(
+            listener,
+            cert.der().clone(),
+            key.serialize_der(),
+            app,
+        ));
         RevokedPeer {
             port,
             ca_pem: ca.pem,
@@ -715,19 +685,7 @@ async fn a_peer_answering_401_is_not_hammered_and_its_objects_say_why() {
         .apply_yaml(&registry_cluster_yaml("revoked"))
         .await
         .unwrap();
-    secrets(first)
-        .create(
-            &PostParams::default(),
-            &secret("kc-revoked", &[("kubeconfig", &kubeconfig)], &[]),
-        )
-        .await
-        .unwrap();
-    first
-        .apply_yaml(
-            &import_yaml("import-revoked", "upstream").replace("energy-source", "kc-revoked"),
-        )
-        .await
-        .unwrap();
+    import_through(first, "revoked", "upstream", &kubeconfig).await;
 
     // Both say why.
     wait_for("the Cluster says 401", Duration::from_secs(60), || async {
