@@ -20,7 +20,11 @@ use crate::support::*;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 async fn start(options: ServeOptions) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    let sockets = Sockets::bind("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+    // Port 0 picks a free UDP port; TCP then binds the same number, which another process may
+    // hold on a busy machine: pick again then.
+    let sockets = (0..20)
+        .find_map(|_| Sockets::bind("127.0.0.1:0".parse().unwrap(), 2).ok())
+        .expect("a port free for both UDP and TCP");
     let addr = sockets.local_addr().unwrap();
     let handler = Handler::new(fixture(), Arc::new(NoObserver));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
