@@ -22,6 +22,7 @@ mod run;
 mod sink;
 mod slices;
 mod sources;
+mod sync_metrics;
 mod wakers;
 
 use clap::Parser;

@@ -36,6 +36,8 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     last_reload_ok: Gauge,
     last_reload_time: Gauge<f64, AtomicU64>,
+    /// The sync core's watches and reconcilers.
+    pub sync: crate::sync_metrics::SyncMetrics,
 }
 
 impl Metrics {
@@ -86,7 +88,9 @@ impl Metrics {
             "Unix time of the last load attempt of the records file",
             last_reload_time.clone(),
         );
+        let sync = crate::sync_metrics::SyncMetrics::register(&mut registry);
         Metrics {
+            sync,
             registry,
             queries,
             latency,

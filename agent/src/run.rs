@@ -16,7 +16,7 @@ use crate::{
     records::{Loader, RecordsFeed},
     replication,
     slices::{self, SliceIndex},
-    sources::LocalSecrets,
+    sources::{LocalSecrets, Sources},
 };
 
 /// One CRD as the YAML file checked in under `manifests/crds/`.
@@ -188,6 +188,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 resource_sync: args.sync.resource_sync,
                 group_sync: args.sync.group_sync,
                 peers,
+                metrics: metrics.sync.clone(),
             };
             Some(if args.sync.leader_elect {
                 let config = xcc_kube::LeaseConfig {
@@ -293,13 +294,16 @@ struct Reconcilers {
     resource_sync: bool,
     group_sync: bool,
     peers: xcc_kube::PeerClients,
+    metrics: crate::sync_metrics::SyncMetrics,
 }
 
 impl Reconcilers {
     /// Runs every enabled reconciler until `stop` is raised, on the sources they share.
     async fn run(self, stop: tokio::sync::watch::Receiver<bool>) {
+        // One watch per (cluster, kind) for every reconciler of this term of leadership.
+        let sources = Sources::new(Some(self.metrics.clone()));
         let (local_secrets, secrets_watch) =
-            LocalSecrets::start(self.client.clone(), self.peers.clone());
+            LocalSecrets::start(&sources, self.client.clone(), self.peers.clone());
         let replication = self.secret_replication.then(|| {
             tokio::spawn(replication::run(
                 self.client.clone(),
@@ -316,6 +320,8 @@ impl Reconcilers {
                 self.group_sync,
                 self.peers.clone(),
                 local_secrets.clone(),
+                sources.clone(),
+                self.metrics.clone(),
                 stop.clone(),
             ))
         });

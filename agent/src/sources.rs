@@ -1,37 +1,467 @@
-//! Watch sources shared by the reconcilers of the process. A reconciler asks for a view of a
-//! kind instead of opening its own watch: today the metadata of the local Secrets, which Secret
-//! replication (kubeconfig Secrets, copies, exported Secrets) and the Cluster reconciler (peer
-//! kubeconfig Secrets) both follow. One metadata-only watch serves both: no Secret data crosses
-//! the wire for it, and the API server holds one watch instead of one per reconciler.
+//! Watch sources shared by every reconciler of the process: one watch per (cluster, kind), with
+//! a metadata-only variant. A reconciler asks [`Sources`] for a [`View`] of a kind in a cluster
+//! instead of opening its own watch; views of the same kind in the same cluster share one watch
+//! and one store.
 //!
 //! ```text
-//!   API server ──watch (metadata)──► store (read by any reconciler)
-//!                                    └─► broadcast: Applied / Deleted / Listed ──► each subscriber
+//!   API server ──one watch──► store (read by every view)
+//!                             └─► broadcast: Applied / Deleted / Listed ──► each view's changes()
 //! ```
 //!
-//! The store is updated before a change is announced. A subscriber that falls behind the
-//! broadcast gets `Missed`: it must then look at everything again.
+//! - **Detail**: a source watches metadata only (`PartialObjectMeta`: no Secret data crosses the
+//!   wire) while every view asks for that; the first view that needs whole objects upgrades it to
+//!   a full watch (one relist), and it goes back to metadata when the last such view is dropped.
+//!   A view counts as listed only once a list in the detail it asked for is in the store.
+//! - **Order**: the store is updated before a change is announced. A subscriber that falls behind
+//!   gets [`Change::Missed`] and must look at the whole store again.
+//! - **Health**: each source says whether it is synced, still listing, or reconnecting since when
+//!   and why ([`Health`]); the agent exports that per cluster and kind ([`SyncMetrics`]).
+//! - **Lifetime**: a source lives while a view of it does; the last view dropped stops its watch.
+//! - **Retries**: every watch retries on [`xcc_kube::Backoff`]: the local schedule for the agent's
+//!   own cluster, the jittered peer schedule for the others.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicBool, AtomicU8, Ordering},
+    },
+    time::SystemTime,
 };
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
-    core::PartialObjectMeta,
+    api::{ApiResource, DynamicObject},
+    core::{GroupVersionKind, PartialObjectMeta},
     runtime::{
         WatchStreamExt,
         reflector::{self, Store},
         watcher,
     },
 };
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use xcc_kube::PeerClients;
 
-/// A change of a local Secret, as subscribers see it.
+use crate::sync_metrics::SyncMetrics;
+
+/// The cluster name of the agent's own cluster in a [`SourceId`].
+pub const LOCAL: &str = "local";
+
+/// Changes a burst may queue per subscriber before it is told to look at everything again.
+const CAPACITY: usize = 4096;
+
+/// How much of each object a view needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Detail {
+    /// Metadata only (names, labels, annotations, owners, UID, resourceVersion).
+    Metadata = 1,
+    /// The whole object.
+    Full = 2,
+}
+
+/// One watch: a kind in a cluster, as seen through one client, optionally filtered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SourceId {
+    /// [`LOCAL`] or the peer's Cluster name (for logs and metrics).
+    pub cluster: String,
+    /// Who the client is: [`LOCAL`], or the peer client's identity (the Secret it was built
+    /// from). Two clients of one cluster are two sources.
+    pub identity: String,
+    pub gvk: GroupVersionKind,
+    /// A field selector (`type=...`), when the source watches only part of the kind.
+    pub fields: Option<String>,
+}
+
+impl SourceId {
+    /// The agent's own cluster, kind `gvk`, unfiltered.
+    pub fn local(gvk: GroupVersionKind) -> SourceId {
+        SourceId {
+            cluster: LOCAL.into(),
+            identity: LOCAL.into(),
+            gvk,
+            fields: None,
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        self.identity == LOCAL
+    }
+}
+
+/// A change of a source's objects, as subscribers see it.
+#[derive(Clone, Debug)]
+pub enum Change {
+    Applied(Arc<DynamicObject>),
+    Deleted(Arc<DynamicObject>),
+    /// A full list is now in the store (after a start, a broken watch or a change of detail).
+    Listed,
+    /// This subscriber fell behind and missed changes: it must look at everything again.
+    Missed,
+}
+
+/// What a source knows of its cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// The first list has not arrived yet.
+    Listing { since: SystemTime },
+    /// Listed and watching.
+    Synced { since: SystemTime },
+    /// The watch failed; it retries with backoff. `error` is bounded.
+    Reconnecting { since: SystemTime, error: String },
+}
+
+impl Health {
+    /// The metric value: 0 listing, 1 synced, 2 reconnecting.
+    pub fn code(&self) -> i64 {
+        match self {
+            Health::Listing { .. } => 0,
+            Health::Synced { .. } => 1,
+            Health::Reconnecting { .. } => 2,
+        }
+    }
+}
+
+/// State shared by a source's task and its views.
+struct State {
+    id: SourceId,
+    store: Store<DynamicObject>,
+    /// The detail of the list in the store (0: none yet).
+    listed: AtomicU8,
+    changes: broadcast::Sender<Change>,
+    health: Mutex<Health>,
+}
+
+impl State {
+    fn set_health(&self, health: Health, metrics: Option<&SyncMetrics>) {
+        if let Some(metrics) = metrics {
+            metrics.watch_state(&self.id.cluster, &self.id.gvk.kind, health.code());
+        }
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
+    }
+}
+
+/// One running watch, kept alive by its views.
+struct Shared {
+    state: Arc<State>,
+    /// How many views need whole objects.
+    full_views: watch::Sender<usize>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The process's sources, one per [`SourceId`].
+#[derive(Clone, Default)]
+pub struct Sources {
+    running: Arc<Mutex<HashMap<SourceId, Weak<Shared>>>>,
+    metrics: Option<SyncMetrics>,
+}
+
+impl Sources {
+    pub fn new(metrics: Option<SyncMetrics>) -> Sources {
+        Sources {
+            running: Arc::default(),
+            metrics,
+        }
+    }
+
+    /// A view of `resource` as `id` names it, through `client`, starting the watch if no view of
+    /// it exists yet (or upgrading it to whole objects if `detail` asks for them).
+    pub fn view(
+        &self,
+        id: SourceId,
+        client: Client,
+        resource: &ApiResource,
+        detail: Detail,
+    ) -> View {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|_, shared| shared.strong_count() > 0);
+        let shared = match running.get(&id).and_then(Weak::upgrade) {
+            Some(shared) => shared,
+            None => {
+                let shared = Arc::new(self.start(id.clone(), client, resource, detail));
+                running.insert(id, Arc::downgrade(&shared));
+                shared
+            }
+        };
+        if detail == Detail::Full {
+            shared.full_views.send_modify(|n| *n += 1);
+        }
+        View { shared, detail }
+    }
+
+    /// Every source running now, with its health.
+    #[cfg(test)]
+    fn health(&self) -> Vec<(SourceId, Health)> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|s| {
+                let health = s.state.health.lock().unwrap_or_else(|e| e.into_inner());
+                (s.state.id.clone(), health.clone())
+            })
+            .collect()
+    }
+
+    fn start(
+        &self,
+        id: SourceId,
+        client: Client,
+        resource: &ApiResource,
+        detail: Detail,
+    ) -> Shared {
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+        let (changes, _) = broadcast::channel(CAPACITY);
+        let state = Arc::new(State {
+            id: id.clone(),
+            store: writer.as_reader(),
+            listed: AtomicU8::new(0),
+            changes,
+            health: Mutex::new(Health::Listing {
+                since: SystemTime::now(),
+            }),
+        });
+        let (full_views, wanted) = watch::channel(usize::from(detail == Detail::Full));
+        let apis = Apis {
+            full: Api::all_with(client.clone(), resource),
+            metadata: Api::all_with(client, resource),
+        };
+        let task = tokio::spawn(run_source(
+            state.clone(),
+            writer,
+            apis,
+            wanted,
+            self.metrics.clone(),
+        ));
+        tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, fields = ?id.fields, "watch started");
+        Shared {
+            state,
+            full_views,
+            task: task.abort_handle(),
+        }
+    }
+}
+
+/// Lists and watches one source until aborted, switching between metadata and whole objects as
+/// its views ask.
+async fn run_source(
+    state: Arc<State>,
+    mut writer: reflector::store::Writer<DynamicObject>,
+    apis: Apis,
+    mut wanted: watch::Receiver<usize>,
+    metrics: Option<SyncMetrics>,
+) {
+    let metrics = metrics.as_ref();
+    let id = &state.id;
+    state.set_health(
+        Health::Listing {
+            since: SystemTime::now(),
+        },
+        metrics,
+    );
+    loop {
+        let detail = if *wanted.borrow_and_update() > 0 {
+            Detail::Full
+        } else {
+            Detail::Metadata
+        };
+        // A list in the new detail replaces what the store holds; until then, views that need
+        // more than the store has are not listed.
+        state
+            .listed
+            .fetch_min(Detail::Metadata as u8, Ordering::AcqRel);
+        let mut events = events(&apis, id, detail);
+        loop {
+            let event = tokio::select! {
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = if *wanted.borrow() > 0 { Detail::Full } else { Detail::Metadata };
+                    if now != detail {
+                        tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, ?now, "watch detail changed; listing again");
+                        break;
+                    }
+                    continue;
+                }
+                event = events.next() => event,
+            };
+            let Some(event) = event else { return };
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    let since = match &*state.health.lock().unwrap_or_else(|e| e.into_inner()) {
+                        Health::Reconnecting { since, .. } => *since,
+                        _ => SystemTime::now(),
+                    };
+                    let error = xcc_kube::bounded(&error);
+                    tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, %error, "watch failed; retrying");
+                    if let Some(metrics) = metrics {
+                        metrics.watch_error(&id.cluster, &id.gvk.kind);
+                    }
+                    state.set_health(Health::Reconnecting { since, error }, metrics);
+                    continue;
+                }
+            };
+            writer.apply_watcher_event(&event);
+            let change = match event {
+                watcher::Event::Apply(object) => Change::Applied(Arc::new(object)),
+                watcher::Event::Delete(object) => Change::Deleted(Arc::new(object)),
+                watcher::Event::InitDone => {
+                    state.listed.store(detail as u8, Ordering::Release);
+                    Change::Listed
+                }
+                // Emitted before every list attempt, failed ones included: no contact yet.
+                watcher::Event::Init | watcher::Event::InitApply(_) => continue,
+            };
+            if let Some(metrics) = metrics {
+                metrics.watch_contact(&id.cluster, &id.gvk.kind);
+            }
+            let synced = matches!(
+                *state.health.lock().unwrap_or_else(|e| e.into_inner()),
+                Health::Synced { .. }
+            );
+            if !synced {
+                state.set_health(
+                    Health::Synced {
+                        since: SystemTime::now(),
+                    },
+                    metrics,
+                );
+            }
+            // No subscriber is fine: views read the store when they start.
+            let _ = state.changes.send(change);
+        }
+    }
+}
+
+/// A source's kind, as whole objects and as metadata.
+struct Apis {
+    full: Api<DynamicObject>,
+    metadata: Api<PartialObjectMeta<DynamicObject>>,
+}
+
+/// The watch events of the kind in `detail`, with metadata-only objects as `DynamicObject`s
+/// without content.
+fn events(
+    apis: &Apis,
+    id: &SourceId,
+    detail: Detail,
+) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
+    let mut config = watcher::Config::default();
+    if let Some(fields) = &id.fields {
+        config = config.fields(fields);
+    }
+    let backoff = if id.is_local() {
+        xcc_kube::Backoff::local()
+    } else {
+        xcc_kube::Backoff::peer()
+    };
+    match detail {
+        Detail::Full => watcher(apis.full.clone(), config).backoff(backoff).boxed(),
+        Detail::Metadata => watcher(apis.metadata.clone(), config)
+            .backoff(backoff)
+            .map(|event| event.map(|event| map_event(event, without_content)))
+            .boxed(),
+    }
+}
+
+fn without_content(meta: PartialObjectMeta<DynamicObject>) -> DynamicObject {
+    DynamicObject {
+        types: meta.types,
+        metadata: meta.metadata,
+        data: serde_json::Value::Object(Default::default()),
+    }
+}
+
+fn map_event<A, B>(event: watcher::Event<A>, f: impl Fn(A) -> B) -> watcher::Event<B> {
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(f(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(f(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(f(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A reconciler's handle on a source. Dropping the last view of a source stops its watch.
+pub struct View {
+    shared: Arc<Shared>,
+    detail: Detail,
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        if self.detail == Detail::Full {
+            self.shared
+                .full_views
+                .send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+}
+
+impl View {
+    /// The objects as last listed and watched (metadata only unless this view, or another one
+    /// of the same source, asked for whole objects).
+    pub fn store(&self) -> &Store<DynamicObject> {
+        &self.shared.state.store
+    }
+
+    /// Whether the store holds a complete list in the detail this view asked for.
+    pub fn listed(&self) -> bool {
+        self.shared.state.listed.load(Ordering::Acquire) >= self.detail as u8
+    }
+
+    /// Every change from now on, in order; it starts with `Listed` when the store already holds
+    /// a list this view can use, and says `Missed` when the subscriber fell behind.
+    pub fn changes(&self) -> impl Stream<Item = Change> + Send + use<> {
+        let receiver = self.shared.state.changes.subscribe();
+        let first = self.listed().then_some(Change::Listed);
+        futures::stream::iter(first).chain(broadcast_stream(receiver, &self.shared.state.id))
+    }
+}
+
+fn broadcast_stream<T: Clone + Send + 'static>(
+    receiver: broadcast::Receiver<T>,
+    id: &SourceId,
+) -> impl Stream<Item = T> + Send + use<T>
+where
+    T: From<Lagged>,
+{
+    let kind = id.gvk.kind.clone();
+    futures::stream::unfold(receiver, move |mut receiver| {
+        let kind = kind.clone();
+        async move {
+            let item = match receiver.recv().await {
+                Ok(item) => item,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(%kind, missed, "a subscriber fell behind; it looks again");
+                    T::from(Lagged)
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((item, receiver))
+        }
+    })
+}
+
+/// A subscriber fell behind its broadcast.
+pub struct Lagged;
+
+impl From<Lagged> for Change {
+    fn from(_: Lagged) -> Change {
+        Change::Missed
+    }
+}
+
+/// A change of a local Secret, as Secret replication and the Cluster reconciler see it.
 #[derive(Clone, Debug)]
 pub enum SecretChange {
     Applied(Arc<PartialObjectMeta<Secret>>),
@@ -41,6 +471,12 @@ pub enum SecretChange {
     Listed,
     /// This subscriber fell behind and missed changes: it must look at everything again.
     Missed,
+}
+
+impl From<Lagged> for SecretChange {
+    fn from(_: Lagged) -> SecretChange {
+        SecretChange::Missed
+    }
 }
 
 impl SecretChange {
@@ -55,10 +491,13 @@ impl SecretChange {
     }
 }
 
-/// Changes a burst may queue per subscriber before it is told to look at everything again.
-const CAPACITY: usize = 4096;
+pub fn secret_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "Secret")
+}
 
-/// The metadata of every local Secret: a store and a feed of changes.
+/// The metadata of every local Secret, as a typed store and a feed of changes, on the process's
+/// one watch of local Secrets (a metadata view of it; the resource sync engine may make that
+/// watch carry whole Secrets, which this view does not need).
 #[derive(Clone)]
 pub struct LocalSecrets {
     store: Store<PartialObjectMeta<Secret>>,
@@ -67,42 +506,57 @@ pub struct LocalSecrets {
 }
 
 impl LocalSecrets {
-    /// Starts the one watch. A deleted Secret's peer client is dropped from `peers` here, for
-    /// every reconciler at once.
+    /// Subscribes to the local Secret source of `sources`. A deleted Secret's peer client is
+    /// dropped from `peers` here, for every reconciler at once.
     pub fn start(
+        sources: &Sources,
         client: Client,
         peers: PeerClients,
     ) -> (LocalSecrets, tokio::task::JoinHandle<()>) {
-        let (store, writer) = reflector::store::<PartialObjectMeta<Secret>>();
+        let view = sources.view(
+            SourceId::local(secret_gvk()),
+            client,
+            &ApiResource::erase::<Secret>(&()),
+            Detail::Metadata,
+        );
+        let mut writer = reflector::store::Writer::<PartialObjectMeta<Secret>>::default();
         let listed = Arc::new(AtomicBool::new(false));
         let (changes, _) = broadcast::channel(CAPACITY);
         let source = LocalSecrets {
-            store,
+            store: writer.as_reader(),
             listed: listed.clone(),
             changes: changes.clone(),
         };
-        let api = Api::<PartialObjectMeta<Secret>>::all(client);
-        let events = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).backoff(xcc_kube::Backoff::local()),
-        );
         let task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
-                let change = match event {
-                    Ok(watcher::Event::Apply(secret)) => SecretChange::Applied(Arc::new(secret)),
-                    Ok(watcher::Event::Delete(secret)) => {
+            let mut feed = std::pin::pin!(view.changes());
+            while let Some(change) = feed.next().await {
+                let change = match change {
+                    Change::Applied(object) => {
+                        let secret = typed_meta(&object);
+                        writer.apply_watcher_event(&watcher::Event::Apply(secret.clone()));
+                        SecretChange::Applied(Arc::new(secret))
+                    }
+                    Change::Deleted(object) => {
+                        let secret = typed_meta(&object);
+                        writer.apply_watcher_event(&watcher::Event::Delete(secret.clone()));
                         peers.forget(&secret.namespace().unwrap_or_default(), &secret.name_any());
                         SecretChange::Deleted(Arc::new(secret))
                     }
-                    Ok(watcher::Event::InitDone) => {
+                    // The typed store is rebuilt from the shared one.
+                    Change::Listed | Change::Missed => {
+                        writer.apply_watcher_event(&watcher::Event::Init);
+                        for object in view.store().state() {
+                            writer.apply_watcher_event(&watcher::Event::InitApply(typed_meta(
+                                &object,
+                            )));
+                        }
+                        writer.apply_watcher_event(&watcher::Event::InitDone);
                         listed.store(true, Ordering::Release);
-                        SecretChange::Listed
-                    }
-                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
-                    Err(error) => {
-                        tracing::warn!(%error, "watch of local Secrets failed; retrying");
-                        continue;
+                        if matches!(change, Change::Listed) {
+                            SecretChange::Listed
+                        } else {
+                            SecretChange::Missed
+                        }
                     }
                 };
                 // No subscriber yet is fine: they read the store when they start.
@@ -123,25 +577,27 @@ impl LocalSecrets {
     }
 
     /// Every change from now on, in order; `Missed` when the subscriber fell behind.
-    pub fn changes(&self) -> impl futures::Stream<Item = SecretChange> + Send + use<> {
-        let receiver = self.changes.subscribe();
-        futures::stream::unfold(receiver, |mut receiver| async move {
-            let change = match receiver.recv().await {
-                Ok(change) => change,
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, "a Secret subscriber fell behind; it looks again");
-                    SecretChange::Missed
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((change, receiver))
-        })
+    pub fn changes(&self) -> impl Stream<Item = SecretChange> + Send + use<> {
+        broadcast_stream(self.changes.subscribe(), &SourceId::local(secret_gvk()))
     }
+}
+
+/// The metadata of a Secret from the shared source.
+fn typed_meta(object: &DynamicObject) -> PartialObjectMeta<Secret> {
+    let mut meta = PartialObjectMeta::<Secret>::default();
+    meta.types = object.types.clone();
+    meta.metadata = object.metadata.clone();
+    meta
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    /// How long to wait for a view to list.
+    const LIST_WAIT: Duration = Duration::from_secs(5);
 
     fn secret(namespace: &str, name: &str) -> Arc<PartialObjectMeta<Secret>> {
         let mut meta = PartialObjectMeta::<Secret>::default();
@@ -179,5 +635,137 @@ mod tests {
                 .unwrap();
         }
         assert!(matches!(second.next().await.unwrap(), SecretChange::Missed));
+    }
+
+    /// A mocked API server answering lists and watches of Secrets; counts the requests by
+    /// whether they ask for metadata only.
+    struct Server {
+        requests: Arc<Mutex<Vec<String>>>,
+    }
+
+    fn secret_json(name: &str, with_data: bool) -> serde_json::Value {
+        let mut secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "project-1", "resourceVersion": "1"},
+        });
+        if with_data {
+            secret["data"] = json!({"password": "MQ=="});
+        }
+        secret
+    }
+
+    fn mock() -> (Client, Server) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let uri = request.uri().to_string();
+                let metadata = request
+                    .headers()
+                    .get("accept")
+                    .and_then(|a| a.to_str().ok())
+                    .is_some_and(|a| a.contains("PartialObjectMetadata"));
+                let watch = uri.contains("watch=true");
+                seen.lock().unwrap().push(format!(
+                    "{} {}",
+                    if watch { "watch" } else { "list" },
+                    if metadata { "meta" } else { "full" }
+                ));
+                if watch {
+                    // A watch that never answers (dropped with its source).
+                    tokio::spawn(async move {
+                        let _send = send;
+                        std::future::pending::<()>().await;
+                    });
+                    continue;
+                }
+                let items = if metadata {
+                    vec![
+                        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                "metadata": {"name": "dumbo", "namespace": "project-1", "resourceVersion": "1"}}),
+                    ]
+                } else {
+                    vec![secret_json("dumbo", true)]
+                };
+                let list = json!({
+                    "apiVersion": "v1", "kind": "SecretList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": items,
+                });
+                send.send_response(
+                    http::Response::builder()
+                        .body(kube::client::Body::from(serde_json::to_vec(&list).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), Server { requests })
+    }
+
+    async fn wait_listed(view: &View) {
+        tokio::time::timeout(LIST_WAIT, async {
+            while !view.listed() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the view lists");
+    }
+
+    #[tokio::test]
+    async fn views_of_one_kind_share_one_watch_which_carries_content_only_while_asked() {
+        let (client, server) = mock();
+        let sources = Sources::default();
+        let resource = ApiResource::erase::<Secret>(&());
+        let id = SourceId::local(secret_gvk());
+        let meta = sources.view(id.clone(), client.clone(), &resource, Detail::Metadata);
+        wait_listed(&meta).await;
+        let second = sources.view(id.clone(), client.clone(), &resource, Detail::Metadata);
+        assert!(
+            second.listed(),
+            "a second view uses the running watch's list"
+        );
+        let stored = meta.store().state();
+        assert_eq!(stored.len(), 1);
+        assert!(stored[0].data.get("data").is_none(), "metadata only");
+        assert_eq!(sources.health().len(), 1, "one source for both views");
+
+        // A view that needs whole objects upgrades the one watch; it is not listed before.
+        let full = sources.view(id.clone(), client.clone(), &resource, Detail::Full);
+        wait_listed(&full).await;
+        assert!(meta.listed(), "metadata views stay listed meanwhile");
+        assert_eq!(full.store().state()[0].data["data"]["password"], "MQ==");
+        assert_eq!(sources.health().len(), 1);
+        drop(full);
+        tokio::time::timeout(LIST_WAIT, async {
+            while server
+                .requests
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.as_str() == "list meta")
+                .count()
+                < 2
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("back to metadata once no view needs content");
+        drop((meta, second));
+        assert!(sources.health().is_empty(), "the last view stops the watch");
+        let requests = server.requests.lock().unwrap().clone();
+        assert_eq!(
+            requests
+                .iter()
+                .filter(|r| r.starts_with("list full"))
+                .count(),
+            1,
+            "{requests:?}"
+        );
     }
 }

@@ -7,11 +7,8 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
@@ -22,10 +19,8 @@ use kube::{
     },
     core::GroupVersionKind as KubeGvk,
     runtime::{
-        WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder},
-        reflector::{self, ObjectRef, Store},
-        watcher,
+        reflector::{ObjectRef, Store},
     },
 };
 use serde_json::{Value, json};
@@ -40,7 +35,14 @@ use super::{
     decide::{Action, Key, LocalView, PeerView, decide},
     rules::RuleSet,
 };
-use crate::sink::{FIELD_MANAGER, up_to_date};
+use crate::{
+    sink::{FIELD_MANAGER, up_to_date},
+    sources::{Change, Detail, LOCAL, SourceId, Sources, View},
+    sync_metrics::SyncMetrics,
+};
+
+/// This reconciler's name in metrics.
+const RECONCILER: &str = "resource-sync";
 
 /// How long a failed write waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
@@ -66,11 +68,11 @@ struct Kind {
     namespaced: bool,
 }
 
-/// A watch-fed store of one kind in one cluster.
+/// A view of one kind in one cluster (the process's shared watch of it), and the task that turns
+/// its changes into wakes of this engine.
 struct Source {
     identity: String,
-    store: Store<DynamicObject>,
-    listed: Arc<AtomicBool>,
+    view: View,
     task: tokio::task::AbortHandle,
 }
 
@@ -159,6 +161,9 @@ pub struct Engine {
     access: Access,
     wake_tx: UnboundedSender<Wake>,
     wake_rx: UnboundedReceiver<Wake>,
+    /// The process's watches, shared with the other reconcilers.
+    registry: Sources,
+    metrics: SyncMetrics,
 }
 
 fn feature_gvk() -> GroupVersionKind {
@@ -189,6 +194,8 @@ impl Engine {
         clusters: Store<Cluster>,
         table: tokio::sync::watch::Receiver<PeerTable>,
         group_sync: bool,
+        registry: Sources,
+        metrics: SyncMetrics,
     ) -> Engine {
         let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
         Engine {
@@ -207,36 +214,34 @@ impl Engine {
             access: Access::default(),
             wake_tx,
             wake_rx,
+            registry,
+            metrics,
         }
     }
 
     pub async fn run(mut self, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let (rule_writer, rule_store) = {
-            let writer = reflector::store::Writer::<ResourceSyncRule>::default();
-            let store = writer.as_reader();
-            (writer, store)
-        };
-        let rule_events = reflector::reflector(
-            rule_writer,
-            watcher(
-                Api::<ResourceSyncRule>::all(self.client.clone()),
-                watcher::Config::default(),
-            )
-            .backoff(xcc_kube::Backoff::local()),
+        // The rules come from the same shared source as the built-in rule that copies them.
+        let rule_view = self.registry.view(
+            SourceId::local(KubeGvk::gvk(
+                &ResourceSyncRule::group(&()),
+                &ResourceSyncRule::version(&()),
+                &ResourceSyncRule::kind(&()),
+            )),
+            self.client.clone(),
+            &ApiResource::erase::<ResourceSyncRule>(&()),
+            Detail::Full,
         );
-        let mut rule_events = std::pin::pin!(rule_events);
+        let mut rule_events = std::pin::pin!(rule_view.changes());
         let mut resync = tokio::time::interval(RESYNC);
         let mut table = self.table.clone();
         let mut pending = BTreeSet::new();
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                event = rule_events.next() => match event {
-                    Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)) => {
+                change = rule_events.next() => match change {
+                    Some(_) => {
                         pending.insert(Wake::Topology);
                     }
-                    Some(Ok(_)) => {}
-                    Some(Err(error)) => tracing::debug!(%error, "watch of ResourceSyncRules failed; retrying"),
                     None => break,
                 },
                 changed = table.changed() => {
@@ -257,7 +262,7 @@ impl Engine {
                 pending.insert(wake);
             }
             if pending.remove(&Wake::Topology) {
-                self.refresh(&rule_store).await;
+                self.refresh(&rules_of(&rule_view)).await;
             }
             let mut keys = BTreeSet::new();
             for wake in std::mem::take(&mut pending) {
@@ -278,12 +283,16 @@ impl Engine {
                 }
             }
             // Keys are independent: their writes go out together, a few dozen at a time.
+            self.metrics.queue_depth(RECONCILER, keys.len());
             let this = &self;
             futures::stream::iter(keys)
                 .for_each_concurrent(CONCURRENT_WRITES, |key| async move {
-                    this.reconcile(&key).await
+                    let started = Instant::now();
+                    let ok = this.reconcile(&key).await;
+                    this.metrics.reconciled(RECONCILER, ok, started.elapsed());
                 })
                 .await;
+            self.metrics.queue_depth(RECONCILER, 0);
         }
     }
 
@@ -293,7 +302,7 @@ impl Engine {
             .sources
             .iter()
             .filter(|((_, g), _)| g == gvk)
-            .flat_map(|(_, source)| source.store.state())
+            .flat_map(|(_, source)| source.view.store().state())
             .map(|o| key_of(gvk, &o))
             .collect();
         let links = self.links.lock().expect("links lock");
@@ -302,10 +311,10 @@ impl Engine {
     }
 
     /// Recompiles the rules, resolves their kinds, and starts and stops sources to match.
-    async fn refresh(&mut self, rule_store: &Store<ResourceSyncRule>) {
+    async fn refresh(&mut self, rule_objects: &[ResourceSyncRule]) {
         let mut rules: HashMap<GroupVersionKind, Vec<RuleSet>> = HashMap::new();
         let mut all_targets: HashMap<GroupVersionKind, BTreeSet<GroupVersionKind>> = HashMap::new();
-        let mut objects = rule_store.state();
+        let mut objects = rule_objects.to_vec();
         objects.sort_by_key(|r| r.name_any());
         let peers = self.peers();
         // (peer, kind) pairs whose objects this agent may not list and watch: not read.
@@ -546,28 +555,25 @@ impl Engine {
         kind: Kind,
     ) -> Source {
         let (cluster, gvk) = key.clone();
-        let writer = reflector::store::Writer::<DynamicObject>::new(kind.resource.clone());
-        let store = writer.as_reader();
-        let listed = Arc::new(AtomicBool::new(false));
-        let api = Api::<DynamicObject>::all_with(client, &kind.resource);
-        let mut config = watcher::Config::default();
-        if let Some((_, fields)) = identity.split_once("?fieldSelector=") {
-            config = config.fields(fields);
-        }
-        let events = reflector::reflector(
-            writer,
-            watcher(api, config).backoff(match cluster {
-                Some(_) => xcc_kube::Backoff::peer(),
-                None => xcc_kube::Backoff::local(),
-            }),
-        );
+        let id = SourceId {
+            cluster: cluster.clone().unwrap_or_else(|| LOCAL.into()),
+            identity: match &cluster {
+                Some(_) => identity.clone(),
+                None => LOCAL.into(),
+            },
+            gvk: KubeGvk::gvk(&gvk.group, &gvk.version, &gvk.kind),
+            fields: identity
+                .split_once("?fieldSelector=")
+                .map(|(_, fields)| fields.to_string()),
+        };
+        let view = self.registry.view(id, client, &kind.resource, Detail::Full);
+        let changes = view.changes();
+        let store = view.store().clone();
         let wake = self.wake_tx.clone();
-        let done = listed.clone();
         // Local objects are indexed by the source they name.
         let links = cluster.is_none().then(|| self.links.clone());
         let task = tokio::spawn(async move {
-            let where_ = cluster.as_deref().unwrap_or("local").to_string();
-            let mut events = std::pin::pin!(events);
+            let mut changes = std::pin::pin!(changes);
             let source_of = |o: &DynamicObject| {
                 o.annotations()
                     .get(super::SOURCE_ANNOTATION)
@@ -582,42 +588,31 @@ impl Engine {
                     }
                 }
             };
-            while let Some(event) = events.next().await {
-                let woken = match event {
-                    Ok(watcher::Event::Apply(o)) => {
+            while let Some(change) = changes.next().await {
+                let woken = match change {
+                    Change::Applied(o) => {
                         let key = key_of(&gvk, &o);
                         relink(&key, source_of(&o));
                         Wake::Key(key)
                     }
-                    Ok(watcher::Event::Delete(o)) => {
+                    Change::Deleted(o) => {
                         let key = key_of(&gvk, &o);
                         relink(&key, None);
                         Wake::Key(key)
                     }
-                    Ok(watcher::Event::Init) => {
+                    // A new list (or missed changes): the index of this kind is built again from
+                    // the store, and every key of the kind is looked at.
+                    Change::Listed | Change::Missed => {
                         if let Some(links) = &links {
-                            links.lock().expect("links lock").forget(&gvk);
+                            let mut links = links.lock().expect("links lock");
+                            links.forget(&gvk);
+                            for o in store.state() {
+                                if let Some(source) = source_of(&o) {
+                                    links.update(&key_of(&gvk, &o), Some(source));
+                                }
+                            }
                         }
-                        continue;
-                    }
-                    Ok(watcher::Event::InitApply(o)) => {
-                        if let Some(links) = &links
-                            && let Some(source) = source_of(&o)
-                        {
-                            links
-                                .lock()
-                                .expect("links lock")
-                                .update(&key_of(&gvk, &o), Some(source));
-                        }
-                        continue;
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        done.store(true, Ordering::Release);
                         Wake::Kind(gvk.clone())
-                    }
-                    Err(error) => {
-                        tracing::debug!(cluster = %where_, kind = %gvk.kind, %error, "watch failed; retrying");
-                        continue;
                     }
                 };
                 // A ClusterFeature change can change which peers every rule reads from.
@@ -633,8 +628,7 @@ impl Engine {
         });
         Source {
             identity,
-            store,
-            listed,
+            view,
             task: task.abort_handle(),
         }
     }
@@ -652,7 +646,7 @@ impl Engine {
         if let Some(namespace) = &key.namespace {
             reference = reference.within(namespace);
         }
-        source.store.get(&reference).map(|o| {
+        source.view.store().get(&reference).map(|o| {
             let mut value = to_value(&o);
             value["apiVersion"] = Value::String(kind.resource.api_version.clone());
             value["kind"] = Value::String(kind.resource.kind.clone());
@@ -669,19 +663,20 @@ impl Engine {
         })
     }
 
-    async fn reconcile(&self, key: &Key) {
+    /// Decides and writes what `key` needs; false when a write failed (it is retried).
+    async fn reconcile(&self, key: &Key) -> bool {
         let gvk = &key.gvk;
         // Rules are kept only for kinds discovery resolved.
         let Some(rules) = self.rules.get(gvk) else {
-            return;
+            return true;
         };
         // Nothing is decided before the local lists are complete: a copy could overwrite an
         // object not seen yet.
         let local_kinds = std::iter::once(gvk).chain(self.targets.get(gvk).into_iter().flatten());
         for local_kind in local_kinds {
             match self.sources.get(&(None, local_kind.clone())) {
-                Some(source) if source.listed.load(Ordering::Acquire) => {}
-                _ => return,
+                Some(source) if source.view.listed() => {}
+                _ => return true,
             }
         }
         let at_key = self.local_object(key);
@@ -713,7 +708,7 @@ impl Engine {
                 let features = self
                     .sources
                     .get(&(Some(name.clone()), feature_gvk()))
-                    .map(|f| f.store.state().iter().map(|o| to_value(o)).collect())
+                    .map(|f| f.view.store().state().iter().map(|o| to_value(o)).collect())
                     .unwrap_or_default();
                 Some((
                     name.clone(),
@@ -721,8 +716,7 @@ impl Engine {
                     state.live,
                     // A source filtered by type says nothing of objects of another type: their
                     // absence there is no deletion.
-                    source.listed.load(Ordering::Acquire)
-                        && filter_covers(&source.identity, local_type.as_deref()),
+                    source.view.listed() && filter_covers(&source.identity, local_type.as_deref()),
                     features,
                     self.object(source, key),
                 ))
@@ -789,6 +783,7 @@ impl Engine {
                 let _ = wake.send(retry);
             });
         }
+        !failed
     }
 
     /// Carries out one action of the decision for `key`.
@@ -816,7 +811,7 @@ impl Engine {
                 let Some(api) = self.api(&target) else {
                     return Ok(());
                 };
-                write(&api, &target.name, desired).await?;
+                write(&api, &target.name, desired, &self.metrics).await?;
                 if target == *key {
                     tracing::info!(%kind, %namespace, %name, %from, "copied from peer");
                 } else {
@@ -843,6 +838,7 @@ impl Engine {
                 };
                 match api.delete(&copy.name, &params).await {
                     Ok(_) => {
+                        self.metrics.wrote(RECONCILER, "delete");
                         tracing::info!(%kind, %namespace, %name, copy = %copy.to_annotation(), "copy deleted");
                         Ok(())
                     }
@@ -938,16 +934,37 @@ impl Engine {
     }
 }
 
+/// The rules in the shared source's store (objects that do not parse as rules are logged and
+/// left out: the API server validated them against the CRD, so this means a newer schema).
+fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
+    view.store()
+        .state()
+        .iter()
+        .filter_map(|o| {
+            let mut value = to_value(o);
+            value["apiVersion"] = Value::String(ResourceSyncRule::api_version(&()).into_owned());
+            value["kind"] = Value::String(ResourceSyncRule::kind(&()).into_owned());
+            serde_json::from_value(value)
+                .inspect_err(|error| {
+                    tracing::warn!(rule = %o.name_any(), %error, "cannot read this ResourceSyncRule");
+                })
+                .ok()
+        })
+        .collect()
+}
+
 /// Server-side applies `desired` (its `status` separately); when fields another manager set
 /// survive the apply (someone added a key to a copy), the copy is replaced as a whole.
 async fn write(
     api: &Api<DynamicObject>,
     name: &str,
     mut desired: Value,
+    metrics: &SyncMetrics,
 ) -> Result<(), kube::Error> {
     let status = desired.as_object_mut().and_then(|o| o.remove("status"));
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api.patch(name, &params, &Patch::Apply(&desired)).await?;
+    metrics.wrote(RECONCILER, "apply");
     let current = to_value(&applied);
     if !up_to_date(&current, &desired) {
         let mut replacement = desired.clone();
@@ -956,6 +973,7 @@ async fn write(
             serde_json::from_value(replacement).map_err(kube::Error::SerdeError)?;
         api.replace(name, &PostParams::default(), &replacement)
             .await?;
+        metrics.wrote(RECONCILER, "replace");
     }
     if let Some(status) = status
         && current.get("status") != Some(&status)
@@ -967,6 +985,7 @@ async fn write(
         });
         api.patch_status(name, &params, &Patch::Apply(patch))
             .await?;
+        metrics.wrote(RECONCILER, "status");
     }
     Ok(())
 }

@@ -114,6 +114,8 @@ pub async fn run(
     group_sync: bool,
     peers: PeerClients,
     local_secrets: crate::sources::LocalSecrets,
+    sources: crate::sources::Sources,
+    metrics: crate::sync_metrics::SyncMetrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
@@ -178,6 +180,8 @@ pub async fn run(
         clusters_store,
         table_rx,
         group_sync,
+        sources,
+        metrics,
     );
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
