@@ -15,6 +15,7 @@
 mod admin;
 mod args;
 mod clusterregistry;
+mod core;
 mod metrics;
 mod records;
 mod replication;

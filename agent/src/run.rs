@@ -313,18 +313,17 @@ impl Reconcilers {
                 stop.clone(),
             ))
         });
-        let resource_sync = self.resource_sync.then(|| {
-            tokio::spawn(clusterregistry::run(
-                self.client.clone(),
-                self.instance.clone(),
-                self.group_sync,
-                self.peers.clone(),
-                local_secrets.clone(),
-                sources.clone(),
-                self.metrics.clone(),
-                stop.clone(),
-            ))
-        });
+        let core = crate::core::Core {
+            client: self.client.clone(),
+            instance: self.instance.clone(),
+            peers: self.peers.clone(),
+            sources,
+            local_secrets: local_secrets.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let resource_sync = self
+            .resource_sync
+            .then(|| tokio::spawn(clusterregistry::run(core, self.group_sync, stop.clone())));
         for (name, task) in [
             ("secret replication", replication),
             ("resource sync", resource_sync),

@@ -428,12 +428,12 @@ impl View {
     }
 }
 
-fn broadcast_stream<T: Clone + Send + 'static>(
+fn broadcast_stream<T>(
     receiver: broadcast::Receiver<T>,
     id: &SourceId,
 ) -> impl Stream<Item = T> + Send + use<T>
 where
-    T: From<Lagged>,
+    T: Clone + Send + 'static + From<Lagged>,
 {
     let kind = id.gvk.kind.clone();
     futures::stream::unfold(receiver, move |mut receiver| {
@@ -584,10 +584,11 @@ impl LocalSecrets {
 
 /// The metadata of a Secret from the shared source.
 fn typed_meta(object: &DynamicObject) -> PartialObjectMeta<Secret> {
-    let mut meta = PartialObjectMeta::<Secret>::default();
-    meta.types = object.types.clone();
-    meta.metadata = object.metadata.clone();
-    meta
+    PartialObjectMeta {
+        types: object.types.clone(),
+        metadata: object.metadata.clone(),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -188,18 +188,16 @@ fn to_value(object: &DynamicObject) -> Value {
 
 impl Engine {
     pub fn new(
-        client: Client,
+        core: &crate::core::Core,
         local_id: String,
         recorder: Recorder,
         clusters: Store<Cluster>,
         table: tokio::sync::watch::Receiver<PeerTable>,
         group_sync: bool,
-        registry: Sources,
-        metrics: SyncMetrics,
     ) -> Engine {
         let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
         Engine {
-            client,
+            client: core.client.clone(),
             local_id,
             recorder,
             clusters,
@@ -214,8 +212,8 @@ impl Engine {
             access: Access::default(),
             wake_tx,
             wake_rx,
-            registry,
-            metrics,
+            registry: core.sources.clone(),
+            metrics: core.metrics.clone(),
         }
     }
 

@@ -35,7 +35,7 @@ use kube::{
 };
 
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
-use xcc_kube::{PeerClient, PeerClients};
+use xcc_kube::PeerClient;
 
 /// Annotation and label on every copy: the ID of the cluster the object originates from. Kept
 /// when the source already has it, so the origin survives intermediaries.
@@ -109,15 +109,11 @@ async fn local_cluster_id(
 
 /// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
 pub async fn run(
-    client: Client,
-    instance: Option<String>,
+    core: crate::core::Core,
     group_sync: bool,
-    peers: PeerClients,
-    local_secrets: crate::sources::LocalSecrets,
-    sources: crate::sources::Sources,
-    metrics: crate::sync_metrics::SyncMetrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let client = core.client.clone();
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
         return;
     };
@@ -134,7 +130,7 @@ pub async fn run(
         client.clone(),
         Reporter {
             controller: "xcc-agent".into(),
-            instance,
+            instance: core.instance.clone(),
         },
     );
     let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
@@ -143,11 +139,11 @@ pub async fn run(
         watcher::Config::default(),
     );
     let clusters_store = controller.store();
-    let secrets = clusters::secret_triggers(&local_secrets, clusters_store.clone());
+    let secrets = clusters::secret_triggers(&core.local_secrets, clusters_store.clone());
     let ctx = Arc::new(clusters::Context {
         client: client.clone(),
         local_id: local_id.clone(),
-        peers,
+        peers: core.peers.clone(),
         recorder: recorder.clone(),
         table: table_tx,
         clusters: clusters_store.clone(),
@@ -174,14 +170,12 @@ pub async fn run(
             }
         });
     let engine = engine::Engine::new(
-        client,
+        &core,
         local_id.clone(),
         recorder,
         clusters_store,
         table_rx,
         group_sync,
-        sources,
-        metrics,
     );
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
