@@ -12,6 +12,7 @@ mod measure;
 mod moved_copies;
 mod resource_sync;
 mod secrets;
+mod shared_watches;
 mod smoke;
 mod teardown;
 mod trust;

@@ -264,6 +264,30 @@ pub(crate) async fn install_member_with(
     cluster: &Cluster,
     agent_args: &[&str],
 ) -> Member {
+    let prepared = prepare_member(binaries, cluster).await;
+    prepared.start(start_agent_with(cluster, "xcc-agent.log", agent_args).await)
+}
+
+/// A member installed, its agent not started yet.
+pub(crate) struct Prepared {
+    aggregator: Process,
+    id: String,
+    reader: String,
+}
+
+impl Prepared {
+    pub(crate) fn start(self, agent: Agent) -> Member {
+        Member {
+            _aggregator: self.aggregator,
+            agent,
+            id: self.id,
+            reader: self.reader,
+        }
+    }
+}
+
+/// [`install_member_with`] up to its agent.
+pub(crate) async fn prepare_member(binaries: &Binaries, cluster: &Cluster) -> Prepared {
     let aggregator = aggregation::start(binaries, cluster).unwrap();
     cluster
         .install_crds(&repo().join("manifests/crds"))
@@ -296,9 +320,8 @@ pub(crate) async fn install_member_with(
         .apply_yaml(&peer_secret_yaml(&cluster.name, &reader))
         .await
         .unwrap();
-    Member {
-        _aggregator: aggregator,
-        agent: start_agent_with(cluster, "xcc-agent.log", agent_args).await,
+    Prepared {
+        aggregator,
         id,
         reader,
     }
