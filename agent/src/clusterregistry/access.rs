@@ -1,16 +1,21 @@
 //! What the agent may do, asked of the API servers with SelfSubjectAccessReviews before a rule
 //! starts: write a kind here, and list and watch it on each peer (with the peer's kubeconfig).
 //! Answers are kept for a short while, so that the rules' many refreshes do not each ask again,
-//! and a permission granted later is noticed by itself.
+//! and a permission granted later is noticed by itself. Each question has a deadline, and an API
+//! server that could not answer is not asked again for a while: a peer that accepts connections
+//! and never answers costs the engine one deadline, not one per rule and refresh. Questions to
+//! several peers are asked at once (`&self`).
 
 use std::{
     collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -23,13 +28,30 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// How long an answer is kept.
 const KEEP: Duration = Duration::from_secs(20);
+/// How long the API server may take to answer.
+const DEADLINE: Duration = Duration::from_secs(3);
+/// How long an API server that could not answer is not asked again (meanwhile its permissions
+/// count as unknown: its watches are started and retry on their own backoff).
+const KEEP_UNANSWERED: Duration = Duration::from_secs(15);
 /// How soon permissions that were missing are asked again.
 const RECHECK: Duration = Duration::from_secs(30);
 
+/// (cluster identity, group/plural, verbs asked).
+type Question = (String, String, String);
+
+/// What an API server said, or that it could not say.
+#[derive(Clone)]
+enum Answer {
+    Refused(Vec<&'static str>),
+    Unanswered,
+}
+
 #[derive(Default)]
 pub struct Access {
-    /// (cluster identity, group/plural, verbs asked) → when asked, the verbs refused.
-    answers: HashMap<(String, String, String), (Instant, Vec<&'static str>)>,
+    /// (cluster identity, group/plural, verbs asked) → when asked, and the answer.
+    answers: Mutex<HashMap<Question, (Instant, Answer)>>,
+    /// Clusters that could not answer, and when.
+    unanswered: Mutex<HashMap<String, Instant>>,
     recheck_pending: Arc<AtomicBool>,
 }
 
@@ -45,7 +67,7 @@ impl Access {
     /// "list, watch"; `None` when all are allowed, or when the API server could not be asked (a
     /// peer that is away says so in its Cluster status; its watches retry).
     pub async fn missing(
-        &mut self,
+        &self,
         identity: &str,
         client: &Client,
         resource: &ApiResource,
@@ -56,20 +78,61 @@ impl Access {
             format!("{}/{}", resource.group, resource.plural),
             verbs.join(","),
         );
-        let refused = match self.answers.get(&key) {
-            Some((asked, refused)) if asked.elapsed() < KEEP => refused.clone(),
-            _ => match refused(client, resource, verbs).await {
-                Ok(refused) => {
-                    self.answers.insert(key, (Instant::now(), refused.clone()));
-                    refused
+        let kept = self
+            .answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .filter(|(asked, answer)| match answer {
+                Answer::Refused(_) => asked.elapsed() < KEEP,
+                Answer::Unanswered => asked.elapsed() < KEEP_UNANSWERED,
+            })
+            .map(|(_, answer)| answer.clone());
+        let silent = self
+            .unanswered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(identity)
+            .is_some_and(|since| since.elapsed() < KEEP_UNANSWERED);
+        let answer = match kept {
+            Some(answer) => answer,
+            None if silent => Answer::Unanswered,
+            None => {
+                let answer = match tokio::time::timeout(DEADLINE, refused(client, resource, verbs))
+                    .await
+                {
+                    Ok(Ok(refused)) => Answer::Refused(refused),
+                    Ok(Err(error)) => {
+                        tracing::debug!(cluster = %identity, resource = %resource.plural, %error, "cannot ask for permissions");
+                        Answer::Unanswered
+                    }
+                    Err(_) => {
+                        tracing::debug!(cluster = %identity, resource = %resource.plural, deadline = ?DEADLINE, "no answer to a permission check");
+                        Answer::Unanswered
+                    }
+                };
+                if matches!(answer, Answer::Unanswered) {
+                    self.unanswered
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(identity.to_string(), Instant::now());
+                } else {
+                    self.unanswered
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(identity);
                 }
-                Err(error) => {
-                    tracing::debug!(cluster = %identity, resource = %resource.plural, %error, "cannot ask for permissions");
-                    Vec::new()
-                }
-            },
+                self.answers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, (Instant::now(), answer.clone()));
+                answer
+            }
         };
-        (!refused.is_empty()).then(|| refused.join(", "))
+        match answer {
+            Answer::Refused(refused) if !refused.is_empty() => Some(refused.join(", ")),
+            _ => None,
+        }
     }
 
     /// Sends `wake` once after [`RECHECK`], unless such a wake is already on its way.
@@ -166,7 +229,7 @@ mod tests {
     #[tokio::test]
     async fn refused_verbs_are_named_and_the_answer_is_kept() {
         let (client, asked) = server(&["get", "list", "watch"]);
-        let mut access = Access::default();
+        let access = Access::default();
         let missing = access
             .missing("local", &client, &configmaps(), Access::WRITE)
             .await;
@@ -193,6 +256,53 @@ mod tests {
         assert!(asked.contains(&"create configmaps".to_string()));
     }
 
+    /// A peer that accepts requests and never answers costs one deadline, then is not asked
+    /// again for a while, whatever the kind.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_api_server_costs_one_deadline() {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = asked.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some((_, send)) = handle.next_request().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(send);
+            }
+        });
+        let client = Client::new(service, "default");
+        let access = Access::default();
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            access
+                .missing("peer", &client, &configmaps(), Access::READ)
+                .await,
+            None
+        );
+        assert_eq!(started.elapsed(), DEADLINE);
+        let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        assert_eq!(
+            access
+                .missing("peer", &client, &secrets, Access::READ)
+                .await,
+            None
+        );
+        assert_eq!(started.elapsed(), DEADLINE, "not asked again");
+        assert_eq!(asked.load(Ordering::SeqCst), Access::READ.len());
+        tokio::time::advance(KEEP_UNANSWERED).await;
+        let _ = access
+            .missing("peer", &client, &secrets, Access::READ)
+            .await;
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            2 * Access::READ.len(),
+            "asked again later"
+        );
+    }
+
     #[tokio::test]
     async fn an_api_server_that_cannot_answer_blocks_nothing() {
         let (service, handle) = tower_test::mock::pair::<
@@ -201,7 +311,7 @@ mod tests {
         >();
         drop(handle);
         let client = Client::new(service, "default");
-        let mut access = Access::default();
+        let access = Access::default();
         assert_eq!(
             access
                 .missing("peer", &client, &configmaps(), Access::READ)

@@ -382,13 +382,22 @@ impl Engine {
                 self.report(rule, false, "MissingPermission", message).await;
                 continue;
             }
+            // Every peer is asked at once; a silent one costs one deadline (see `Access`).
+            let access = &self.access;
+            let answers =
+                futures::future::join_all(peers.iter().map(|(peer, client, identity)| {
+                    let resource = &resource;
+                    async move {
+                        let missing = access
+                            .missing(identity, client, resource, Access::READ)
+                            .await;
+                        (peer, missing)
+                    }
+                }))
+                .await;
             let mut refused = Vec::new();
-            for (peer, client, identity) in &peers {
-                if let Some(missing) = self
-                    .access
-                    .missing(identity, client, &resource, Access::READ)
-                    .await
-                {
+            for (peer, missing) in answers {
+                if let Some(missing) = missing {
                     refused.push(format!("{peer} ({missing})"));
                     unreadable.insert((Some(peer.clone()), compiled.gvk.clone()));
                 }
