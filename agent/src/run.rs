@@ -304,6 +304,14 @@ impl Reconcilers {
         let sources = Sources::new(Some(self.metrics.clone()));
         let (local_secrets, secrets_watch) =
             LocalSecrets::start(&sources, self.client.clone(), self.peers.clone());
+        // Every peer API server in use probed at a steady pace, for every reconciler.
+        let peers = self.peers.clone();
+        let prober_stop = stop.clone();
+        let prober = tokio::spawn(async move {
+            peers
+                .probe_forever(xcc_kube::PROBE_INTERVAL, stopped(prober_stop))
+                .await
+        });
         let replication = self.secret_replication.then(|| {
             tokio::spawn(replication::run(
                 self.client.clone(),
@@ -335,6 +343,7 @@ impl Reconcilers {
             }
         }
         secrets_watch.abort();
+        prober.abort();
     }
 }
 

@@ -18,5 +18,5 @@ pub use conditions::{
 };
 pub use kubeconfig::{KubeconfigError, own_cluster_client};
 pub use leader::{LeaseConfig, run_while_leading};
-pub use peers::PeerClients;
+pub use peers::{PROBE_DEADLINE, PROBE_INTERVAL, PeerClients, Reach};
 pub use trust::{PeerClient, PeerTls, PeerTrust};

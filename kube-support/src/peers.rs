@@ -3,23 +3,59 @@
 //! stay the same, rebuilt when they change, and dropped with [`PeerClients::forget`] when the
 //! Secret goes. One cache serves every reconciler of a process; each client is built by the gate
 //! in [`crate::trust`], so every peer of every component passes the same trust rules.
+//!
+//! The cache also knows whether each peer's API server answers ([`Reach`]): a prober
+//! ([`PeerClients::probe_forever`]) asks every server in use for its `/version` at a steady
+//! pace, all servers at once and each with a deadline, and announces every change
+//! ([`PeerClients::reach_changes`]). A reconciler whose peer is known to be silent says so at
+//! once instead of spending its own deadline on it, and one whose peer goes silent is woken
+//! even though a silent server never ends a watch.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use tokio::sync::broadcast;
 
 use crate::{
     KubeconfigError,
     trust::{PeerClient, PeerTrust, kubeconfig_key, peer_client, secret_name},
 };
 
-#[derive(Clone, Default)]
+/// Whether a peer's API server answers, as the last probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Not probed yet.
+    Unknown,
+    Answers,
+    /// No answer within the deadline, or no connection; `error` is bounded text.
+    Silent {
+        error: String,
+    },
+}
+
+/// How often every peer server is probed, and how long one probe may take.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(3);
+
+#[derive(Clone)]
 pub struct PeerClients {
     trust: PeerTrust,
     cache: Arc<Mutex<HashMap<String, PeerClient>>>,
+    /// The last probe of each server in use, keyed by its URL.
+    reach: Arc<Mutex<BTreeMap<String, Reach>>>,
+    /// The URL of every server whose [`Reach`] changed between answering and silent.
+    changes: broadcast::Sender<String>,
+}
+
+impl Default for PeerClients {
+    fn default() -> Self {
+        PeerClients::new(PeerTrust::default())
+    }
 }
 
 impl PeerClients {
@@ -27,6 +63,8 @@ impl PeerClients {
         PeerClients {
             trust,
             cache: Arc::default(),
+            reach: Arc::default(),
+            changes: broadcast::channel(256).0,
         }
     }
 
@@ -70,6 +108,96 @@ impl PeerClients {
     /// The kubeconfig Secret `namespace/name` is gone (or unusable): drop its client.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
+    }
+
+    /// The URL of the server behind kubeconfig Secret `namespace/name`, if its client is built.
+    pub fn server_of(&self, namespace: &str, name: &str) -> Option<String> {
+        self.lock()
+            .get(&format!("{namespace}/{name}"))
+            .map(|peer| peer.server.clone())
+    }
+
+    /// What the last probe found of `server`.
+    pub fn reach(&self, server: &str) -> Reach {
+        self.reach_lock()
+            .get(server)
+            .cloned()
+            .unwrap_or(Reach::Unknown)
+    }
+
+    /// URLs of servers that turned silent or answer again, as the prober finds them. A receiver
+    /// that falls behind gets `Lagged` and should treat every server as changed.
+    pub fn reach_changes(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// Probes every server in use every `interval` until `stop` resolves.
+    pub async fn probe_forever(&self, interval: Duration, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => self.probe_all(PROBE_DEADLINE).await,
+                () = &mut stop => return,
+            }
+        }
+    }
+
+    /// One round: every server in use asked for its version at once, each given `deadline`.
+    /// Servers no longer in use are forgotten. Returns when the slowest has answered or run out
+    /// of time, so a silent server costs one deadline per round and never delays another's probe.
+    pub async fn probe_all(&self, deadline: Duration) {
+        let servers: BTreeMap<String, Client> = self
+            .lock()
+            .values()
+            .map(|peer| (peer.server.clone(), peer.client.clone()))
+            .collect();
+        let probes = servers.into_iter().map(|(server, client)| async move {
+            let reach = match tokio::time::timeout(deadline, client.apiserver_version()).await {
+                // Any answer, a refusal too (an expired token): the server is there, and what
+                // it refuses is for the reconcilers to say.
+                Ok(Ok(_) | Err(kube::Error::Api(_))) => Reach::Answers,
+                Ok(Err(error)) => Reach::Silent {
+                    error: crate::bounded(&error),
+                },
+                Err(_) => Reach::Silent {
+                    error: format!("no answer within {deadline:?}"),
+                },
+            };
+            (server, reach)
+        });
+        let found: BTreeMap<String, Reach> = futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .collect();
+        let mut changed = Vec::new();
+        {
+            let mut reach = self.reach_lock();
+            for (server, now) in &found {
+                let before = reach.insert(server.clone(), now.clone());
+                let was_silent = matches!(before, Some(Reach::Silent { .. }));
+                let is_silent = matches!(now, Reach::Silent { .. });
+                if was_silent != is_silent {
+                    changed.push(server.clone());
+                    match now {
+                        Reach::Silent { error } => {
+                            tracing::warn!(%server, %error, "peer API server does not answer")
+                        }
+                        _ => tracing::info!(%server, "peer API server answers again"),
+                    }
+                }
+            }
+            reach.retain(|server, _| found.contains_key(server));
+        }
+        for server in changed {
+            // No receiver is not an error: nobody needs waking.
+            let _ = self.changes.send(server);
+        }
+    }
+
+    fn reach_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Reach>> {
+        self.reach.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PeerClient>> {
@@ -124,6 +252,108 @@ current-context: x
             data: Some([(key.to_string(), ByteString(text.as_bytes().to_vec()))].into()),
             ..Default::default()
         }
+    }
+
+    /// A client whose API server answers `/version` when `answers`, and otherwise accepts the
+    /// request and never answers; counts the requests it gets.
+    fn server(answers: bool) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = asked.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some((request, send)) = handle.next_request().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(request.uri().path(), "/version");
+                if answers {
+                    let body = br#"{"major":"1","minor":"34","gitVersion":"v1.34.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+                    send.send_response(
+                        http::Response::builder()
+                            .body(kube::client::Body::from(body.to_vec()))
+                            .unwrap(),
+                    );
+                } else {
+                    held.push(send);
+                }
+            }
+        });
+        (Client::new(service, "default"), asked)
+    }
+
+    fn insert(peers: &PeerClients, secret: &str, server: &str, client: Client) {
+        peers.lock().insert(
+            format!("project-1/{secret}"),
+            PeerClient {
+                client,
+                identity: format!("project-1/{secret}@uid/1"),
+                server: server.into(),
+                tls: crate::PeerTls::Verified,
+            },
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_is_found_in_one_deadline_and_slows_no_other_probe() {
+        let peers = PeerClients::default();
+        let (healthy, _) = server(true);
+        let (blackhole, asked) = server(false);
+        insert(&peers, "healthy", "https://healthy:6443/", healthy);
+        insert(&peers, "silent", "https://silent:6443/", blackhole.clone());
+        // Two Secrets naming the same server: probed once.
+        insert(&peers, "silent-too", "https://silent:6443/", blackhole);
+        let mut changes = peers.reach_changes();
+
+        let started = tokio::time::Instant::now();
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert_eq!(started.elapsed(), PROBE_DEADLINE);
+        assert_eq!(peers.reach("https://healthy:6443/"), Reach::Answers);
+        assert!(matches!(
+            peers.reach("https://silent:6443/"),
+            Reach::Silent { error } if error.contains("no answer within 3s")
+        ));
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            peers.server_of("project-1", "silent-too").as_deref(),
+            Some("https://silent:6443/")
+        );
+        // Only the turn to silent is announced; a first "answers" is no change.
+        assert_eq!(
+            changes.try_recv().ok().as_deref(),
+            Some("https://silent:6443/")
+        );
+        assert!(changes.try_recv().is_err());
+
+        // Still silent: nothing new to announce. Its Secrets gone: forgotten.
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert!(changes.try_recv().is_err());
+        peers.forget("project-1", "silent");
+        peers.forget("project-1", "silent-too");
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert_eq!(peers.reach("https://silent:6443/"), Reach::Unknown);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_answers_again_is_announced() {
+        let peers = PeerClients::default();
+        let (blackhole, _) = server(false);
+        insert(&peers, "peer", "https://peer:6443/", blackhole);
+        let mut changes = peers.reach_changes();
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert_eq!(
+            changes.recv().await.ok().as_deref(),
+            Some("https://peer:6443/")
+        );
+        let (healthy, _) = server(true);
+        insert(&peers, "peer", "https://peer:6443/", healthy);
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert_eq!(peers.reach("https://peer:6443/"), Reach::Answers);
+        assert_eq!(
+            changes.recv().await.ok().as_deref(),
+            Some("https://peer:6443/")
+        );
     }
 
     #[tokio::test]

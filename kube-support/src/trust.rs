@@ -63,6 +63,8 @@ pub struct PeerClient {
     pub client: Client,
     /// `namespace/name@uid/resourceVersion` of the kubeconfig Secret: changes when the client does.
     pub identity: String,
+    /// The API server's URL: peers behind one server share its reachability.
+    pub server: String,
     pub tls: PeerTls,
 }
 
@@ -161,6 +163,7 @@ pub async fn peer_client(
             origin: origin.clone(),
             source,
         })?;
+    let server = config.cluster_url.to_string();
     let client =
         Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;
     let identity = format!(
@@ -171,6 +174,7 @@ pub async fn peer_client(
     Ok(PeerClient {
         client,
         identity,
+        server,
         tls,
     })
 }

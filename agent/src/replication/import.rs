@@ -127,7 +127,7 @@ pub enum Remote {
 
 /// Longest wait for the service cluster's answer, so that a peer that accepts connections and
 /// never answers holds up neither this import nor the others.
-const REMOTE_TIMEOUT: Duration = Duration::from_secs(10);
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn classify(result: Result<Option<Secret>, kube::Error>) -> Remote {
     match result {
@@ -262,7 +262,23 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
         }
     };
     watch_remote(ctx, key, &peer, &namespace, source);
+    // A server the prober found silent is not asked again here: the import says so at once and
+    // keeps its copy, and no reconcile slot waits out a deadline on it.
+    if let xcc_kube::Reach::Silent { error } = ctx.peers.reach(&peer.server) {
+        return Verdict::not_ready(
+            reason::REMOTE_UNREACHABLE,
+            unreachable_message(&namespace, kubeconfig_name, &error),
+        )
+        .through(&peer);
+    }
     copy_from(import, ctx, &peer, local).await.through(&peer)
+}
+
+fn unreachable_message(namespace: &str, kubeconfig_name: &str, error: &str) -> String {
+    format!(
+        "cannot reach the service cluster through Secret {namespace}/{kubeconfig_name}: {error}; \
+         the local copy is kept"
+    )
 }
 
 /// Brings the local copy of the import's Secret in line with the service cluster's, read
@@ -315,10 +331,7 @@ async fn copy_from(
     match remote {
         Remote::Unreachable(error) => Verdict::not_ready(
             reason::REMOTE_UNREACHABLE,
-            format!(
-                "cannot reach the service cluster through Secret {namespace}/{kubeconfig_name}: \
-                 {error}; the local copy is kept"
-            ),
+            unreachable_message(&namespace, kubeconfig_name, &error),
         ),
         Remote::Forbidden(message) => Verdict::not_ready(
             reason::FORBIDDEN,

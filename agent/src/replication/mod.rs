@@ -276,6 +276,11 @@ pub async fn run(
         export_tx,
     ));
 
+    let reach_wakes = tokio::spawn(reach_triggers(
+        peers.clone(),
+        imports.store(),
+        import_tx.clone(),
+    ));
     let import_ctx = Arc::new(import::Context {
         client: client.clone(),
         peers,
@@ -312,6 +317,33 @@ pub async fn run(
         monitors::run::<monitors::Export>(client, stop.clone()),
     );
     secret_wakes.abort();
+    reach_wakes.abort();
+}
+
+/// Wakes every import whose service cluster's API server turned silent or answers again: a
+/// silent server ends no watch, so nothing else would tell the import.
+async fn reach_triggers(
+    peers: PeerClients,
+    imports: Store<SecretImport>,
+    import_tx: UnboundedSender<ObjectRef<SecretImport>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut changes = peers.reach_changes();
+    loop {
+        let server = match changes.recv().await {
+            Ok(server) => Some(server),
+            // Fell behind: every import is looked at again.
+            Err(RecvError::Lagged(_)) => None,
+            Err(RecvError::Closed) => return,
+        };
+        for import in imports.state() {
+            let namespace = import.namespace().unwrap_or_default();
+            let behind = peers.server_of(&namespace, &import.spec.remote_kubeconfig.name);
+            if server.is_none() || behind.is_some() && behind == server {
+                let _ = import_tx.send(ObjectRef::from_obj(import.as_ref()));
+            }
+        }
+    }
 }
 
 /// At most this many objects of a kind are reconciled at once. Unbounded, a thousand new

@@ -7,6 +7,7 @@ mod bench_resource_sync;
 mod bench_secrets;
 mod cluster_group;
 mod https;
+mod isolation;
 mod least_privilege;
 mod measure;
 mod moved_copies;

@@ -175,7 +175,10 @@ pub(crate) fn rules_api(cluster: &Cluster) -> Api<DynamicObject> {
 }
 
 /// `(state, type, ClustersSynced)` of Cluster `name` as `cluster` sees it.
-async fn cluster_status(cluster: &Cluster, name: &str) -> Option<(String, String, String)> {
+pub(crate) async fn cluster_status(
+    cluster: &Cluster,
+    name: &str,
+) -> Option<(String, String, String)> {
     let object = clusters_api(cluster).get_opt(name).await.ok()??;
     let status = object.data.get("status")?;
     let synced = status["conditions"]
@@ -348,9 +351,18 @@ pub(crate) async fn start_agent_with(cluster: &Cluster, log: &str, extra: &[&str
 
 /// Every member installed, and every Cluster and peer Secret applied by hand on every cluster.
 pub(crate) async fn group(binaries: &Binaries, bed: &Testbed) -> Vec<Member> {
+    group_with(binaries, bed, &["--secret-replication=false"]).await
+}
+
+/// [`group`], every agent started with `agent_args` (beyond the log filter).
+pub(crate) async fn group_with(
+    binaries: &Binaries,
+    bed: &Testbed,
+    agent_args: &[&str],
+) -> Vec<Member> {
     let mut members = Vec::new();
     for cluster in &bed.clusters {
-        members.push(install_member(binaries, cluster).await);
+        members.push(install_member_with(binaries, cluster, agent_args).await);
     }
     for (i, cluster) in bed.clusters.iter().enumerate() {
         for (j, peer) in bed.clusters.iter().enumerate() {
