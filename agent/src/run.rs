@@ -307,19 +307,15 @@ impl Reconcilers {
         // Every peer API server in use probed at a steady pace, for every reconciler.
         let peers = self.peers.clone();
         let prober_stop = stop.clone();
+        let metrics = self.metrics.clone();
         let prober = tokio::spawn(async move {
             peers
-                .probe_forever(xcc_kube::PROBE_INTERVAL, stopped(prober_stop))
+                .probe_forever(xcc_kube::PROBE_INTERVAL, stopped(prober_stop), |found| {
+                    metrics.peer_reach(found.iter().map(|(server, reach)| {
+                        (server.as_str(), *reach == xcc_kube::Reach::Answers)
+                    }))
+                })
                 .await
-        });
-        let replication = self.secret_replication.then(|| {
-            tokio::spawn(replication::run(
-                self.client.clone(),
-                self.instance.clone(),
-                self.peers.clone(),
-                local_secrets.clone(),
-                stop.clone(),
-            ))
         });
         let core = crate::core::Core {
             client: self.client.clone(),
@@ -329,6 +325,9 @@ impl Reconcilers {
             local_secrets: local_secrets.clone(),
             metrics: self.metrics.clone(),
         };
+        let replication = self
+            .secret_replication
+            .then(|| tokio::spawn(replication::run(core.clone(), stop.clone())));
         let resource_sync = self
             .resource_sync
             .then(|| tokio::spawn(clusterregistry::run(core, self.group_sync, stop.clone())));

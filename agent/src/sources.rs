@@ -428,6 +428,78 @@ impl View {
     }
 }
 
+impl View {
+    /// This view as a typed kind for kube-runtime `Controller`s (`for_shared_stream`): a typed
+    /// store and a subscriber, fed from this view's changes instead of a second watch. The
+    /// returned future runs the feed (and keeps the view) until dropped. An object that does not
+    /// read as `K` is logged and left out, as a typed watch would.
+    pub fn typed<K>(
+        self,
+    ) -> (
+        Store<K>,
+        reflector::ReflectHandle<K>,
+        impl Future<Output = ()> + Send + use<K>,
+    )
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    {
+        let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
+        let handle = writer
+            .subscribe()
+            .expect("a store made by store_shared hands out subscribers");
+        let store = self.store().clone();
+        let kind = self.shared.state.id.gvk.kind.clone();
+        let read = move |object: &DynamicObject| -> Option<K> {
+            match serde_json::to_value(object).and_then(serde_json::from_value) {
+                Ok(typed) => Some(typed),
+                Err(error) => {
+                    tracing::warn!(%kind, name = %object.name_any(), %error, "object left out: it does not read as its kind");
+                    None
+                }
+            }
+        };
+        let events = self
+            .changes()
+            .flat_map(move |change| {
+                let events: Vec<watcher::Event<K>> = match change {
+                    Change::Applied(object) => read(&object)
+                        .map(watcher::Event::Apply)
+                        .into_iter()
+                        .collect(),
+                    Change::Deleted(object) => read(&object)
+                        .map(watcher::Event::Delete)
+                        .into_iter()
+                        .collect(),
+                    // The whole store again, as a relist.
+                    Change::Listed | Change::Missed => std::iter::once(watcher::Event::Init)
+                        .chain(
+                            store
+                                .state()
+                                .iter()
+                                .filter_map(|object| read(object))
+                                .map(watcher::Event::InitApply),
+                        )
+                        .chain(std::iter::once(watcher::Event::InitDone))
+                        .collect(),
+                };
+                futures::stream::iter(events.into_iter().map(Ok::<_, watcher::Error>))
+            })
+            .reflect_shared(writer);
+        let feed = async move {
+            let _view = self;
+            events.for_each(|_| std::future::ready(())).await;
+        };
+        (reader, handle, feed)
+    }
+}
+
 fn broadcast_stream<T>(
     receiver: broadcast::Receiver<T>,
     id: &SourceId,
@@ -588,6 +660,96 @@ fn typed_meta(object: &DynamicObject) -> PartialObjectMeta<Secret> {
         types: object.types.clone(),
         metadata: object.metadata.clone(),
         ..Default::default()
+    }
+}
+
+/// How many changes of a typed kind may wait for its slowest subscriber before the watch waits.
+const TYPED_BUFFER: usize = 1024;
+
+/// One watch of a typed kind of the agent's own cluster, shared by the kube-runtime
+/// `Controller`s that reconcile it or are woken by it (`for_shared_stream`, `owns_shared_stream`,
+/// `watches_shared_stream`): the Secret replication reconcilers and the monitors that generate
+/// their objects, for instance, read one watch of SecretImports instead of two.
+///
+/// Every subscriber must be taken ([`Typed::subscribe`]) before the watch runs ([`Typed::run`]),
+/// and must be polled: the watch waits for the slowest one (at most [`TYPED_BUFFER`] behind).
+pub struct Typed<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    reader: Store<K>,
+    writer: reflector::store::Writer<K>,
+}
+
+impl<K> Typed<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    pub fn new() -> Typed<K> {
+        let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
+        Typed { reader, writer }
+    }
+
+    /// The store every subscriber reads.
+    pub fn store(&self) -> Store<K> {
+        self.reader.clone()
+    }
+
+    /// A stream of every object applied from now on, for one Controller.
+    pub fn subscribe(&self) -> reflector::ReflectHandle<K> {
+        self.writer
+            .subscribe()
+            .expect("a store made by store_shared hands out subscribers")
+    }
+
+    /// Runs the watch until the future is dropped: retries on the local schedule, and reports
+    /// its state in the sync metrics under cluster [`LOCAL`].
+    pub async fn run(self, api: Api<K>, metrics: Option<SyncMetrics>) {
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        let events = watcher(api, watcher::Config::default())
+            .backoff(xcc_kube::Backoff::local())
+            .reflect_shared(self.writer);
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let Some(metrics) = &metrics else { continue };
+            match event {
+                Ok(
+                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
+                ) => {
+                    metrics.watch_state(
+                        LOCAL,
+                        &kind,
+                        Health::Synced {
+                            since: SystemTime::now(),
+                        }
+                        .code(),
+                    );
+                    metrics.watch_contact(LOCAL, &kind);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%kind, error = %xcc_kube::bounded(&error), "watch failed; retrying");
+                    metrics.watch_error(LOCAL, &kind);
+                    metrics.watch_state(
+                        LOCAL,
+                        &kind,
+                        Health::Reconnecting {
+                            since: SystemTime::now(),
+                            error: String::new(),
+                        }
+                        .code(),
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -768,5 +930,42 @@ mod tests {
             1,
             "{requests:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_typed_view_feeds_a_controller_store_from_the_shared_watch() {
+        let (client, server) = mock();
+        let sources = Sources::default();
+        let resource = ApiResource::erase::<Secret>(&());
+        let id = SourceId::local(secret_gvk());
+        let other = sources.view(id.clone(), client.clone(), &resource, Detail::Full);
+        let view = sources.view(id, client, &resource, Detail::Full);
+        let (store, mut handle, feed) = view.typed::<Secret>();
+        let feed = tokio::spawn(feed);
+        tokio::time::timeout(LIST_WAIT, store.wait_until_ready())
+            .await
+            .expect("the typed store is filled from the list")
+            .unwrap();
+        let typed = store.state();
+        assert_eq!(typed.len(), 1);
+        assert_eq!(
+            typed[0].data.as_ref().unwrap()["password"].0,
+            b"1".to_vec(),
+            "whole typed objects"
+        );
+        let announced = tokio::time::timeout(LIST_WAIT, handle.next())
+            .await
+            .expect("the subscriber hears of it")
+            .unwrap();
+        assert_eq!(announced.metadata.name.as_deref(), Some("dumbo"));
+        assert_eq!(sources.health().len(), 1, "no second watch");
+        let requests = server.requests.lock().unwrap().clone();
+        assert_eq!(
+            requests.iter().filter(|r| r.starts_with("list")).count(),
+            1,
+            "{requests:?}"
+        );
+        feed.abort();
+        drop(other);
     }
 }

@@ -19,6 +19,11 @@ struct WatchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReconcilerLabels {
     reconciler: &'static str,
 }
@@ -48,6 +53,7 @@ pub struct SyncMetrics {
     watch_state: Family<WatchLabels, Gauge>,
     watch_errors: Family<WatchLabels, Counter>,
     watch_contact: Family<WatchLabels, Gauge<f64, AtomicU64>>,
+    peer_answers: Family<ServerLabels, Gauge>,
     queue: Family<ReconcilerLabels, Gauge>,
     reconciles: Family<ResultLabels, Counter>,
     duration: Family<ReconcilerLabels, Histogram>,
@@ -60,6 +66,7 @@ impl SyncMetrics {
             watch_state: Family::default(),
             watch_errors: Family::default(),
             watch_contact: Family::default(),
+            peer_answers: Family::default(),
             queue: Family::default(),
             reconciles: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
@@ -80,6 +87,12 @@ impl SyncMetrics {
             "sync_watch_last_contact_timestamp_seconds",
             "Unix time of the last list or watch event received per cluster and kind",
             metrics.watch_contact.clone(),
+        );
+        registry.register(
+            "sync_peer_answers",
+            "Whether each peer API server in use answered its last probe (GET /version, \
+             every 5 s, 3 s deadline): 1 yes, 0 silent",
+            metrics.peer_answers.clone(),
         );
         registry.register(
             "sync_queue_depth",
@@ -132,6 +145,26 @@ impl SyncMetrics {
             .set(now);
     }
 
+    /// The prober's last round: `answers` per server URL; servers no longer in use are dropped.
+    pub fn peer_reach<'a>(&self, answers: impl IntoIterator<Item = (&'a str, bool)>) {
+        let answers: Vec<(ServerLabels, bool)> = answers
+            .into_iter()
+            .map(|(server, yes)| {
+                (
+                    ServerLabels {
+                        server: server.into(),
+                    },
+                    yes,
+                )
+            })
+            .collect();
+        // No way to list a family's labels: clear it and set the servers of this round.
+        self.peer_answers.clear();
+        for (labels, yes) in answers {
+            self.peer_answers.get_or_create(&labels).set(i64::from(yes));
+        }
+    }
+
     pub fn queue_depth(&self, reconciler: &'static str, depth: usize) {
         self.queue
             .get_or_create(&ReconcilerLabels { reconciler })
@@ -169,6 +202,8 @@ mod tests {
         metrics.queue_depth("resource-sync", 7);
         metrics.reconciled("resource-sync", true, Duration::from_millis(3));
         metrics.wrote("resource-sync", "apply");
+        metrics.peer_reach([("https://gone:6443/", true)]);
+        metrics.peer_reach([("https://a:6443/", true), ("https://b:6443/", false)]);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -178,9 +213,15 @@ mod tests {
             r#"xcc_sync_reconciles_total{reconciler="resource-sync",result="ok"} 1"#,
             r#"xcc_sync_reconcile_duration_seconds_count{reconciler="resource-sync"} 1"#,
             r#"xcc_sync_writes_total{reconciler="resource-sync",verb="apply"} 1"#,
+            r#"xcc_sync_peer_answers{server="https://a:6443/"} 1"#,
+            r#"xcc_sync_peer_answers{server="https://b:6443/"} 0"#,
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
+        assert!(
+            !text.contains("gone"),
+            "a server no longer in use is dropped"
+        );
         assert!(text.contains(
             r#"xcc_sync_watch_last_contact_timestamp_seconds{cluster="local",kind="Secret"}"#
         ));

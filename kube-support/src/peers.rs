@@ -131,14 +131,23 @@ impl PeerClients {
         self.changes.subscribe()
     }
 
-    /// Probes every server in use every `interval` until `stop` resolves.
-    pub async fn probe_forever(&self, interval: Duration, stop: impl Future<Output = ()>) {
+    /// Probes every server in use every `interval` until `stop` resolves; `after_round` sees
+    /// what each round found (for metrics).
+    pub async fn probe_forever(
+        &self,
+        interval: Duration,
+        stop: impl Future<Output = ()>,
+        after_round: impl Fn(&BTreeMap<String, Reach>),
+    ) {
         let mut stop = std::pin::pin!(stop);
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = ticks.tick() => self.probe_all(PROBE_DEADLINE).await,
+                _ = ticks.tick() => {
+                    self.probe_all(PROBE_DEADLINE).await;
+                    after_round(&self.reach_lock().clone());
+                }
                 () = &mut stop => return,
             }
         }

@@ -27,15 +27,17 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
+    api::{ApiResource, GroupVersionKind},
     runtime::{
         Controller,
         events::{Recorder, Reporter},
-        watcher,
     },
 };
 
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
 use xcc_kube::PeerClient;
+
+use crate::sources::{Detail, SourceId};
 
 /// Annotation and label on every copy: the ID of the cluster the object originates from. Kept
 /// when the source already has it, so the origin survives intermediaries.
@@ -134,11 +136,16 @@ pub async fn run(
         },
     );
     let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
-    let controller = Controller::new(
-        Api::<Cluster>::all(client.clone()),
-        watcher::Config::default(),
+    // Clusters are read from the one local watch of the kind, which group sync reads too.
+    let view = core.sources.view(
+        SourceId::local(GroupVersionKind::gvk(api::GROUP, "v1alpha1", "Cluster")),
+        client.clone(),
+        &ApiResource::erase::<Cluster>(&()),
+        Detail::Full,
     );
-    let clusters_store = controller.store();
+    let (clusters_store, clusters_changes, clusters_feed) = view.typed::<Cluster>();
+    let clusters_feed = tokio::spawn(clusters_feed);
+    let controller = Controller::for_shared_stream(clusters_changes, clusters_store.clone());
     let secrets = clusters::secret_triggers(&core.local_secrets, clusters_store.clone());
     let ctx = Arc::new(clusters::Context {
         client: client.clone(),
@@ -179,4 +186,5 @@ pub async fn run(
     );
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
+    clusters_feed.abort();
 }

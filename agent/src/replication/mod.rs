@@ -25,7 +25,7 @@ use std::{sync::Arc, time::Duration};
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{
-    Api, Client, CustomResourceExt, Resource, ResourceExt,
+    Api, CustomResourceExt, Resource, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{
         Controller,
@@ -43,7 +43,7 @@ use xcc_kube::{
 
 use crate::{
     sink::FIELD_MANAGER,
-    sources::{LocalSecrets, SecretChange},
+    sources::{SecretChange, Typed},
 };
 use api::{ReplicationStatus, SecretExport, SecretImport};
 use xcc_kube::PeerClients;
@@ -226,13 +226,15 @@ where
 }
 
 /// Runs both reconcilers until `stop` resolves.
-pub async fn run(
-    client: Client,
-    instance: Option<String>,
-    peers: PeerClients,
-    local_secrets: LocalSecrets,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<bool>) {
+    let crate::core::Core {
+        client,
+        instance,
+        peers,
+        local_secrets,
+        metrics,
+        ..
+    } = core;
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
@@ -255,19 +257,16 @@ pub async fn run(
     let (import_tx, import_rx) = tokio::sync::mpsc::unbounded_channel();
     let (export_tx, export_rx) = tokio::sync::mpsc::unbounded_channel();
 
-    let imports = Controller::new(
-        Api::<SecretImport>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let exports = Controller::new(
-        Api::<SecretExport>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
-    .owns(
-        Api::<RoleBinding>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    // One watch of each kind, shared with the monitors that generate them.
+    let import_kind = Typed::<SecretImport>::new();
+    let export_kind = Typed::<SecretExport>::new();
+    let imports = Controller::for_shared_stream(import_kind.subscribe(), import_kind.store());
+    let exports = Controller::for_shared_stream(export_kind.subscribe(), export_kind.store())
+        .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
+        .owns(
+            Api::<RoleBinding>::all(client.clone()),
+            watcher::Config::default(),
+        );
     let secret_wakes = tokio::spawn(local_secret_triggers(
         local_secrets.changes(),
         imports.store(),
@@ -309,13 +308,28 @@ pub async fn run(
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(export::reconcile, export::error_policy, export_ctx)
         .for_each(|result| async move { log_result("SecretExport", result) });
-    tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
-    futures::join!(
-        imports,
-        exports,
-        monitors::run::<monitors::Import>(client.clone(), stop.clone()),
-        monitors::run::<monitors::Export>(client, stop.clone()),
+    let import_monitors = monitors::run::<monitors::Import>(
+        client.clone(),
+        import_kind.subscribe(),
+        metrics.clone(),
+        stop.clone(),
     );
+    let export_monitors = monitors::run::<monitors::Export>(
+        client.clone(),
+        export_kind.subscribe(),
+        metrics.clone(),
+        stop.clone(),
+    );
+    // Every subscriber is taken: the watches may start.
+    let watches = [
+        tokio::spawn(import_kind.run(Api::all(client.clone()), Some(metrics.clone()))),
+        tokio::spawn(export_kind.run(Api::all(client), Some(metrics))),
+    ];
+    tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
+    futures::join!(imports, exports, import_monitors, export_monitors);
+    for watch in watches {
+        watch.abort();
+    }
     secret_wakes.abort();
     reach_wakes.abort();
 }

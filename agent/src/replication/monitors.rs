@@ -37,7 +37,8 @@ use super::{
     },
     finalized, write_status,
 };
-use crate::{sink::FIELD_MANAGER, wakers::Wakers};
+use crate::{sink::FIELD_MANAGER, sources::Typed, sync_metrics::SyncMetrics, wakers::Wakers};
+use kube::runtime::reflector::ReflectHandle;
 
 const LABEL_PREFIX: &str = "replication.apiresources.multicluster.x-tanzu.vmware.com/";
 /// On generated objects: the uid of the binding that generated them.
@@ -560,34 +561,35 @@ pub fn monitor_error_policy<D: Direction>(
 }
 
 /// Runs the monitor and binding controllers of direction `D` until `stop` resolves.
-pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receiver<bool>) {
+/// `generated` is the shared watch of the kind they generate (the replication reconcilers read
+/// it too); the monitors themselves are watched once for both controllers.
+pub async fn run<D: Direction>(
+    client: Client,
+    generated: ReflectHandle<D::Generated>,
+    metrics: SyncMetrics,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let monitor_kind = Typed::<D::Monitor>::new();
     let bindings = Controller::new(
         Api::<D::Binding>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(
-        Api::<D::Generated>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    .owns_shared_stream(generated);
     let store = bindings.store();
     let bindings = bindings
-        .watches(
-            Api::<D::Monitor>::all(client.clone()),
-            watcher::Config::default(),
-            move |monitor| {
-                let name = monitor.name_any();
-                store
-                    .state()
-                    .iter()
-                    .filter(|b| D::monitor_ref(b) == name)
-                    .map(|b| ObjectRef::from_obj(b.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_shared_stream(monitor_kind.subscribe(), move |monitor| {
+            let name = monitor.name_any();
+            store
+                .state()
+                .iter()
+                .filter(|b| D::monitor_ref(b) == name)
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(super::channel_stream(rx))
         .graceful_shutdown_on(stopped(stop.clone()))
@@ -600,19 +602,18 @@ pub async fn run<D: Direction>(client: Client, stop: tokio::sync::watch::Receive
             }),
         )
         .for_each(|result| async move { super::log_result(&D::Binding::kind(&()), result) });
-    let monitors = Controller::new(
-        Api::<D::Monitor>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .trigger_backoff(xcc_kube::Backoff::local())
-    .graceful_shutdown_on(stopped(stop))
-    .run(
-        reconcile_monitor::<D>,
-        monitor_error_policy::<D>,
-        Arc::new(client),
-    )
-    .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
+    let monitors = Controller::for_shared_stream(monitor_kind.subscribe(), monitor_kind.store())
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop))
+        .run(
+            reconcile_monitor::<D>,
+            monitor_error_policy::<D>,
+            Arc::new(client.clone()),
+        )
+        .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
+    let watch = tokio::spawn(monitor_kind.run(Api::all(client.clone()), Some(metrics)));
     futures::join!(bindings, monitors);
+    watch.abort();
 }
 
 #[cfg(test)]

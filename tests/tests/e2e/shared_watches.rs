@@ -1,6 +1,7 @@
 //! One watch per (cluster, kind) in the agent: with every reconciler on (Secret replication,
-//! resource sync with a rule reading Secrets, group sync), the agent holds one watch of local
-//! Secrets and one of ResourceSyncRules, counted by the API server itself
+//! resource sync with a rule reading Secrets, group sync), the agent holds one watch of each kind
+//! that several reconcilers read (local Secrets, ResourceSyncRules, Clusters, SecretImports,
+//! SecretExports and both kinds of monitor), counted by the API server itself
 //! (`apiserver_longrunning_requests`, the watches open right now): the count with the agent
 //! running, less the count before it started (the role-aggregation controller of the test bed
 //! watches too), once the peer's agent, which also watches this cluster, is stopped.
@@ -18,7 +19,15 @@ use crate::{
 };
 
 /// The kinds the agent under test must watch once.
-const WATCHED: [&str; 2] = ["secrets", "resourcesyncrules"];
+const WATCHED: [&str; 7] = [
+    "secrets",
+    "resourcesyncrules",
+    "clusters",
+    "secretimports",
+    "secretexports",
+    "clusterresourceimportmonitors",
+    "clusterresourceexportmonitors",
+];
 
 /// Watches of `resource` open on `cluster`'s API server now, by its own metrics.
 async fn open_watches(cluster: &Cluster, resource: &str) -> Option<u64> {
@@ -93,12 +102,7 @@ async fn the_agent_watches_each_local_kind_once_for_all_its_reconcilers() {
         assert_eq!(seen, before + 1, "{what}: last count {:?}", last.get());
     }
     // The other kinds, for the log of this run.
-    for resource in [
-        "clusters",
-        "clusterfeatures",
-        "secretimports",
-        "secretexports",
-    ] {
+    for resource in ["clusterfeatures", "resourceimportmonitorbindings"] {
         eprintln!(
             "open watches of {resource} on the first cluster: {:?}",
             open_watches(first, resource).await
