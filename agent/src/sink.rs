@@ -1,20 +1,114 @@
-//! The local writer: puts objects read from a peer into the local cluster, and never touches an
-//! object it did not put there.
+//! The one local writer of every sync reconciler: puts objects read from a peer into the local
+//! cluster, and never touches an object it did not put there.
 //!
-//! Every object it writes carries the origin annotation [`ORIGIN_ANNOTATION`]
-//! (`<peer>/<namespace>/<name>`, naming where the object was read from). An object without it, or
-//! with another origin, belongs to someone else: it is neither overwritten nor deleted (the caller
-//! reports a conflict). Writes are server-side applies under field manager [`FIELD_MANAGER`], and
-//! are skipped when the local object already says what the desired one says.
+//! - [`apply_whole`]: a forced server-side apply under [`FIELD_MANAGER`] of an object that is
+//!   ours; when fields another manager set survive it (someone added a key to a copy), the object
+//!   is replaced as a whole; `status` is applied on its subresource. Each write is counted per
+//!   reconciler in the sync metrics.
+//! - [`delete_exact`]: a delete conditional on the UID and resourceVersion the reconciler
+//!   decided on, so an object replaced meanwhile by someone else survives.
+//! - [`LocalWriter`]: both, for reconcilers whose ownership mark is the origin annotation
+//!   [`ORIGIN_ANNOTATION`] (Secret replication), with an unforced create where someone else's
+//!   object must win.
+//!
+//! The reconciler chooses the marks its API needs (the replication origin, cluster-registry's
+//! owner annotation and label) and puts them in the desired object; the writer writes them.
 
 use std::fmt::Debug;
 
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde::{Serialize, de::DeserializeOwned};
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use crate::sync_metrics::SyncMetrics;
+
+/// Where a write is counted: the metrics and the reconciler's name.
+#[derive(Clone)]
+pub struct Counted {
+    pub metrics: SyncMetrics,
+    pub reconciler: &'static str,
+}
+
+impl Counted {
+    fn wrote(&self, verb: &'static str) {
+        self.metrics.wrote(self.reconciler, verb);
+    }
+}
+
+/// Makes local object `name` exactly `desired` (a JSON object with apiVersion, kind, metadata):
+/// a forced server-side apply; a replace when fields of another manager survive it; `status`
+/// applied on its subresource when it differs. Returns the object as last written.
+pub async fn apply_whole<K>(
+    api: &Api<K>,
+    name: &str,
+    mut desired: Value,
+    counted: &Counted,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let status = desired.as_object_mut().and_then(|o| o.remove("status"));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut written = api.patch(name, &params, &Patch::Apply(&desired)).await?;
+    counted.wrote("apply");
+    let current = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
+    if !up_to_date(&current, &desired) {
+        let mut replacement = desired.clone();
+        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        let replacement: K =
+            serde_json::from_value(replacement).map_err(kube::Error::SerdeError)?;
+        written = api
+            .replace(name, &PostParams::default(), &replacement)
+            .await?;
+        counted.wrote("replace");
+    }
+    if let Some(status) = status
+        && current.get("status") != Some(&status)
+    {
+        let patch = json!({
+            "apiVersion": desired["apiVersion"],
+            "kind": desired["kind"],
+            "status": status,
+        });
+        written = api
+            .patch_status(name, &params, &Patch::Apply(patch))
+            .await?;
+        counted.wrote("status");
+    }
+    Ok(written)
+}
+
+/// Deletes local object `name` only if it still has `uid` and `resource_version` (when given);
+/// returns whether it did. Gone already, or changed meanwhile: `false`, not an error.
+pub async fn delete_exact<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    counted: &Counted,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            counted.wrote("delete");
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
 
 /// Annotation on every object the agent copies from a peer: `<peer>/<namespace>/<name>` of the
 /// source object. Its presence is what makes an object the agent's to update and delete.
@@ -97,9 +191,11 @@ pub enum Written {
     Conflict { origin: Option<String> },
 }
 
-/// Writes objects of kind `K` in one namespace of the local cluster.
+/// Writes objects of kind `K` in one namespace of the local cluster, owned by their origin
+/// annotation.
 pub struct LocalWriter<K> {
     api: Api<K>,
+    counted: Counted,
 }
 
 impl<K> LocalWriter<K>
@@ -107,8 +203,8 @@ where
     K: Resource + Clone + Serialize + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
-    pub fn new(api: Api<K>) -> Self {
-        LocalWriter { api }
+    pub fn new(api: Api<K>, counted: Counted) -> Self {
+        LocalWriter { api, counted }
     }
 
     /// Makes the local object `desired` (which must carry its origin annotation), unless a
@@ -138,7 +234,10 @@ where
                     .patch(&desired.name_any(), &params, &Patch::Apply(desired))
                     .await
                 {
-                    Ok(written) => return Ok(Written::Applied(written.resource_version())),
+                    Ok(written) => {
+                        self.counted.wrote("apply");
+                        return Ok(Written::Applied(written.resource_version()));
+                    }
                     Err(kube::Error::Api(e)) if e.code == 409 => {
                         let current = self.api.get_opt(&desired.name_any()).await?;
                         if let Ownership::Foreign { origin } = ownership(current.as_ref(), &origin)
@@ -150,14 +249,8 @@ where
                 }
             }
         }
-        let written = self
-            .api
-            .patch(
-                &desired.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(desired),
-            )
-            .await?;
+        let desired = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+        let written = apply_whole(&self.api, &name_of(&desired), desired, &self.counted).await?;
         Ok(Written::Applied(written.resource_version()))
     }
 
@@ -168,19 +261,22 @@ where
         if ownership(Some(current), origin) != Ownership::Ours {
             return Ok(false);
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: current.uid(),
-                resource_version: current.resource_version(),
-            }),
-            ..Default::default()
-        };
-        match self.api.delete(&current.name_any(), &params).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-            Err(e) => Err(e),
-        }
+        delete_exact(
+            &self.api,
+            &current.name_any(),
+            current.uid(),
+            current.resource_version(),
+            &self.counted,
+        )
+        .await
     }
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -259,5 +355,128 @@ mod tests {
         let mut relabelled = desired.clone();
         relabelled["metadata"]["labels"] = json!({"team": "a"});
         assert!(!up_to_date(&current, &relabelled));
+    }
+
+    /// A mocked API server: answers each request with the next canned `(status, body)` and
+    /// records `METHOD path?query` of each.
+    fn api_server(
+        answers: Vec<(u16, Value)>,
+    ) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            while let Some((request, send)) = handle.next_request().await {
+                log.lock()
+                    .unwrap()
+                    .push(format!("{} {}", request.method(), request.uri()));
+                let (status, body) = answers.next().expect("a canned answer");
+                send.send_response(
+                    http::Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn counted() -> (Counted, prometheus_client::registry::Registry) {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = SyncMetrics::register(&mut registry);
+        (
+            Counted {
+                metrics,
+                reconciler: "test",
+            },
+            registry,
+        )
+    }
+
+    fn writes(registry: &prometheus_client::registry::Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("sync_writes_total{"))
+            .map(|l| {
+                l.split("verb=\"")
+                    .nth(1)
+                    .unwrap_or_default()
+                    .replace("\"} ", "=")
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    #[tokio::test]
+    async fn a_copy_with_a_foreign_key_is_replaced_and_its_status_applied_apart() {
+        let desired = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "team-a"},
+            "data": {"a": "1"},
+            "status": {"seen": true},
+        });
+        let mut after_apply = desired.clone();
+        after_apply.as_object_mut().unwrap().remove("status");
+        after_apply["metadata"]["resourceVersion"] = json!("7");
+        // Another manager's key survives the apply.
+        after_apply["data"]["extra"] = json!("theirs");
+        let mut replaced = after_apply.clone();
+        replaced["data"] = json!({"a": "1"});
+        let (client, seen) = api_server(vec![
+            (200, after_apply),
+            (200, replaced.clone()),
+            (200, replaced),
+        ]);
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client,
+            "team-a",
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        let (counted, registry) = counted();
+        apply_whole(&api, "settings", desired, &counted)
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(
+            seen[0].starts_with("PATCH /api/v1/namespaces/team-a/configmaps/settings?")
+                && seen[0].contains("force=true")
+                && seen[0].contains("fieldManager=xcc-agent"),
+            "{seen:?}"
+        );
+        assert!(
+            seen[1].starts_with("PUT /api/v1/namespaces/team-a/configmaps/settings"),
+            "{seen:?}"
+        );
+        assert!(
+            seen[2].starts_with("PATCH /api/v1/namespaces/team-a/configmaps/settings/status?"),
+            "{seen:?}"
+        );
+        assert_eq!(writes(&registry), "apply=1,replace=1,status=1");
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_lost_its_precondition_is_no_error_and_not_counted() {
+        let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Precondition failed: UID in precondition: a, UID in object meta: b"});
+        let (client, seen) = api_server(vec![(409, conflict)]);
+        let api: Api<Secret> = Api::namespaced(client, "project-1");
+        let (counted, registry) = counted();
+        let deleted = delete_exact(&api, "dumbo", Some("a".into()), Some("3".into()), &counted)
+            .await
+            .unwrap();
+        assert!(!deleted);
+        assert!(
+            seen.lock().unwrap()[0]
+                .starts_with("DELETE /api/v1/namespaces/project-1/secrets/dumbo")
+        );
+        assert_eq!(writes(&registry), "");
     }
 }

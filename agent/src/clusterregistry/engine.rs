@@ -14,9 +14,7 @@ use std::{
 use futures::StreamExt;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{
-        ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
-    },
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     core::GroupVersionKind as KubeGvk,
     runtime::{
         events::{Event as KubeEvent, EventType, Recorder},
@@ -36,7 +34,7 @@ use super::{
     rules::RuleSet,
 };
 use crate::{
-    sink::{FIELD_MANAGER, up_to_date},
+    sink::{self, FIELD_MANAGER},
     sources::{Change, Detail, LOCAL, SourceId, Sources, View},
     sync_metrics::SyncMetrics,
 };
@@ -818,7 +816,7 @@ impl Engine {
                 let Some(api) = self.api(&target) else {
                     return Ok(());
                 };
-                write(&api, &target.name, desired, &self.metrics).await?;
+                sink::apply_whole(&api, &target.name, desired, &self.counted()).await?;
                 if target == *key {
                     tracing::info!(%kind, %namespace, %name, %from, "copied from peer");
                 } else {
@@ -833,26 +831,28 @@ impl Engine {
                 let Some(api) = self.api(&copy) else {
                     return Ok(());
                 };
-                let preconditions = Preconditions {
-                    uid: local["metadata"]["uid"].as_str().map(String::from),
-                    resource_version: local["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(String::from),
-                };
-                let params = DeleteParams {
-                    preconditions: Some(preconditions),
-                    ..Default::default()
-                };
-                match api.delete(&copy.name, &params).await {
-                    Ok(_) => {
-                        self.metrics.wrote(RECONCILER, "delete");
-                        tracing::info!(%kind, %namespace, %name, copy = %copy.to_annotation(), "copy deleted");
-                        Ok(())
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-                    Err(e) => Err(e),
+                let field = |f: &str| local["metadata"][f].as_str().map(String::from);
+                let deleted = sink::delete_exact(
+                    &api,
+                    &copy.name,
+                    field("uid"),
+                    field("resourceVersion"),
+                    &self.counted(),
+                )
+                .await?;
+                if deleted {
+                    tracing::info!(%kind, %namespace, %name, copy = %copy.to_annotation(), "copy deleted");
                 }
+                Ok(())
             }
+        }
+    }
+
+    /// Where this engine's writes are counted.
+    fn counted(&self) -> sink::Counted {
+        sink::Counted {
+            metrics: self.metrics.clone(),
+            reconciler: RECONCILER,
         }
     }
 
@@ -958,43 +958,6 @@ fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
                 .ok()
         })
         .collect()
-}
-
-/// Server-side applies `desired` (its `status` separately); when fields another manager set
-/// survive the apply (someone added a key to a copy), the copy is replaced as a whole.
-async fn write(
-    api: &Api<DynamicObject>,
-    name: &str,
-    mut desired: Value,
-    metrics: &SyncMetrics,
-) -> Result<(), kube::Error> {
-    let status = desired.as_object_mut().and_then(|o| o.remove("status"));
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let applied = api.patch(name, &params, &Patch::Apply(&desired)).await?;
-    metrics.wrote(RECONCILER, "apply");
-    let current = to_value(&applied);
-    if !up_to_date(&current, &desired) {
-        let mut replacement = desired.clone();
-        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-        let replacement: DynamicObject =
-            serde_json::from_value(replacement).map_err(kube::Error::SerdeError)?;
-        api.replace(name, &PostParams::default(), &replacement)
-            .await?;
-        metrics.wrote(RECONCILER, "replace");
-    }
-    if let Some(status) = status
-        && current.get("status") != Some(&status)
-    {
-        let patch = json!({
-            "apiVersion": desired["apiVersion"],
-            "kind": desired["kind"],
-            "status": status,
-        });
-        api.patch_status(name, &params, &Patch::Apply(patch))
-            .await?;
-        metrics.wrote(RECONCILER, "status");
-    }
-    Ok(())
 }
 
 /// The field selector of a peer's watch of `gvk`, when the rules reading that kind only want

@@ -51,6 +51,8 @@ pub struct Context {
     pub local_listed: Arc<std::sync::atomic::AtomicBool>,
     /// Per import (by uid): what its status was last given.
     pub said: Mutex<HashMap<String, Said>>,
+    /// Where the copies' writes are counted.
+    pub counted: crate::sink::Counted,
 }
 
 /// What an import's status was last set to.
@@ -327,7 +329,7 @@ async fn copy_from(
             );
         }
     };
-    let writer = LocalWriter::new(local);
+    let writer = LocalWriter::new(local, ctx.counted.clone());
     match remote {
         Remote::Unreachable(error) => Verdict::not_ready(
             reason::REMOTE_UNREACHABLE,
@@ -502,7 +504,9 @@ async fn cleanup(import: &SecretImport, ctx: &Context) -> Result<Action, Error> 
     let origin = sink::origin(&import.spec.remote_kubeconfig.name, &namespace, source);
     let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(current) = local.get_opt(source).await?
-        && LocalWriter::new(local).delete(&current, &origin).await?
+        && LocalWriter::new(local, ctx.counted.clone())
+            .delete(&current, &origin)
+            .await?
     {
         tracing::info!(%namespace, secret = %source, import = %import.name_any(), "SecretImport deleted; local copy deleted");
     }
@@ -624,6 +628,10 @@ mod tests {
             written: Default::default(),
             local_listed: Default::default(),
             said: Default::default(),
+            counted: crate::sink::Counted {
+                metrics: crate::sync_metrics::SyncMetrics::register(&mut Default::default()),
+                reconciler: "secret-import",
+            },
         };
         let mut import = SecretImport::new(
             "small-postgres-23.status.binding.name",

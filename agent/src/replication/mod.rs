@@ -289,6 +289,10 @@ pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<boo
         written: Default::default(),
         local_listed: local_secrets.listed(),
         said: Default::default(),
+        counted: crate::sink::Counted {
+            metrics: metrics.clone(),
+            reconciler: "secret-import",
+        },
     });
     let export_ctx = Arc::new(export::Context {
         client: client.clone(),
