@@ -2,8 +2,8 @@
 //! keeps one watch-fed store per (cluster, kind) — the local cluster and every peer with a
 //! client — shared by all rules of that kind, and reconciles one object key at a time with
 //! [`decide`](super::decide::decide), writing only to the local cluster. Copies that rules move
-//! to another key are indexed by the source they name ([`Links`]), so that the source's key finds
-//! them again.
+//! to another key are indexed by the source they name ([`Links`](super::links::Links)), so that
+//! the source's key finds them again.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -31,6 +31,7 @@ use super::{
     api::{Cluster, GroupVersionKind, ResourceSyncRule},
     core,
     decide::{Action, Key, LocalView, PeerView, decide},
+    links::Links,
     rules::RuleSet,
 };
 use crate::{
@@ -80,63 +81,53 @@ impl Drop for Source {
     }
 }
 
-/// What one peer holds for one key: name, ID, live, listed, ClusterFeatures, object.
-type PeerData = (String, String, bool, bool, Vec<Value>, Option<Value>);
-
-/// `None`: the local cluster; otherwise a peer's Cluster name.
-type SourceKey = (Option<String>, GroupVersionKind);
-
-/// Local copies stored under another key than their source's, found by that source.
-#[derive(Default)]
-struct Links {
-    /// Source key → the local copies naming it ([`super::SOURCE_ANNOTATION`]).
-    copies: HashMap<Key, BTreeSet<Key>>,
-    /// Copy → the source it names: undoes the above when the copy changes or goes.
-    sources: HashMap<Key, Key>,
-    /// Key a source's copy is to be written to → that source: a change there (a local object
-    /// made or deleted under that key) wakes the source.
-    routes: HashMap<Key, Key>,
+/// Where a source watches: a kind in the local cluster or in a peer's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Place {
+    /// `None`: the local cluster; otherwise a peer's Cluster name.
+    cluster: Option<String>,
+    gvk: GroupVersionKind,
 }
 
-impl Links {
-    /// Records what local object `copy` names as its source (`None`: nothing, or it is gone), and
-    /// returns the sources to wake: the old and new one, and the one routed to this key.
-    fn update(&mut self, copy: &Key, source: Option<Key>) -> Vec<Key> {
-        let mut wake: Vec<Key> = self.routes.get(copy).cloned().into_iter().collect();
-        if let Some(old) = self.sources.remove(copy) {
-            if let Some(set) = self.copies.get_mut(&old) {
-                set.remove(copy);
-                if set.is_empty() {
-                    self.copies.remove(&old);
-                }
-            }
-            wake.push(old);
+impl Place {
+    fn local(gvk: &GroupVersionKind) -> Place {
+        Place {
+            cluster: None,
+            gvk: gvk.clone(),
         }
-        if let Some(source) = source {
-            self.copies
-                .entry(source.clone())
-                .or_default()
-                .insert(copy.clone());
-            self.sources.insert(copy.clone(), source.clone());
-            wake.push(source);
-        }
-        wake.sort();
-        wake.dedup();
-        wake
     }
 
-    /// Forgets the copies of `gvk`, before a fresh list of that kind records them again.
-    fn forget(&mut self, gvk: &GroupVersionKind) {
-        let gone: Vec<Key> = self
-            .sources
-            .keys()
-            .filter(|k| k.gvk == *gvk)
-            .cloned()
-            .collect();
-        for copy in gone {
-            self.update(&copy, None);
+    fn peer(name: &str, gvk: &GroupVersionKind) -> Place {
+        Place {
+            cluster: Some(name.to_string()),
+            gvk: gvk.clone(),
         }
     }
+}
+
+/// How a source is read: the client, and who it is (with the watch's field selector, if any).
+struct Reader {
+    client: Client,
+    identity: String,
+}
+
+/// A peer the engine reads from: live, its Cluster present and not disabled.
+struct LivePeer {
+    name: String,
+    client: Client,
+    identity: String,
+}
+
+/// What one peer holds for one key.
+struct PeerHolding {
+    name: String,
+    /// Its cluster ID.
+    id: String,
+    live: bool,
+    /// Its source holds a complete list that covers the local object's type.
+    listed: bool,
+    features: Vec<Value>,
+    object: Option<Value>,
 }
 
 pub struct Engine {
@@ -149,7 +140,7 @@ pub struct Engine {
     rules: HashMap<GroupVersionKind, Vec<RuleSet>>,
     /// Per rule kind, the kinds its copies are written as.
     targets: HashMap<GroupVersionKind, BTreeSet<GroupVersionKind>>,
-    sources: HashMap<SourceKey, Source>,
+    sources: HashMap<Place, Source>,
     links: Arc<Mutex<Links>>,
     /// What each rule last reported (reason, message), so that it is said once.
     reported: HashMap<String, (String, String)>,
@@ -297,7 +288,7 @@ impl Engine {
         let mut keys: BTreeSet<Key> = self
             .sources
             .iter()
-            .filter(|((_, g), _)| g == gvk)
+            .filter(|(place, _)| place.gvk == *gvk)
             .flat_map(|(_, source)| source.view.store().state())
             .map(|o| key_of(gvk, &o))
             .collect();
@@ -314,7 +305,7 @@ impl Engine {
         objects.sort_by_key(|r| r.name_any());
         let peers = self.peers();
         // (peer, kind) pairs whose objects this agent may not list and watch: not read.
-        let mut unreadable: BTreeSet<SourceKey> = BTreeSet::new();
+        let mut unreadable: BTreeSet<Place> = BTreeSet::new();
         let mut denied = false;
         for rule in &objects {
             let name = rule.name_any();
@@ -382,22 +373,21 @@ impl Engine {
             }
             // Every peer is asked at once; a silent one costs one deadline (see `Access`).
             let access = &self.access;
-            let answers =
-                futures::future::join_all(peers.iter().map(|(peer, client, identity)| {
-                    let resource = &resource;
-                    async move {
-                        let missing = access
-                            .missing(identity, client, resource, Access::READ)
-                            .await;
-                        (peer, missing)
-                    }
-                }))
-                .await;
+            let answers = futures::future::join_all(peers.iter().map(|peer| {
+                let resource = &resource;
+                async move {
+                    let missing = access
+                        .missing(&peer.identity, &peer.client, resource, Access::READ)
+                        .await;
+                    (&peer.name, missing)
+                }
+            }))
+            .await;
             let mut refused = Vec::new();
             for (peer, missing) in answers {
                 if let Some(missing) = missing {
                     refused.push(format!("{peer} ({missing})"));
-                    unreadable.insert((Some(peer.clone()), compiled.gvk.clone()));
+                    unreadable.insert(Place::peer(peer, &compiled.gvk));
                 }
             }
             if refused.is_empty() {
@@ -450,7 +440,7 @@ impl Engine {
         if features && self.resolve(&feature_gvk()).await.is_err() {
             tracing::warn!("ClusterFeature is not served; rules with clusterFeatureMatch wait");
         }
-        let mut wanted: BTreeMap<SourceKey, (Client, String)> = BTreeMap::new();
+        let mut wanted: BTreeMap<Place, Reader> = BTreeMap::new();
         let mut kinds: Vec<GroupVersionKind> = rules.keys().cloned().collect();
         if features {
             kinds.push(feature_gvk());
@@ -459,42 +449,49 @@ impl Engine {
         let local_kinds = rules.keys().chain(all_targets.values().flatten());
         for gvk in local_kinds.filter(|g| self.kinds.contains_key(*g)) {
             wanted.insert(
-                (None, gvk.clone()),
-                (self.client.clone(), "local".to_string()),
+                Place::local(gvk),
+                Reader {
+                    client: self.client.clone(),
+                    identity: LOCAL.to_string(),
+                },
             );
         }
         for gvk in kinds.iter().filter(|g| self.kinds.contains_key(*g)) {
             let fields = peer_field_selector(gvk, rules.get(gvk).map(Vec::as_slice));
-            for (name, client, identity) in &peers {
-                if unreadable.contains(&(Some(name.clone()), gvk.clone())) {
+            for peer in &peers {
+                let place = Place::peer(&peer.name, gvk);
+                if unreadable.contains(&place) {
                     continue;
                 }
                 // The selector is part of the identity: when a rule widens the kind, the
                 // source is restarted unfiltered.
                 let identity = match &fields {
-                    Some(fields) => format!("{identity}?fieldSelector={fields}"),
-                    None => identity.clone(),
+                    Some(fields) => format!("{}?fieldSelector={fields}", peer.identity),
+                    None => peer.identity.clone(),
                 };
                 wanted.insert(
-                    (Some(name.clone()), gvk.clone()),
-                    (client.clone(), identity),
+                    place,
+                    Reader {
+                        client: peer.client.clone(),
+                        identity,
+                    },
                 );
             }
         }
         let before = self.sources.len();
-        self.sources.retain(|key, source| {
+        self.sources.retain(|place, source| {
             wanted
-                .get(key)
-                .is_some_and(|(_, identity)| *identity == source.identity)
+                .get(place)
+                .is_some_and(|reader| reader.identity == source.identity)
         });
         let mut changed = self.sources.len() != before;
-        for (key, (client, identity)) in wanted {
-            if self.sources.contains_key(&key) {
+        for (place, reader) in wanted {
+            if self.sources.contains_key(&place) {
                 continue;
             }
-            let kind = self.kinds[&key.1].clone();
-            let source = self.start_source(&key, client, identity, kind);
-            self.sources.insert(key, source);
+            let kind = self.kinds[&place.gvk].clone();
+            let source = self.start_source(&place, reader, kind);
+            self.sources.insert(place, source);
             changed = true;
         }
         if changed {
@@ -513,10 +510,10 @@ impl Engine {
     }
 
     /// Live peers (the Cluster reconciler's last check passed), whose Cluster exists and is not
-    /// disabled: (name, client, identity). A peer that is not live is neither checked nor
+    /// disabled. A peer that is not live is neither checked nor
     /// listed: a peer answering errors gets only the Cluster reconciler's backed-off checks,
     /// and its copies are kept (nothing is decided about a peer without a source).
-    fn peers(&self) -> Vec<(String, Client, String)> {
+    fn peers(&self) -> Vec<LivePeer> {
         let table = self.table.borrow();
         self.clusters
             .state()
@@ -527,7 +524,11 @@ impl Engine {
                 let name = c.name_any();
                 let state = table.get(&name).filter(|state| state.live)?;
                 let peer = state.client.clone()?;
-                Some((name, peer.client, peer.identity))
+                Some(LivePeer {
+                    name,
+                    client: peer.client,
+                    identity: peer.identity,
+                })
             })
             .collect()
     }
@@ -552,14 +553,9 @@ impl Engine {
         Ok(())
     }
 
-    fn start_source(
-        &self,
-        key: &SourceKey,
-        client: Client,
-        identity: String,
-        kind: Kind,
-    ) -> Source {
-        let (cluster, gvk) = key.clone();
+    fn start_source(&self, place: &Place, reader: Reader, kind: Kind) -> Source {
+        let Place { cluster, gvk } = place.clone();
+        let Reader { client, identity } = reader;
         let id = SourceId {
             cluster: cluster.clone().unwrap_or_else(|| LOCAL.into()),
             identity: match &cluster {
@@ -641,7 +637,7 @@ impl Engine {
     /// The local object under `key`, with its `apiVersion` and `kind` (listed objects carry
     /// neither); `None` when there is none or its kind is not watched here.
     fn local_object(&self, key: &Key) -> Option<Value> {
-        let source = self.sources.get(&(None, key.gvk.clone()))?;
+        let source = self.sources.get(&Place::local(&key.gvk))?;
         self.object(source, key)
     }
 
@@ -679,7 +675,7 @@ impl Engine {
         // object not seen yet.
         let local_kinds = std::iter::once(gvk).chain(self.targets.get(gvk).into_iter().flatten());
         for local_kind in local_kinds {
-            match self.sources.get(&(None, local_kind.clone())) {
+            match self.sources.get(&Place::local(local_kind)) {
                 Some(source) if source.view.listed() => {}
                 _ => return true,
             }
@@ -703,39 +699,40 @@ impl Engine {
         let local_type = self
             .local_object(key)
             .and_then(|o| o.get("type").and_then(Value::as_str).map(str::to_string));
-        let peer_data: Vec<PeerData> = self
+        let holdings: Vec<PeerHolding> = self
             .sources
             .iter()
-            .filter(|((cluster, g), _)| cluster.is_some() && g == gvk)
-            .filter_map(|((cluster, _), source)| {
-                let name = cluster.as_ref()?;
+            .filter(|(place, _)| place.cluster.is_some() && place.gvk == *gvk)
+            .filter_map(|(place, source)| {
+                let name = place.cluster.as_ref()?;
                 let state = table.get(name)?;
                 let features = self
                     .sources
-                    .get(&(Some(name.clone()), feature_gvk()))
+                    .get(&Place::peer(name, &feature_gvk()))
                     .map(|f| f.view.store().state().iter().map(|o| to_value(o)).collect())
                     .unwrap_or_default();
-                Some((
-                    name.clone(),
-                    state.id.clone(),
-                    state.live,
+                Some(PeerHolding {
+                    name: name.clone(),
+                    id: state.id.clone(),
+                    live: state.live,
                     // A source filtered by type says nothing of objects of another type: their
                     // absence there is no deletion.
-                    source.view.listed() && filter_covers(&source.identity, local_type.as_deref()),
+                    listed: source.view.listed()
+                        && filter_covers(&source.identity, local_type.as_deref()),
                     features,
-                    self.object(source, key),
-                ))
+                    object: self.object(source, key),
+                })
             })
             .collect();
-        let peers: Vec<PeerView<'_>> = peer_data
+        let peers: Vec<PeerView<'_>> = holdings
             .iter()
-            .map(|(name, id, live, listed, features, object)| PeerView {
-                name,
-                id,
-                live: *live,
-                listed: *listed,
-                features,
-                object: object.as_ref(),
+            .map(|holding| PeerView {
+                name: &holding.name,
+                id: &holding.id,
+                live: holding.live,
+                listed: holding.listed,
+                features: &holding.features,
+                object: holding.object.as_ref(),
             })
             .collect();
         let get = |k: &Key| self.local_object(k);

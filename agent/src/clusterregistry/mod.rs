@@ -18,6 +18,7 @@ mod clusters;
 mod core;
 mod decide;
 mod engine;
+mod links;
 mod rules;
 mod template;
 
