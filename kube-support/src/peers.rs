@@ -266,6 +266,11 @@ current-context: x
     /// A client whose API server answers `/version` when `answers`, and otherwise accepts the
     /// request and never answers; counts the requests it gets.
     fn server(answers: bool) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        server_with(if answers { 200 } else { 0 })
+    }
+
+    /// [`server`] answering with HTTP `status`, or never when `status` is 0.
+    fn server_with(status: u16) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
         let (service, mut handle) = tower_test::mock::pair::<
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,
@@ -277,7 +282,17 @@ current-context: x
             while let Some((request, send)) = handle.next_request().await {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 assert_eq!(request.uri().path(), "/version");
-                if answers {
+                if status >= 300 {
+                    let body = format!(
+                        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{status},"message":"no"}}"#
+                    );
+                    send.send_response(
+                        http::Response::builder()
+                            .status(status)
+                            .body(kube::client::Body::from(body.into_bytes()))
+                            .unwrap(),
+                    );
+                } else if status > 0 {
                     let body = br#"{"major":"1","minor":"34","gitVersion":"v1.34.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
                     send.send_response(
                         http::Response::builder()
@@ -342,6 +357,20 @@ current-context: x
         peers.forget("project-1", "silent-too");
         peers.probe_all(PROBE_DEADLINE).await;
         assert_eq!(peers.reach("https://silent:6443/"), Reach::Unknown);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_refuses_or_fails_still_answers() {
+        // An expired token (401) or an internal error (500) is an answer: what it means for an
+        // object is for its reconciler to say, not a reason to call the server silent.
+        let peers = PeerClients::default();
+        for (secret, status) in [("expired", 401), ("broken", 500)] {
+            let (client, _) = server_with(status);
+            insert(&peers, secret, &format!("https://{secret}:6443/"), client);
+        }
+        peers.probe_all(PROBE_DEADLINE).await;
+        assert_eq!(peers.reach("https://expired:6443/"), Reach::Answers);
+        assert_eq!(peers.reach("https://broken:6443/"), Reach::Answers);
     }
 
     #[tokio::test(start_paused = true)]
