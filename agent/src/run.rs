@@ -240,6 +240,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 instance: args.kube.pod_name.clone(),
             };
             let recorder = Recorder::new(client.clone(), reporter);
+            if args.kube.announce {
+                // Ends once written; its failures are logged, never fatal to DNS serving.
+                tokio::spawn(crate::announce::run(
+                    client.clone(),
+                    args.kube.namespace.clone(),
+                ));
+            }
             let run = slices::run(
                 client,
                 args.kube.namespace.clone(),
