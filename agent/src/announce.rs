@@ -4,8 +4,10 @@
 //! cluster still running the original XCC dns-server never sees a slice that crashes it.
 //!
 //! Written once per start with server-side apply (every replica writes the same content, so no
-//! leader is needed), retried with backoff until the API server takes it: a restart or an upgrade
-//! rewrites it with the new version's features.
+//! leader is needed) into the ConfigMap the manifest creates, retried with backoff until the API
+//! server takes it: a restart or an upgrade rewrites it with the new version's features. The
+//! agent may not create it: a person who deleted it (going back to the original XCC) keeps it
+//! deleted.
 
 use kube::{
     Api, Client,
@@ -16,8 +18,24 @@ use xcc_kube::{Announcement, Backoff, announcement::ANNOUNCEMENT_NAME, bounded};
 /// Field manager of the announcement.
 const FIELD_MANAGER: &str = "xcc-agent";
 
+/// How long the agent's start waits for the first attempt, so that a ready agent has announced
+/// itself unless its API server is slow or refuses.
+pub const FIRST_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Applies this agent's announcement in `namespace`: the first attempt before returning (up to
+/// [`FIRST_ATTEMPT`]), the retries, if needed, in a task of their own.
+pub async fn start(client: Client, namespace: String) {
+    let mut task = tokio::spawn(run(client, namespace));
+    if tokio::time::timeout(FIRST_ATTEMPT, &mut task)
+        .await
+        .is_err()
+    {
+        tracing::debug!("announcement not written yet; retrying in the background");
+    }
+}
+
 /// Applies this agent's announcement in `namespace`, retrying until it is accepted.
-pub async fn run(client: Client, namespace: String) {
+async fn run(client: Client, namespace: String) {
     let announcement = Announcement::current(env!("CARGO_PKG_VERSION"));
     let mut config_map = announcement.to_config_map();
     config_map.metadata.namespace = Some(namespace.clone());
@@ -49,7 +67,7 @@ pub async fn run(client: Client, namespace: String) {
                         %namespace,
                         configmap = ANNOUNCEMENT_NAME,
                         error = %bounded(&error),
-                        "cannot write the announcement; xcc-controller withholds IPv6 records from this cluster until it exists; retrying"
+                        "cannot write the announcement (the manifest creates ConfigMap xcc-agent; the agent may only patch it); xcc-controller withholds IPv6 records from this cluster until it is written; retrying"
                     );
                 }
                 let delay = delays.next().unwrap_or(Backoff::PEER_MAX);

@@ -241,11 +241,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             };
             let recorder = Recorder::new(client.clone(), reporter);
             if args.kube.announce {
-                // Ends once written; its failures are logged, never fatal to DNS serving.
-                tokio::spawn(crate::announce::run(
-                    client.clone(),
-                    args.kube.namespace.clone(),
-                ));
+                // Before the feed starts, so that a ready agent has announced itself; failures
+                // are retried in the background, never fatal to DNS serving.
+                crate::announce::start(client.clone(), args.kube.namespace.clone()).await;
             }
             let run = slices::run(
                 client,

@@ -11,10 +11,11 @@
 //! Why a ConfigMap with a fixed name:
 //! - the controller needs one `get` by name (RBAC `resourceNames: [xcc-agent]`), no list and no
 //!   watch, and learns nothing else about the cluster;
-//! - the agent writes it with server-side apply, which creates a missing object under the
-//!   `patch` verb, so its Role grants `patch` on that one name only and no `create` at all
-//!   (a Lease would do too, but the agent's Lease belongs to leader election, which rewrites it
-//!   every few seconds);
+//! - the agent's manifest creates it empty and the agent fills it in with server-side apply, so
+//!   its Role grants `patch` on that one name only and no `create` at all (`create` cannot be
+//!   limited to a name); an agent whose ConfigMap is missing cannot announce anything, which is
+//!   the safe side (a Lease would do too, but the agent's Lease belongs to leader election, which
+//!   rewrites it every few seconds);
 //! - it outlives agent restarts and upgrades (the next start rewrites it), and removing it is
 //!   the one step that makes a cluster safe for the original dns-server again (see README.md,
 //!   "Going back to the original XCC").
