@@ -17,11 +17,11 @@ use kube::{
     api::{ListParams, WatchEvent, WatchParams},
 };
 use xcc_e2e::{
-    Cluster, Testbed, require_testbed,
+    Cluster, Testbed, require_testbed, spawn,
     xcc::{Agent, binary, wait_dig},
 };
 
-use crate::xcc_dns::{KUARD, a, agent, controller, envoy, management, manifest, set_lb};
+use crate::xcc_dns::{KUARD, a, agent, envoy, management, manifest, set_lb};
 
 const GATEWAY: &str = "dev-team-gateway-dns";
 const A_IPV6: &str = "dev-team-cluster-a-gateway-ipv6";
@@ -214,7 +214,19 @@ async fn fleet(binaries: &xcc_e2e::Binaries) -> Fleet {
         .mint_kubeconfig("xcc-system", "xcc-controller")
         .await
         .unwrap();
-    let controller = controller(&bed, &kubeconfig.path);
+    // A short announcement TTL, so that the test sees a late agent within seconds (30 s default).
+    let controller = spawn(
+        "xcc-controller",
+        &binary("xcc-controller"),
+        &[
+            format!("--kubeconfig={}", kubeconfig.path.display()),
+            "--admin-listen=127.0.0.1:0".into(),
+            "--announcement-ttl=3s".into(),
+            "--log=info,xcc_controller=debug".into(),
+        ],
+        &bed.cluster("management").dir().join("xcc-controller.log"),
+    )
+    .unwrap();
     Fleet {
         controller,
         agent_a,
@@ -402,6 +414,41 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
         })
         .collect();
     assert_eq!(ipv6_a, ["ADDED", "DELETED"], "{seen_a:#?}");
+
+    // Later cluster-b gets an xcc-agent: within the announcement TTL it is sent IPv6 too, and
+    // the slice an earlier version left there is the controller's to update again.
+    set_lb(ca, r#"[{"ip":"10.1.2.3"},{"ip":"fd00::3"}]"#).await;
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+    wait_gateway(mgmt, "IPv6 withheld from cluster-b again", |g| {
+        cluster_entry(g, "cluster-a")["withheldFrom"] == serde_json::json!(["cluster-b"])
+    })
+    .await;
+    let agent_b = agent(cb).await;
+    let took = wait_dig(
+        agent_b.dns,
+        KUARD,
+        "AAAA",
+        Duration::from_secs(20),
+        a(&["fd00::3"]),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "cluster-b's agent answered AAAA {:.1} s after it was ready",
+        took.as_secs_f64()
+    );
+    wait_gateway(mgmt, "nothing withheld or kept", |g| {
+        cluster_entry(g, "cluster-a").get("withheldFrom").is_none()
+            && condition(g, "RecordsWithheld").is_none()
+            && condition(g, "UnreadableSlicesKept").is_none()
+    })
+    .await;
 }
 
 /// Runs `xcc-controller --uninstall` (the flag given through its environment variable).
@@ -457,6 +504,8 @@ async fn uninstall_leaves_nothing_of_xcc_behind() {
     )
     .await
     .unwrap();
+    // And an IPv6 slice an earlier version left on cluster-b, which has no xcc-agent.
+    cb.apply_yaml(LEFT_BY_AN_EARLIER_VERSION).await.unwrap();
     envoy(ca, r#"[{"ip":"10.1.2.3"},{"ip":"fd00::3"}]"#).await;
     mgmt.kubectl(&[
         "apply",
@@ -518,12 +567,17 @@ async fn uninstall_leaves_nothing_of_xcc_behind() {
         "deleted: EndpointSlice xcc-dns/dev-team-cluster-a-gateway-ipv6 (IPv6) on cluster dev-team/cluster-a",
         "deleted: EndpointSlice xcc-dns/dev-team-cluster-a-gateway (IPv4) on cluster dev-team/cluster-a",
         "deleted: EndpointSlice xcc-dns/dev-team-cluster-a-gateway (IPv4) on cluster dev-team/cluster-b",
+        "left: EndpointSlice xcc-dns/dev-team-cluster-a-gateway-ipv6 (IPv6) on cluster dev-team/cluster-b: no xcc-agent is announced there",
     ] {
         assert!(stdout.contains(line), "{line:?} missing from: {stdout}");
     }
     // The reachable clusters were cleaned all the same; a person's slice is still there.
     assert!(xcc_slices(ca).await.is_empty());
-    assert!(xcc_slices(cb).await.is_empty());
+    assert_eq!(
+        xcc_slices(cb).await,
+        [A_IPV6],
+        "only the slice whose deletion would crash an original dns-server"
+    );
     let slices_b: Api<EndpointSlice> = Api::namespaced(cb.client.clone(), "xcc-dns");
     assert!(slices_b.get_opt("by-hand").await.unwrap().is_some());
 
@@ -547,7 +601,7 @@ async fn uninstall_leaves_nothing_of_xcc_behind() {
     assert!(ok, "{stdout}");
     assert!(
         stdout.contains(
-            "0 finalizer(s) removed, 0 EndpointSlice(s) deleted, 0 left, 0 cluster(s) failed"
+            "0 finalizer(s) removed, 0 EndpointSlice(s) deleted, 1 left, 0 cluster(s) failed"
         ),
         "{stdout}"
     );
