@@ -46,7 +46,8 @@ pub struct Args {
     /// back to the original XCC): remove xcc's finalizer from every GatewayDNS and delete the
     /// EndpointSlices xcc-controller wrote on every workload cluster. Slices the original
     /// dns-server cannot read are left on clusters with no xcc-agent announced (deleting one
-    /// would crash it) and listed. Exits non-zero if a cluster could not be cleaned.
+    /// would crash it) and listed. Refuses while the leader Lease says a controller runs; exits
+    /// non-zero if a cluster could not be cleaned.
     #[arg(long, env = "XCC_UNINSTALL", default_value_t = false)]
     pub uninstall: bool,
 

@@ -15,13 +15,18 @@
 use std::collections::BTreeSet;
 
 use anyhow::Context as _;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::{
+    api::{coordination::v1::Lease, discovery::v1::EndpointSlice},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{
         ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     },
 };
+
+use xcc_kube::bounded;
 
 use crate::{
     args::Args,
@@ -71,6 +76,24 @@ pub async fn run(args: &Args) -> anyhow::Result<bool> {
 }
 
 async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
+    // A controller still running would put back at once what this removes.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
+    match leases.get_opt(LEASE_NAME).await {
+        Ok(Some(lease)) => {
+            if let Some(holder) = live_holder(&lease, Timestamp::now()) {
+                anyhow::bail!(
+                    "xcc-controller {holder} holds Lease {}/{LEASE_NAME}: it is still running and would undo the uninstall; stop it first (kubectl -n {} scale deployment xcc-controller --replicas=0) and run again once its Lease has expired",
+                    args.lease_namespace,
+                    args.lease_namespace
+                );
+            }
+        }
+        Ok(None) => {}
+        // Without leader election there may be no Lease, nor the right to read it.
+        Err(error) => {
+            tracing::debug!(%error, "cannot read the leader Lease; not checking for a running controller")
+        }
+    }
     let mut report = Report::default();
     let gateways: Api<GatewayDNS> = Api::all(client.clone());
     let all = gateways
@@ -166,14 +189,21 @@ async fn clean_cluster(
     {
         Ok(Ok(list)) => list.items,
         Ok(Err(kube::Error::Api(s))) if s.code == 404 => Vec::new(),
+        Ok(Err(kube::Error::Api(s))) => {
+            return Err(format!(
+                "cannot list EndpointSlices in {SLICE_NAMESPACE}: {} ({})",
+                s.message, s.code
+            ));
+        }
         Ok(Err(e)) => {
             return Err(format!(
-                "cannot list EndpointSlices in {SLICE_NAMESPACE}: {e}"
+                "unreachable, nothing deleted there (cannot list EndpointSlices in {SLICE_NAMESPACE}: {}); run --uninstall again once it answers",
+                bounded(&e)
             ));
         }
         Err(_) => {
             return Err(format!(
-                "timed out listing EndpointSlices in {SLICE_NAMESPACE}"
+                "unreachable, nothing deleted there (timed out listing EndpointSlices in {SLICE_NAMESPACE}); run --uninstall again once it answers"
             ));
         }
     };
@@ -222,3 +252,54 @@ async fn clean_cluster(
 }
 
 const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The leader-election Lease of the controller (`--leader-election`).
+const LEASE_NAME: &str = "xcc-controller";
+
+/// The holder of `lease` if its last renewal is younger than its duration at `now`.
+fn live_holder(lease: &Lease, now: Timestamp) -> Option<String> {
+    let spec = lease.spec.as_ref()?;
+    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(0));
+    (now.as_second() < renewed.as_second() + duration).then_some(holder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::coordination::v1::LeaseSpec, apimachinery::pkg::apis::meta::v1::MicroTime,
+    };
+
+    fn lease(holder: Option<&str>, renewed: i64, duration: i32) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: Some(MicroTime(Timestamp::from_second(renewed).unwrap())),
+                lease_duration_seconds: Some(duration),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_running_controller_is_recognised_by_its_fresh_lease() {
+        let now = Timestamp::from_second(1_700_000_100).unwrap();
+        assert_eq!(
+            live_holder(&lease(Some("xcc-controller-abc"), 1_700_000_095, 15), now).as_deref(),
+            Some("xcc-controller-abc")
+        );
+        assert_eq!(
+            live_holder(&lease(Some("xcc-controller-abc"), 1_700_000_080, 15), now),
+            None,
+            "expired: the controller is gone"
+        );
+        assert_eq!(
+            live_holder(&lease(None, 1_700_000_095, 15), now),
+            None,
+            "released"
+        );
+        assert_eq!(live_holder(&Lease::default(), now), None);
+    }
+}

@@ -103,8 +103,9 @@ impl Drop for ServiceWatch {
     }
 }
 
-/// A cluster's announcement (`None`: nothing announced) and when it was read.
-type CachedAnnouncement = (Instant, Option<Announcement>);
+/// A cluster's announcement (`Ok(None)`: nothing announced; `Err`: it could not be read) and
+/// when it was read.
+type CachedAnnouncement = (Instant, Result<Option<Announcement>, String>);
 
 /// Clients and Service watches for every workload cluster, keyed by (namespace, cluster).
 pub struct Workloads {
@@ -142,7 +143,8 @@ impl Workloads {
     /// What the xcc-agent of `cluster` announced (`Ok(None)`: no agent announced itself there),
     /// read with one `get` of ConfigMap `xcc-dns/xcc-agent` and cached for the TTL, so that
     /// every GatewayDNS of the namespace shares one read and a newly installed agent is seen
-    /// within the TTL. Errors are not cached.
+    /// within the TTL. A failed read is cached too, so that a cluster that refuses it is not
+    /// asked on every reconcile (and counts as not announced meanwhile).
     pub async fn announcement(
         &self,
         namespace: &str,
@@ -157,14 +159,14 @@ impl Workloads {
             .get(&key)
             && read_at.elapsed() < self.announcement_ttl
         {
-            return Ok(cached.clone());
+            return cached.clone();
         }
-        let found = read_announcement(client).await?;
+        let found = read_announcement(client).await;
         self.announcements
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (Instant::now(), found.clone()));
-        Ok(found)
+        found
     }
 
     /// The client of `cluster` in `namespace`, (re)built from its kubeconfig Secret by the
