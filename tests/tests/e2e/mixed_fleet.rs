@@ -155,6 +155,38 @@ fn condition<'a>(gateway: &'a serde_json::Value, type_: &str) -> Option<&'a serd
         .find(|c| c["type"] == type_)
 }
 
+/// Waits until an Event with `reason` and `type_` about the GatewayDNS exists.
+async fn wait_event(mgmt: &Cluster, reason: &str, type_: &str) {
+    let started = Instant::now();
+    loop {
+        let text = mgmt
+            .kubectl(&[
+                "-n",
+                "dev-team",
+                "get",
+                "events.events.k8s.io",
+                "-o",
+                "json",
+            ])
+            .await
+            .unwrap();
+        let events: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let found = events["items"].as_array().is_some_and(|all| {
+            all.iter().any(|e| {
+                e["reason"] == reason && e["type"] == type_ && e["regarding"]["name"] == GATEWAY
+            })
+        });
+        if found {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no {type_} Event {reason} on the GatewayDNS: {events}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Waits until slice `name` exists (or, with `present` false, is gone) on `cluster`.
 async fn wait_slice(cluster: &Cluster, name: &str, present: bool) {
     let api: Api<EndpointSlice> = Api::namespaced(cluster.client.clone(), "xcc-dns");
@@ -320,6 +352,13 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
             .contains("IPv6 addresses not sent to cluster-b"),
         "{entry}"
     );
+    // Both are said in Events on the GatewayDNS too.
+    for (reason, type_) in [
+        ("UnreadableSlicesKept", "Warning"),
+        ("RecordsWithheld", "Normal"),
+    ] {
+        wait_event(mgmt, reason, type_).await;
+    }
     record_b.barrier(cb, 1).await;
 
     // IPv6 removed: cluster-a's IPv6 slice is deleted, cluster-b's old one stays.
