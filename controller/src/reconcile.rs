@@ -635,3 +635,71 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     }
     Ok(Action::await_change())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gatewaydns::ClusterGatewayStatus;
+
+    #[test]
+    fn the_status_names_where_each_gateway_was_withheld_and_what_was_kept() {
+        let mut plan = Plan {
+            clusters: ["cluster-a", "cluster-b"]
+                .map(|c| ClusterGatewayStatus {
+                    cluster: c.into(),
+                    state: GatewayState::Published,
+                    ..Default::default()
+                })
+                .to_vec(),
+            sources: [(
+                "dev-team-cluster-a-gateway-ipv6".to_string(),
+                "cluster-a".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let outcomes = [
+            ClusterOutcome {
+                cluster: "cluster-a".into(),
+                ..Default::default()
+            },
+            ClusterOutcome {
+                cluster: "cluster-c".into(),
+                withheld: vec!["dev-team-cluster-a-gateway-ipv6".into()],
+                announcement_error: Some("forbidden".into()),
+                ..Default::default()
+            },
+            ClusterOutcome {
+                cluster: "cluster-b".into(),
+                withheld: vec!["dev-team-cluster-a-gateway-ipv6".into()],
+                kept_unreadable: vec![("dev-team-old-gateway-ipv6".into(), "IPv6".into())],
+                ..Default::default()
+            },
+        ];
+        let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
+        assert_eq!(plan.clusters[0].withheld_from, ["cluster-b", "cluster-c"]);
+        assert_eq!(
+            plan.clusters[0].message,
+            "IPv6 addresses not sent to cluster-b, cluster-c (no xcc-agent announced there)"
+        );
+        assert!(plan.clusters[1].withheld_from.is_empty());
+        let withheld = mixed.withheld.unwrap();
+        assert!(
+            withheld.contains("cluster cluster-c is not sent dev-team-cluster-a-gateway-ipv6: its xcc-agent announcement cannot be read: forbidden"),
+            "{withheld}"
+        );
+        assert!(
+            withheld.contains("cluster cluster-b is not sent"),
+            "{withheld}"
+        );
+        let kept = mixed.kept.unwrap();
+        assert!(
+            kept.contains("xcc-dns/dev-team-old-gateway-ipv6 (IPv6) on cluster cluster-b"),
+            "{kept}"
+        );
+
+        // Nothing withheld, nothing kept: no conditions to set.
+        let calm = MixedFleet::from_outcomes(&mut Plan::default(), &outcomes[..1]);
+        assert!(calm.withheld.is_none() && calm.kept.is_none());
+    }
+}
