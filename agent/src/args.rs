@@ -193,6 +193,20 @@ pub struct KubeArgs {
     /// Name reported on Events (the pod name, from the downward API).
     #[arg(long, env = "XCC_POD_NAME")]
     pub pod_name: Option<String>,
+
+    /// Write the ConfigMap `xcc-agent` in `--namespace`, which tells xcc-controller that this
+    /// cluster reads IPv6 slices (without it the controller writes only what the original XCC
+    /// dns-server reads: IPv4 and FQDN).
+    #[arg(
+        long,
+        env = "XCC_ANNOUNCE",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub announce: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,6 +13,7 @@
 //! ```
 
 mod admin;
+mod announce;
 mod args;
 mod clusterregistry;
 mod core;

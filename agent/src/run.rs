@@ -240,6 +240,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 instance: args.kube.pod_name.clone(),
             };
             let recorder = Recorder::new(client.clone(), reporter);
+            if args.kube.announce {
+                // Before the feed starts, so that a ready agent has announced itself; failures
+                // are retried in the background, never fatal to DNS serving.
+                crate::announce::start(client.clone(), args.kube.namespace.clone()).await;
+            }
             let run = slices::run(
                 client,
                 args.kube.namespace.clone(),

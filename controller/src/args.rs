@@ -36,6 +36,21 @@ pub struct Args {
     #[arg(long, env = "XCC_RESYNC_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
 
+    /// How long a workload cluster's xcc-agent announcement (ConfigMap xcc-dns/xcc-agent) is
+    /// trusted before it is read again. Clusters without one get no IPv6 slices (the original
+    /// XCC dns-server may run there); one that gets an agent is sent them within this time.
+    #[arg(long, env = "XCC_ANNOUNCEMENT_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub announcement_ttl: Duration,
+
+    /// Undo what xcc-controller did, then exit (run it with the controller stopped, before going
+    /// back to the original XCC): remove xcc's finalizer from every GatewayDNS and delete the
+    /// EndpointSlices xcc-controller wrote on every workload cluster. Slices the original
+    /// dns-server cannot read are left on clusters with no xcc-agent announced (deleting one
+    /// would crash it) and listed. Refuses while the leader Lease says a controller runs; exits
+    /// non-zero if a cluster could not be cleaned.
+    #[arg(long, env = "XCC_UNINSTALL", default_value_t = false)]
+    pub uninstall: bool,
+
     /// Elect a leader through a Lease, so that several replicas are safe.
     #[arg(long, env = "XCC_LEADER_ELECTION", default_value_t = false)]
     pub leader_election: bool,

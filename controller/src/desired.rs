@@ -8,6 +8,11 @@
 //! - all three carry the annotations `dns-hostname: *.gateway.<c>.<ns>.clusters.<zone>` and
 //!   `gateway-dns-ref: <ns>/<name>`, and the label `kubernetes.io/service-name`.
 //!
+//! What each cluster of the namespace is sent depends on what it reads ([`cluster_writes`]): a
+//! cluster whose xcc-agent announced `ipv6` gets every slice; any other cluster (perhaps still
+//! running the original XCC dns-server, which dies when a slice it cannot read is deleted) gets
+//! only IPv4 and FQDN slices, and an IPv6 slice already there is neither changed nor deleted.
+//!
 //! A cluster whose Service cannot be read keeps its slices as they are (never withdraw a gateway
 //! because its cluster is unreachable). Two GatewayDNS selecting one cluster: the oldest (then
 //! the first by name) publishes it; the others report `Conflict` for it.
@@ -22,6 +27,8 @@ use k8s_openapi::api::{
     discovery::v1::{Endpoint, EndpointSlice},
 };
 use kube::{ResourceExt, api::ObjectMeta};
+
+use xcc_kube::{Announcement, Feature};
 
 use crate::gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayState};
 
@@ -106,6 +113,8 @@ pub struct Plan {
     pub keep: BTreeSet<String>,
     /// One entry per selected cluster, sorted by cluster name.
     pub clusters: Vec<ClusterGatewayStatus>,
+    /// The selected cluster each slice name stands for (slice name → cluster).
+    pub sources: BTreeMap<String, String>,
 }
 
 impl Plan {
@@ -234,6 +243,7 @@ pub fn plan(
                     if !addresses.is_empty() {
                         out.slices
                             .push(slice(name, kind, addresses, &host, &reference));
+                        out.sources.insert(name.clone(), cluster.name.clone());
                     }
                 }
                 status.state = GatewayState::Published;
@@ -323,6 +333,85 @@ fn slice(
         }],
         ports: None,
     }
+}
+
+/// Whether the original XCC dns-server reads `slice`: addressType IPv4 or FQDN, with the host-name
+/// annotation. It stores only those, and its process dies when any other slice of its namespace
+/// is deleted; so these are the only slices that may be created or deleted on a cluster where
+/// no xcc-agent is announced.
+pub fn original_reads(slice: &EndpointSlice) -> bool {
+    matches!(slice.address_type.as_str(), "IPv4" | "FQDN")
+        && slice.annotations().contains_key(HOSTNAME_ANNOTATION)
+}
+
+/// The announced feature an agent needs before it is sent `slice`; `None` for a slice the
+/// original reads, or one no xcc-agent feature covers.
+pub fn feature_needed(slice: &EndpointSlice) -> Option<Feature> {
+    if original_reads(slice) {
+        return None;
+    }
+    match slice.address_type.as_str() {
+        "IPv6" if slice.annotations().contains_key(HOSTNAME_ANNOTATION) => Some(Feature::Ipv6),
+        _ => None,
+    }
+}
+
+/// Whether a cluster whose agent announced `agent` (`None`: nothing announced, perhaps the
+/// original dns-server runs there) may be sent, or have deleted, `slice`.
+pub fn readable_by(slice: &EndpointSlice, agent: Option<&Announcement>) -> bool {
+    original_reads(slice)
+        || feature_needed(slice).is_some_and(|f| agent.is_some_and(|a| a.reads(f)))
+}
+
+/// What to do with one GatewayDNS's slices on one cluster of the namespace.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClusterWrites {
+    /// Slices to create or update (server-side apply).
+    pub apply: Vec<EndpointSlice>,
+    /// Owned slices to delete.
+    pub delete: Vec<String>,
+    /// Wanted slices not written because this cluster cannot read them.
+    pub withheld: Vec<String>,
+    /// Owned slices this cluster cannot read, left as they are: deleting (or rewriting) one
+    /// would crash an original dns-server. Written by an earlier xcc version.
+    pub kept_unreadable: Vec<(String, String)>,
+    /// Wanted names taken by a slice this GatewayDNS does not own.
+    pub foreign: Vec<String>,
+}
+
+/// Brings `existing` (the slices in `xcc-dns` of one cluster) to `plan`, sending only what a
+/// cluster with announcement `agent` reads: without one, no slice the original cannot read is
+/// ever created, changed or deleted there.
+pub fn cluster_writes(
+    plan: &Plan,
+    existing: &[EndpointSlice],
+    reference: &str,
+    agent: Option<&Announcement>,
+) -> ClusterWrites {
+    let mut out = ClusterWrites::default();
+    let by_name: BTreeMap<String, &EndpointSlice> =
+        existing.iter().map(|s| (s.name_any(), s)).collect();
+    for want in &plan.slices {
+        let name = want.name_any();
+        if !readable_by(want, agent) {
+            out.withheld.push(name);
+            continue;
+        }
+        match by_name.get(&name) {
+            Some(have) if !is_owned(have, reference) => out.foreign.push(name),
+            Some(have) if same_content(have, want) => {}
+            _ => out.apply.push(want.clone()),
+        }
+    }
+    for have in existing.iter().filter(|s| is_owned(s, reference)) {
+        let name = have.name_any();
+        if !readable_by(have, agent) {
+            out.kept_unreadable.push((name, have.address_type.clone()));
+        } else if plan.should_delete(&name) {
+            out.delete.push(name);
+        }
+    }
+    out
 }
 
 /// Whether `existing` is a slice this GatewayDNS wrote (both annotations, matching ref).
@@ -609,5 +698,127 @@ mod tests {
         let mut moved = mine.clone();
         moved.endpoints[0].addresses = vec!["10.0.0.9".into()];
         assert!(!same_content(&moved, &plan.slices[0]));
+    }
+
+    fn mixed_plan(ips: &[&str], hostnames: &[&str]) -> Plan {
+        let g = gateway("g", 0, &[("hasContour", "true")]);
+        plan(
+            &g,
+            std::slice::from_ref(&g),
+            &contour()[..1],
+            "xcc.test",
+            |_| observe(Some(&lb(ips, hostnames))),
+        )
+    }
+
+    fn names(slices: &[EndpointSlice]) -> Vec<String> {
+        slices.iter().map(|s| s.name_any()).collect()
+    }
+
+    fn xcc_agent() -> Announcement {
+        Announcement::current("test")
+    }
+
+    #[test]
+    fn what_the_original_reads() {
+        let all = mixed_plan(&["10.0.0.1", "fd00::1"], &["lb.example.com"]).slices;
+        let kinds: Vec<(&str, bool)> = all
+            .iter()
+            .map(|s| (s.address_type.as_str(), original_reads(s)))
+            .collect();
+        assert_eq!(kinds, [("IPv4", true), ("IPv6", false), ("FQDN", true)]);
+        assert_eq!(feature_needed(&all[1]), Some(Feature::Ipv6));
+        let mut unannotated = all[0].clone();
+        unannotated.metadata.annotations = None;
+        assert!(
+            !original_reads(&unannotated),
+            "the original never stores a slice without the host-name annotation"
+        );
+        assert!(!readable_by(&unannotated, Some(&xcc_agent())));
+    }
+
+    #[test]
+    fn an_unannounced_cluster_is_sent_only_what_the_original_reads() {
+        let plan = mixed_plan(&["10.0.0.1", "fd00::1"], &["lb.example.com"]);
+        let none = cluster_writes(&plan, &[], "dev-team/g", None);
+        assert_eq!(
+            names(&none.apply),
+            [
+                "dev-team-cluster-a-gateway",
+                "dev-team-cluster-a-gateway-fqdn"
+            ]
+        );
+        assert_eq!(none.withheld, ["dev-team-cluster-a-gateway-ipv6"]);
+        assert!(none.delete.is_empty() && none.kept_unreadable.is_empty());
+
+        let announced = cluster_writes(&plan, &[], "dev-team/g", Some(&xcc_agent()));
+        assert_eq!(names(&announced.apply).len(), 3, "{announced:?}");
+        assert!(announced.withheld.is_empty());
+
+        // An agent that reads FQDN but announced no IPv6 (an older or newer protocol) is not
+        // sent IPv6 either.
+        let fqdn_only = Announcement {
+            features: [Feature::Fqdn].into(),
+            version: None,
+        };
+        let older = cluster_writes(&plan, &[], "dev-team/g", Some(&fqdn_only));
+        assert_eq!(older.withheld, ["dev-team-cluster-a-gateway-ipv6"]);
+    }
+
+    #[test]
+    fn an_unannounced_cluster_never_loses_a_slice_the_original_cannot_read() {
+        // An earlier xcc version wrote all three; the gateway is back to IPv4 only.
+        let before = mixed_plan(&["10.0.0.1", "fd00::1"], &["lb.example.com"]).slices;
+        let after = mixed_plan(&["10.0.0.1"], &[]);
+        let none = cluster_writes(&after, &before, "dev-team/g", None);
+        assert_eq!(none.delete, ["dev-team-cluster-a-gateway-fqdn"]);
+        assert_eq!(
+            none.kept_unreadable,
+            [(
+                "dev-team-cluster-a-gateway-ipv6".to_string(),
+                "IPv6".to_string()
+            )]
+        );
+        assert!(none.apply.is_empty(), "the IPv4 slice is unchanged");
+        let announced = cluster_writes(&after, &before, "dev-team/g", Some(&xcc_agent()));
+        assert_eq!(
+            announced.delete,
+            [
+                "dev-team-cluster-a-gateway-ipv6",
+                "dev-team-cluster-a-gateway-fqdn"
+            ]
+        );
+        assert!(announced.kept_unreadable.is_empty());
+
+        // Still wanted but unreadable there: not rewritten either, even with new addresses.
+        let moved = mixed_plan(&["10.0.0.1", "fd00::2"], &[]);
+        let none = cluster_writes(&moved, &before, "dev-team/g", None);
+        assert!(names(&none.apply).is_empty(), "{none:?}");
+        assert_eq!(none.withheld, ["dev-team-cluster-a-gateway-ipv6"]);
+        assert_eq!(none.kept_unreadable.len(), 1);
+    }
+
+    #[test]
+    fn a_deleted_gateway_withdraws_only_what_the_original_reads_from_an_unannounced_cluster() {
+        let before = mixed_plan(&["10.0.0.1", "fd00::1"], &["lb.example.com"]).slices;
+        let mut by_hand = before[1].clone();
+        by_hand.metadata.name = Some("by-hand".into());
+        by_hand.metadata.annotations = None;
+        let existing = [before.clone(), vec![by_hand]].concat();
+        let gone = Plan::default();
+        let none = cluster_writes(&gone, &existing, "dev-team/g", None);
+        assert_eq!(
+            none.delete,
+            [
+                "dev-team-cluster-a-gateway",
+                "dev-team-cluster-a-gateway-fqdn"
+            ]
+        );
+        assert_eq!(none.kept_unreadable.len(), 1);
+        let announced = cluster_writes(&gone, &existing, "dev-team/g", Some(&xcc_agent()));
+        assert_eq!(announced.delete.len(), 3, "never the person's slice");
+        // Another GatewayDNS's slices are never touched.
+        let other = cluster_writes(&gone, &existing, "dev-team/other", Some(&xcc_agent()));
+        assert!(other.delete.is_empty() && other.kept_unreadable.is_empty());
     }
 }

@@ -127,4 +127,9 @@ pub struct ClusterGatewayStatus {
     /// Details a person can act on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Clusters of the namespace that are not sent this gateway's IPv6 addresses: no xcc-agent
+    /// is announced there (ConfigMap xcc-dns/xcc-agent), and the original XCC dns-server, which
+    /// may run there, cannot read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld_from: Vec<String>,
 }

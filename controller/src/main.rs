@@ -14,6 +14,7 @@ mod gatewaydns;
 mod metrics;
 mod reconcile;
 mod run;
+mod uninstall;
 mod workload;
 
 use clap::Parser;
@@ -34,6 +35,16 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
+            if args.uninstall {
+                return match runtime.block_on(uninstall::run(&args)) {
+                    Ok(true) => std::process::ExitCode::SUCCESS,
+                    Ok(false) => std::process::ExitCode::FAILURE,
+                    Err(error) => {
+                        eprintln!("xcc-controller --uninstall: {error:#}");
+                        std::process::ExitCode::FAILURE
+                    }
+                };
+            }
             match runtime.block_on(run::run(args)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(error) => {

@@ -24,15 +24,17 @@ use xcc_kube::{
 };
 
 use crate::{
-    desired::{
-        self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref, is_owned, same_content,
-    },
+    desired::{self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
     gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
     workload::Workloads,
 };
 
 /// Field manager of every write.
 pub const FIELD_MANAGER: &str = "xcc-controller";
+/// Condition: some cluster of the namespace is not sent some slices (no xcc-agent announced).
+pub const WITHHELD_CONDITION: &str = "RecordsWithheld";
+/// Condition: slices the original XCC cannot read are left on a cluster without an xcc-agent.
+pub const KEPT_CONDITION: &str = "UnreadableSlicesKept";
 /// Finalizer that withdraws a deleted GatewayDNS's records everywhere.
 pub const FINALIZER: &str = "connectivity.tanzu.vmware.com/xcc-controller";
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -149,7 +151,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         used.insert((cluster.name.clone(), gateway.spec.service.clone()));
     }
     ctx.workloads.retain(&namespace, &me, &used);
-    let plan = desired::plan(gateway, &all, &clusters, &ctx.zone, |name| {
+    let mut plan = desired::plan(gateway, &all, &clusters, &ctx.zone, |name| {
         observations
             .get(name)
             .cloned()
@@ -160,27 +162,134 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let writes = clusters
         .iter()
         .map(|cluster| write_cluster(ctx, &namespace, &cluster.name, &reference, &plan));
-    let problems: Vec<String> = futures::future::join_all(writes)
-        .await
-        .into_iter()
-        .filter_map(Result::err)
-        .collect();
+    let outcomes = futures::future::join_all(writes).await;
+    let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
+    let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
     let insecure: Vec<String> = selected
         .iter()
         .filter_map(|cluster| ctx.workloads.insecure(&namespace, &cluster.name))
         .collect();
-    update_status(&api, gateway, &plan, &problems, &insecure, ctx).await?;
-    Ok(Action::requeue(ctx.resync))
+    update_status(&api, gateway, &plan, &problems, &insecure, &mixed, ctx).await?;
+    // A cluster that is sent less than everything is asked again soon: once an xcc-agent
+    // announces itself there, it gets the rest within the announcement TTL.
+    if mixed.withheld.is_some() {
+        Ok(Action::requeue(
+            ctx.resync.min(ctx.workloads.announcement_ttl()),
+        ))
+    } else {
+        Ok(Action::requeue(ctx.resync))
+    }
 }
 
-/// Brings the slices of `gateway` on one cluster to the plan. Never touches a slice it does not
-/// own; an unreachable cluster is reported, not fatal.
+/// What one cluster of the namespace got.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterOutcome {
+    pub cluster: String,
+    /// Wanted slices not sent: the cluster announced no agent that reads them.
+    pub withheld: Vec<String>,
+    /// Owned slices the cluster cannot read, left as they are.
+    pub kept_unreadable: Vec<(String, String)>,
+    /// Why the cluster's announcement could not be read (it counts as none).
+    pub announcement_error: Option<String>,
+    /// What went wrong writing; `None`: the cluster is as planned.
+    pub problem: Option<String>,
+}
+
+/// What the status says about a fleet where some clusters may run the original XCC: the
+/// `RecordsWithheld` and `UnreadableSlicesKept` conditions (absent when there is nothing to say).
+#[derive(Debug, Default)]
+struct MixedFleet {
+    withheld: Option<String>,
+    kept: Option<String>,
+}
+
+impl MixedFleet {
+    /// Sums up `outcomes`, and names on each selected cluster's entry the clusters that are not
+    /// sent all of its addresses.
+    fn from_outcomes(plan: &mut Plan, outcomes: &[ClusterOutcome]) -> MixedFleet {
+        let mut withheld_lines = Vec::new();
+        let mut kept_lines = Vec::new();
+        for outcome in outcomes {
+            for name in &outcome.withheld {
+                let Some(source) = plan.sources.get(name).cloned() else {
+                    continue;
+                };
+                if let Some(entry) = plan.clusters.iter_mut().find(|c| c.cluster == source)
+                    && !entry.withheld_from.contains(&outcome.cluster)
+                {
+                    entry.withheld_from.push(outcome.cluster.clone());
+                }
+            }
+            if !outcome.withheld.is_empty() {
+                let why = match &outcome.announcement_error {
+                    Some(error) => format!("its xcc-agent announcement cannot be read: {error}"),
+                    None => "no xcc-agent is announced there (ConfigMap xcc-dns/xcc-agent), and the original XCC dns-server cannot read them".to_string(),
+                };
+                withheld_lines.push(format!(
+                    "cluster {} is not sent {}: {why}",
+                    outcome.cluster,
+                    outcome.withheld.join(", ")
+                ));
+            }
+            for (name, kind) in &outcome.kept_unreadable {
+                kept_lines.push(format!(
+                    "EndpointSlice {SLICE_NAMESPACE}/{name} ({kind}) on cluster {} is left as it is: no xcc-agent is announced there, and the original XCC dns-server crashes when a slice it cannot read is deleted; delete it by hand where no original dns-server runs",
+                    outcome.cluster
+                ));
+            }
+        }
+        for entry in &mut plan.clusters {
+            if entry.withheld_from.is_empty() {
+                continue;
+            }
+            entry.withheld_from.sort();
+            let note = format!(
+                "IPv6 addresses not sent to {} (no xcc-agent announced there)",
+                entry.withheld_from.join(", ")
+            );
+            entry.message = if entry.message.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", entry.message)
+            };
+        }
+        let join = |lines: Vec<String>| (!lines.is_empty()).then(|| lines.join("; "));
+        MixedFleet {
+            withheld: join(withheld_lines),
+            kept: join(kept_lines),
+        }
+    }
+}
+
+/// Brings the slices of `gateway` on one cluster to the plan, as far as that cluster reads them
+/// (see [`desired::cluster_writes`]). Never touches a slice it does not own; an unreachable
+/// cluster is reported, not fatal.
 async fn write_cluster(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
     reference: &str,
     plan: &Plan,
+) -> ClusterOutcome {
+    let mut outcome = ClusterOutcome {
+        cluster: cluster.to_string(),
+        ..Default::default()
+    };
+    if let Err(problem) =
+        write_cluster_into(ctx, namespace, cluster, reference, plan, &mut outcome).await
+    {
+        outcome.problem = Some(problem);
+    }
+    outcome
+}
+
+async fn write_cluster_into(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    reference: &str,
+    plan: &Plan,
+    outcome: &mut ClusterOutcome,
 ) -> Result<(), String> {
     let client = ctx
         .workloads
@@ -201,45 +310,65 @@ async fn write_cluster(
         }
         Err(e) => return Err(format!("cluster {cluster}: {e}")),
     }
+    // Unknown counts as "not announced": withholding is safe, sending is not.
+    let agent = match ctx
+        .workloads
+        .announcement(namespace, cluster, &client)
+        .await
+    {
+        Ok(agent) => agent,
+        Err(error) => {
+            tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
+            outcome.announcement_error = Some(error);
+            None
+        }
+    };
     let slices: Api<EndpointSlice> = Api::namespaced(client, SLICE_NAMESPACE);
     let existing = tokio::time::timeout(CALL_TIMEOUT, slices.list(&ListParams::default()))
         .await
         .map_err(timed("listing EndpointSlices".into()))?
         .map_err(|e| format!("cluster {cluster}: cannot list EndpointSlices: {e}"))?
         .items;
-    let by_name: HashMap<String, &EndpointSlice> =
-        existing.iter().map(|s| (s.name_any(), s)).collect();
-    let mut problems = Vec::new();
-    for want in &plan.slices {
+    let writes = desired::cluster_writes(plan, &existing, reference, agent.as_ref());
+    if !writes.withheld.is_empty() {
+        tracing::debug!(%cluster, gateway = %reference, withheld = ?writes.withheld, "no xcc-agent announced: slices the original XCC cannot read are withheld");
+    }
+    for (name, kind) in &writes.kept_unreadable {
+        tracing::warn!(%cluster, slice = %name, address_type = %kind, gateway = %reference, "EndpointSlice the original XCC cannot read left as it is (no xcc-agent announced there)");
+    }
+    outcome.withheld = writes.withheld;
+    outcome.kept_unreadable = writes.kept_unreadable;
+    let mut problems: Vec<String> = writes
+        .foreign
+        .iter()
+        .map(|name| format!(
+            "EndpointSlice {SLICE_NAMESPACE}/{name} exists and does not belong to this GatewayDNS; left as it is"
+        ))
+        .collect();
+    for want in &writes.apply {
         let name = want.name_any();
-        match by_name.get(&name) {
-            Some(have) if !is_owned(have, reference) => problems.push(format!(
-                "EndpointSlice {SLICE_NAMESPACE}/{name} exists and does not belong to this GatewayDNS; left as it is"
-            )),
-            Some(have) if same_content(have, want) => {}
-            _ => {
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                match tokio::time::timeout(CALL_TIMEOUT, slices.patch(&name, &params, &Patch::Apply(want))).await {
-                    Ok(Ok(_)) => tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice written"),
-                    Ok(Err(e)) => problems.push(format!("cannot write EndpointSlice {name}: {e}")),
-                    Err(_) => problems.push(format!("timed out writing EndpointSlice {name}")),
-                }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match tokio::time::timeout(
+            CALL_TIMEOUT,
+            slices.patch(&name, &params, &Patch::Apply(want)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice written")
             }
+            Ok(Err(e)) => problems.push(format!("cannot write EndpointSlice {name}: {e}")),
+            Err(_) => problems.push(format!("timed out writing EndpointSlice {name}")),
         }
     }
-    for have in existing.iter().filter(|s| is_owned(s, reference)) {
-        let name = have.name_any();
-        if plan.should_delete(&name) {
-            match tokio::time::timeout(CALL_TIMEOUT, slices.delete(&name, &Default::default()))
-                .await
-            {
-                Ok(Ok(_)) => {
-                    tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
-                }
-                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                Ok(Err(e)) => problems.push(format!("cannot delete EndpointSlice {name}: {e}")),
-                Err(_) => problems.push(format!("timed out deleting EndpointSlice {name}")),
+    for name in &writes.delete {
+        match tokio::time::timeout(CALL_TIMEOUT, slices.delete(name, &Default::default())).await {
+            Ok(Ok(_)) => {
+                tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
             }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+            Ok(Err(e)) => problems.push(format!("cannot delete EndpointSlice {name}: {e}")),
+            Err(_) => problems.push(format!("timed out deleting EndpointSlice {name}")),
         }
     }
     if problems.is_empty() {
@@ -255,6 +384,7 @@ async fn update_status(
     plan: &Plan,
     problems: &[String],
     insecure: &[String],
+    mixed: &MixedFleet,
     ctx: &Context,
 ) -> Result<(), Error> {
     ctx.metrics.cluster_states(
@@ -347,6 +477,22 @@ async fn update_status(
             gateway.metadata.generation,
         );
     }
+    for (type_, reason, message) in [
+        (WITHHELD_CONDITION, "NoAgentAnnounced", &mixed.withheld),
+        (KEPT_CONDITION, "OriginalMayRun", &mixed.kept),
+    ] {
+        match message {
+            Some(message) => set_condition(
+                &mut status.conditions,
+                type_,
+                ConditionStatus::True,
+                reason,
+                truncate(message.clone(), 4000),
+                gateway.metadata.generation,
+            ),
+            None => remove_condition(&mut status.conditions, type_),
+        }
+    }
     if status == old {
         return Ok(());
     }
@@ -418,6 +564,22 @@ async fn announce(
     if let Some(msg) = insecure(new).filter(|m| Some(m) != insecure(old).as_ref()) {
         events.push((EventType::Warning, INSECURE_PEER_CONDITION.to_string(), msg));
     }
+    let message_of = |s: &GatewayDNSStatus, type_: &str| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.message.clone())
+    };
+    for (type_, kind) in [
+        (WITHHELD_CONDITION, EventType::Normal),
+        (KEPT_CONDITION, EventType::Warning),
+    ] {
+        if let Some(msg) =
+            message_of(new, type_).filter(|m| Some(m) != message_of(old, type_).as_ref())
+        {
+            events.push((kind, type_.to_string(), msg));
+        }
+    }
     let reference = gateway.object_ref(&());
     for (type_, reason, note) in events {
         let event = KubeEvent {
@@ -463,11 +625,81 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     };
     let empty = Plan::default();
     for cluster in &clusters {
-        if let Err(problem) =
-            write_cluster(ctx, &namespace, &cluster.name, &reference, &empty).await
-        {
+        let outcome = write_cluster(ctx, &namespace, &cluster.name, &reference, &empty).await;
+        if let Some(problem) = outcome.problem {
             tracing::warn!(gateway = %reference, %problem, "could not withdraw records on deletion");
+        }
+        for (slice, kind) in outcome.kept_unreadable {
+            tracing::warn!(gateway = %reference, cluster = %cluster.name, %slice, address_type = %kind, "GatewayDNS deleted; its EndpointSlice the original XCC cannot read is left on a cluster with no xcc-agent announced (deleting it would crash an original dns-server)");
         }
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gatewaydns::ClusterGatewayStatus;
+
+    #[test]
+    fn the_status_names_where_each_gateway_was_withheld_and_what_was_kept() {
+        let mut plan = Plan {
+            clusters: ["cluster-a", "cluster-b"]
+                .map(|c| ClusterGatewayStatus {
+                    cluster: c.into(),
+                    state: GatewayState::Published,
+                    ..Default::default()
+                })
+                .to_vec(),
+            sources: [(
+                "dev-team-cluster-a-gateway-ipv6".to_string(),
+                "cluster-a".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let outcomes = [
+            ClusterOutcome {
+                cluster: "cluster-a".into(),
+                ..Default::default()
+            },
+            ClusterOutcome {
+                cluster: "cluster-c".into(),
+                withheld: vec!["dev-team-cluster-a-gateway-ipv6".into()],
+                announcement_error: Some("forbidden".into()),
+                ..Default::default()
+            },
+            ClusterOutcome {
+                cluster: "cluster-b".into(),
+                withheld: vec!["dev-team-cluster-a-gateway-ipv6".into()],
+                kept_unreadable: vec![("dev-team-old-gateway-ipv6".into(), "IPv6".into())],
+                ..Default::default()
+            },
+        ];
+        let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
+        assert_eq!(plan.clusters[0].withheld_from, ["cluster-b", "cluster-c"]);
+        assert_eq!(
+            plan.clusters[0].message,
+            "IPv6 addresses not sent to cluster-b, cluster-c (no xcc-agent announced there)"
+        );
+        assert!(plan.clusters[1].withheld_from.is_empty());
+        let withheld = mixed.withheld.unwrap();
+        assert!(
+            withheld.contains("cluster cluster-c is not sent dev-team-cluster-a-gateway-ipv6: its xcc-agent announcement cannot be read: forbidden"),
+            "{withheld}"
+        );
+        assert!(
+            withheld.contains("cluster cluster-b is not sent"),
+            "{withheld}"
+        );
+        let kept = mixed.kept.unwrap();
+        assert!(
+            kept.contains("xcc-dns/dev-team-old-gateway-ipv6 (IPv6) on cluster cluster-b"),
+            "{kept}"
+        );
+
+        // Nothing withheld, nothing kept: no conditions to set.
+        let calm = MixedFleet::from_outcomes(&mut Plan::default(), &outcomes[..1]);
+        assert!(calm.withheld.is_none() && calm.kept.is_none());
+    }
 }

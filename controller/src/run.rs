@@ -141,6 +141,7 @@ async fn controller(
             client.clone(),
             xcc_kube::PeerClients::new(args.trust),
             trigger_tx,
+            args.announcement_ttl,
         ),
         recorder: Recorder::new(
             client.clone(),

@@ -9,11 +9,11 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::{
     Api, Client, ResourceExt,
     runtime::{
@@ -24,7 +24,11 @@ use kube::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use xcc_kube::{KubeconfigError, PeerClient, PeerClients, bounded};
+use xcc_kube::{
+    Announcement, KubeconfigError, PeerClient, PeerClients,
+    announcement::{ANNOUNCEMENT_NAME, ANNOUNCEMENT_NAMESPACE},
+    bounded,
+};
 
 use crate::{desired::Observation, gatewaydns::GatewayDNS};
 
@@ -32,6 +36,21 @@ use crate::{desired::Observation, gatewaydns::GatewayDNS};
 pub const KUBECONFIG_KEY: &str = "value";
 /// Longest wait for one read on a workload cluster, so a dead cluster cannot stall a reconcile.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads a cluster's announcement ConfigMap; `Ok(None)` when there is none.
+pub async fn read_announcement(client: &Client) -> Result<Option<Announcement>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ANNOUNCEMENT_NAMESPACE);
+    match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(ANNOUNCEMENT_NAME)).await {
+        Ok(Ok(found)) => Ok(found.as_ref().map(Announcement::read)),
+        Ok(Err(e)) => Err(format!(
+            "cannot read ConfigMap {ANNOUNCEMENT_NAMESPACE}/{ANNOUNCEMENT_NAME} (the xcc-agent announcement): {}",
+            bounded(&e)
+        )),
+        Err(_) => Err(format!(
+            "timed out reading ConfigMap {ANNOUNCEMENT_NAMESPACE}/{ANNOUNCEMENT_NAME}"
+        )),
+    }
+}
 
 /// `<cluster>-kubeconfig`.
 pub fn kubeconfig_secret_name(cluster: &str) -> String {
@@ -84,12 +103,19 @@ impl Drop for ServiceWatch {
     }
 }
 
+/// A cluster's announcement (`Ok(None)`: nothing announced; `Err`: it could not be read) and
+/// when it was read.
+type CachedAnnouncement = (Instant, Result<Option<Announcement>, String>);
+
 /// Clients and Service watches for every workload cluster, keyed by (namespace, cluster).
 pub struct Workloads {
     management: Client,
     peers: PeerClients,
     clusters: Mutex<HashMap<(String, String), ClusterEntry>>,
     trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
+    /// What each cluster's xcc-agent announced, and when that was read.
+    announcements: Mutex<HashMap<(String, String), CachedAnnouncement>>,
+    announcement_ttl: Duration,
 }
 
 impl Workloads {
@@ -97,13 +123,50 @@ impl Workloads {
         management: Client,
         peers: PeerClients,
         trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
+        announcement_ttl: Duration,
     ) -> Self {
         Workloads {
             management,
             peers,
             clusters: Mutex::new(HashMap::new()),
             trigger,
+            announcements: Mutex::new(HashMap::new()),
+            announcement_ttl,
         }
+    }
+
+    /// How long a cluster's announcement is trusted before it is read again.
+    pub fn announcement_ttl(&self) -> Duration {
+        self.announcement_ttl
+    }
+
+    /// What the xcc-agent of `cluster` announced (`Ok(None)`: no agent announced itself there),
+    /// read with one `get` of ConfigMap `xcc-dns/xcc-agent` and cached for the TTL, so that
+    /// every GatewayDNS of the namespace shares one read and a newly installed agent is seen
+    /// within the TTL. A failed read is cached too, so that a cluster that refuses it is not
+    /// asked on every reconcile (and counts as not announced meanwhile).
+    pub async fn announcement(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        client: &Client,
+    ) -> Result<Option<Announcement>, String> {
+        let key = (namespace.to_string(), cluster.to_string());
+        if let Some((read_at, cached)) = self
+            .announcements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            && read_at.elapsed() < self.announcement_ttl
+        {
+            return cached.clone();
+        }
+        let found = read_announcement(client).await;
+        self.announcements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (Instant::now(), found.clone()));
+        found
     }
 
     /// The client of `cluster` in `namespace`, (re)built from its kubeconfig Secret by the

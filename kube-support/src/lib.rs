@@ -3,8 +3,10 @@
 //! a SecretImport's service cluster) becomes a client ([`trust`]), the cache of those peer
 //! clients ([`PeerClients`]), leader election over a Lease ([`run_while_leading`]), and status
 //! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
-//! while the status does not change).
+//! while the status does not change), and the [`announcement`] by which an xcc-agent tells
+//! xcc-controller which parts of the record feed it reads.
 
+pub mod announcement;
 mod backoff;
 mod conditions;
 mod kubeconfig;
@@ -12,6 +14,7 @@ mod leader;
 mod peers;
 pub mod trust;
 
+pub use announcement::{Announcement, Feature};
 pub use backoff::Backoff;
 pub use conditions::{
     ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,

@@ -270,6 +270,47 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
             .list(&ListParams::default())
             .await,
     );
+    // Of ConfigMaps it writes its announcement only, and may not create even that one: once a
+    // person deletes it, it stays deleted.
+    let own: Api<ConfigMap> = Api::namespaced(agent.clone(), "xcc-dns");
+    member
+        .apply_yaml(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: xcc-dns}\n",
+        )
+        .await
+        .unwrap();
+    let announce = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "xcc-agent", "namespace": "xcc-dns"},
+        "data": {"features": "ipv6"}
+    });
+    let mut other = announce.clone();
+    other["metadata"]["name"] = "other".into();
+    let apply = PatchParams::apply("xcc-agent").force();
+    own.patch("xcc-agent", &apply, &Patch::Apply(&announce))
+        .await
+        .expect("the agent writes its announcement");
+    assert_forbidden(
+        who,
+        "write another ConfigMap of its namespace",
+        own.patch("other", &apply, &Patch::Apply(&other)).await,
+    );
+    assert_forbidden(
+        who,
+        "create a ConfigMap",
+        own.create(&PostParams::default(), &named("planted", None))
+            .await,
+    );
+    member
+        .kubectl(&["-n", "xcc-dns", "delete", "configmap", "xcc-agent"])
+        .await
+        .unwrap();
+    assert_forbidden(
+        who,
+        "recreate its deleted announcement",
+        own.patch("xcc-agent", &apply, &Patch::Apply(&announce))
+            .await,
+    );
     let slices = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "discovery.k8s.io",
         "v1",

@@ -10,6 +10,7 @@ mod https;
 mod isolation;
 mod least_privilege;
 mod measure;
+mod mixed_fleet;
 mod moved_copies;
 mod resource_sync;
 mod secrets;

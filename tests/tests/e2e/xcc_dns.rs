@@ -185,7 +185,7 @@ pub(crate) fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
     .unwrap()
 }
 
-async fn set_lb(cluster: &Cluster, ingress: &str) {
+pub(crate) async fn set_lb(cluster: &Cluster, ingress: &str) {
     cluster
         .kubectl(&[
             "-n",
