@@ -49,6 +49,11 @@ const RETRY: Duration = Duration::from_secs(5);
 const CONCURRENT_WRITES: usize = 32;
 /// Every key of every kind is looked at again this often (a backstop: watches see changes).
 const RESYNC: Duration = Duration::from_secs(300);
+/// After a start, how long a key waits for every peer to be checked and listed before it is
+/// decided from the peers heard so far. Without it, a restart decides a key from the first peer
+/// that lists and then again from a peer that lists later and wins (two originals of one object):
+/// two writes where none is due.
+const SETTLE: Duration = Duration::from_secs(15);
 
 /// What a source wakes the engine for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,6 +78,15 @@ struct Source {
     identity: String,
     view: View,
     task: tokio::task::AbortHandle,
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Drop for Source {
@@ -153,6 +167,8 @@ pub struct Engine {
     /// The process's watches, shared with the other reconcilers.
     registry: Sources,
     metrics: SyncMetrics,
+    /// When this engine started ([`SETTLE`]).
+    started: Instant,
 }
 
 fn feature_gvk() -> GroupVersionKind {
@@ -203,6 +219,7 @@ impl Engine {
             wake_rx,
             registry: core.sources.clone(),
             metrics: core.metrics.clone(),
+            started: Instant::now(),
         }
     }
 
@@ -220,6 +237,13 @@ impl Engine {
         );
         let mut rule_events = std::pin::pin!(rule_view.changes());
         let mut resync = tokio::time::interval(RESYNC);
+        // The keys held back while the peers settle are looked at again when the wait ends.
+        let settled = self.wake_tx.clone();
+        let settling = tokio::spawn(async move {
+            tokio::time::sleep(SETTLE).await;
+            let _ = settled.send(Wake::Topology);
+        });
+        let _settling = AbortOnDrop(settling.abort_handle());
         let mut table = self.table.clone();
         let mut pending = BTreeSet::new();
         loop {
@@ -680,6 +704,9 @@ impl Engine {
                 _ => return true,
             }
         }
+        if self.started.elapsed() < SETTLE && self.unsettled(gvk) {
+            return true;
+        }
         let at_key = self.local_object(key);
         let moved: Vec<Value> = {
             let links = self.links.lock().expect("links lock");
@@ -843,6 +870,27 @@ impl Engine {
                 Ok(())
             }
         }
+    }
+
+    /// Whether some peer may still hold objects of `gvk` this engine has not seen: a Cluster not
+    /// checked yet, or a live peer whose list of the kind has not arrived.
+    fn unsettled(&self, gvk: &GroupVersionKind) -> bool {
+        let table = self.table.borrow();
+        self.clusters
+            .state()
+            .iter()
+            .filter(|c| c.spec.cluster_id != self.local_id && !super::disabled(c))
+            .any(|c| {
+                let name = c.name_any();
+                match table.get(&name) {
+                    None => true,
+                    Some(state) if !state.live => false,
+                    Some(_) => self
+                        .sources
+                        .get(&Place::peer(&name, gvk))
+                        .is_none_or(|source| !source.view.listed()),
+                }
+            })
     }
 
     /// Where this engine's writes are counted.

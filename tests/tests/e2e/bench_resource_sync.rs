@@ -15,15 +15,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, ObjectMeta, PostParams},
+    api::{ListParams, ObjectMeta},
 };
 use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
 
-use crate::measure::rss_mib;
+use crate::measure::{create_all, rss_mib};
 use crate::resource_sync::{NAMES, group};
 
 const OBJECTS: usize = 1000;
@@ -144,16 +143,7 @@ async fn resource_sync_benchmark() {
             ..Default::default()
         })
         .collect();
-    let api = secrets(first);
-    stream::iter(objects)
-        .map(|s| {
-            let api = api.clone();
-            async move { api.create(&PostParams::default(), &s).await }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+    create_all(&secrets(first), objects).await;
     eprintln!(
         "resource-sync: {OBJECTS} Secrets created on first in {:.2} s (other agents stopped)",
         started.elapsed().as_secs_f64()

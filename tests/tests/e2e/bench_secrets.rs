@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api,
@@ -17,29 +16,13 @@ use kube::{
 use serde_json::json;
 use xcc_e2e::{Testbed, require_testbed, xcc::Agent};
 
-use crate::measure::{percentile, rss_mib};
+use crate::measure::{create_all, percentile, rss_mib};
 use crate::secrets::{NS, agent, create_namespace, kind, secret, secrets, value};
 
 const IMPORTS: usize = 1000;
 const UPDATES: usize = 100;
-/// Concurrent requests while creating the objects.
-const CREATORS: usize = 32;
-
 fn name(i: usize) -> String {
     format!("bench-{i:04}")
-}
-
-/// Creates `objects` with `CREATORS` requests in flight.
-async fn create_all<T>(api: &Api<T>, objects: Vec<T>)
-where
-    T: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    stream::iter(objects)
-        .map(|o| async move { api.create(&PostParams::default(), &o).await })
-        .buffer_unordered(CREATORS)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
 }
 
 fn replication_object(kind_name: &str, i: usize, spec: serde_json::Value) -> DynamicObject {

@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
@@ -16,6 +15,7 @@ use kube::{
 };
 use xcc_e2e::{Cluster, Testbed, require_testbed};
 
+use crate::measure::create_all;
 use crate::resource_sync::{NAMES, cluster_status, group_with, wait_for};
 use crate::secrets::{NS as PROJECT, ready, secret, value};
 
@@ -39,28 +39,21 @@ fn synced(cluster: &Cluster) -> Api<Secret> {
     Api::namespaced(cluster.client.clone(), NS)
 }
 
-/// Creates `count` labelled Secrets `<prefix>-<i>` on `cluster`, 32 requests at a time.
+/// Creates `count` labelled Secrets `<prefix>-<i>` on `cluster`.
 async fn create_labelled(cluster: &Cluster, prefix: &str, count: usize) {
-    let api = synced(cluster);
-    stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            let object = Secret {
-                metadata: ObjectMeta {
-                    name: Some(format!("{prefix}-{i:03}")),
-                    namespace: Some(NS.into()),
-                    labels: Some([("iso".to_string(), "yes".to_string())].into()),
-                    ..Default::default()
-                },
-                string_data: Some([("v".to_string(), format!("{prefix}-{i}"))].into()),
+    let objects = (0..count)
+        .map(|i| Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{prefix}-{i:03}")),
+                namespace: Some(NS.into()),
+                labels: Some([("iso".to_string(), "yes".to_string())].into()),
                 ..Default::default()
-            };
-            async move { api.create(&PostParams::default(), &object).await }
+            },
+            string_data: Some([("v".to_string(), format!("{prefix}-{i}"))].into()),
+            ..Default::default()
         })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+        .collect();
+    create_all(&synced(cluster), objects).await;
 }
 
 /// How many of `<prefix>-*` exist on `cluster`.

@@ -17,3 +17,20 @@ pub fn rss_mib(pid: u32) -> f64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kib| kib / 1024.0)
 }
+
+/// Concurrent requests while creating a benchmark's objects.
+const CREATORS: usize = 32;
+
+/// Creates `objects` with [`CREATORS`] requests in flight (creating is not what is measured).
+pub async fn create_all<T>(api: &kube::Api<T>, objects: Vec<T>)
+where
+    T: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(objects)
+        .map(|o| async move { api.create(&Default::default(), &o).await })
+        .buffer_unordered(CREATORS)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+}
