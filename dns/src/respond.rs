@@ -139,12 +139,10 @@ impl Answerer {
             }
             Verdict::Decode if self.fast_path => {
                 let snapshot = self.handler.table().snapshot();
-                let qtype = crate::fast::answer(msg, &snapshot, out)?;
-                self.handler.observer().observe(
-                    Some(qtype),
-                    ResponseCode::NoError,
-                    started.elapsed(),
-                );
+                let (qtype, rcode) = crate::fast::answer(msg, &snapshot, out)?;
+                self.handler
+                    .observer()
+                    .observe(Some(qtype), rcode, started.elapsed());
                 Some(true)
             }
             Verdict::Decode => None,
