@@ -9,40 +9,26 @@
 # 5 s; the agent's log stays short (no line per failed accept). Exits 1 when a bar is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 NAMES=${NAMES:-1000}
-
-say() { printf '%s\n' "$*" >&2; }
-for tool in taskset python3 dig; do
-  command -v "$tool" >/dev/null || { say "missing $tool: run tests/testbed/install.sh first"; exit 2; }
-done
-
-work=$(mktemp -d)
-agent_pid=
-cleanup() { [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-
-say "building xcc-agent (release)"
-cargo build --release --quiet -p xcc-agent
-agent=${CARGO_TARGET_DIR:-$root/target}/release/xcc-agent
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+require taskset python3 dig
+build_agent
 python3 bench/gen_dns_data.py "$work" "$NAMES" 10 >/dev/null
 
 status=0
 for mode in soft hard; do
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   limit="-Sn 1024"; [ $mode = hard ] && limit="-n 1024"
   # shellcheck disable=SC2086
   (ulimit $limit && exec taskset -c 0 "$agent" --records "$work/records.yaml" --listen "127.0.0.1:$port" \
     --admin-listen 127.0.0.1:0 --threads 1 --udp-sockets 1 --log info) 2>"$work/agent-$mode.log" &
-  agent_pid=$!
-  for _ in $(seq 1 200); do
-    dig @127.0.0.1 -p "$port" +time=1 +tries=1 xcc.test SOA >/dev/null 2>&1 && break
-    sleep 0.05
-  done
+  agent_pid=$!; track "$agent_pid"
+  wait_dns "$port"
   say "== ulimit $limit: agent open-file limit $(awk '/Max open files/ {print $4 " soft, " $5 " hard"}' /proc/$agent_pid/limits)"
   taskset -c 1 python3 bench/tcp_limits.py "$port" "$agent_pid" "$NAMES" || status=1
   kill -0 "$agent_pid" 2>/dev/null || { say "FAIL the agent died"; status=1; }
-  kill "$agent_pid"; wait "$agent_pid" 2>/dev/null || true; agent_pid=
+  untrack "$agent_pid"
   lines=$(wc -l <"$work/agent-$mode.log")
   say "agent log: $lines lines"; cat "$work/agent-$mode.log" >&2
   if [ "$lines" -gt 50 ]; then say "FAIL the agent logged $lines lines"; status=1; fi

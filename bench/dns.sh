@@ -3,45 +3,47 @@
 # same query file, same machine, same run, with a bare UDP reflector as the floor. Each server in
 # turn is pinned to CPU 0 with one worker, dnsperf to CPU 1.
 #
-#   bench/dns.sh            10,000 names; prints each figure and the ratios, then checks the bars
+#   bench/dns.sh                 10,000 names; prints each figure and the ratios, checks the bars
+#   FIXED_RATE=5000 bench/dns.sh the CPU rate chosen by hand instead of from the measured maxima
 #
 # Fair by construction:
 #   - every server gets the kernel's default UDP receive buffer (net.core.rmem_default): the agent
 #     runs with --udp-recv-buffer 0, as Knot and CoreDNS do not enlarge theirs; the script
 #     changes no system setting;
 #   - the same dnsperf load for all: CLIENTS sockets, at most OUTSTANDING queries in flight;
-#   - CPU per query is measured at FIXED_RATE (5k q/s: a third of CoreDNS's zero-loss maximum
-#     here), a rate every server answers in full, so that no server is charged for overload.
-#     At such rates most of the cost is the wake-up per datagram that every server pays: the
-#     reflector shows how much.
+#   - CPU per query is measured at FIXED_RATE, a rate every server answers in full: unless set,
+#     2/3 of the smallest zero-loss maximum measured first (CoreDNS's, in practice), rounded
+#     down to 1,000 q/s, so that no server is charged for overload. At such rates most of the
+#     cost is the wake-up per datagram that every server pays: the reflector shows how much.
 #
 # Measures, per server:
-#   max q/s   the highest offered rate (5k, then steps of 10k q/s, STEP_SECONDS each) answered in
-#             full with zero loss
-#   CPU/query server CPU time (utime+stime from /proc) per answered query at FIXED_RATE
-# and for the agent alone: RSS with 100k names, and (cargo bench) update → visible time.
-# Bars: agent CPU/query <= 1/2 of CoreDNS's; agent max q/s (zero loss) >= CoreDNS's; no server
-# loses a query at the fixed rate; RSS < 100 MB; update visible < 100 ms. Knot's figures and the
-# floor are reported beside them. Exits 1 when a bar is missed.
+#   max q/s   the highest offered rate (5k, then steps of 5k and 10k q/s, STEP_SECONDS each)
+#             answered in full with zero loss
+#   CPU/query server CPU time (utime+stime of all its threads, from /proc) per answered query at
+#             FIXED_RATE, and at HIGH_RATE for the servers whose maximum reaches it
+# and for the agent alone: loss at PEAK_RATE (100k q/s), RSS with 100k names, and (cargo bench)
+# update → visible time.
+# Bars (issue #17): agent CPU/query <= Knot's and <= 1/3 of CoreDNS's at FIXED_RATE; the agent
+# loses nothing at PEAK_RATE; agent max q/s >= CoreDNS's; no server loses a query at FIXED_RATE;
+# RSS < 100 MB; update visible < 100 ms. A bar that the floor itself misses is reported as such.
+# Exits 1 when a bar is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 NAMES=${NAMES:-10000}
 STEP_SECONDS=${STEP_SECONDS:-5}
-FIXED_RATE=${FIXED_RATE:-5000}
+FIXED_RATE=${FIXED_RATE:-}
 CPU_SECONDS=${CPU_SECONDS:-20}
 # A second, high rate for the servers that answer it in full (CoreDNS saturates far below):
 # there the cost of the DNS work shows, not only the wake-up per datagram.
 HIGH_RATE=${HIGH_RATE:-50000}
+PEAK_RATE=${PEAK_RATE:-100000}
 CLIENTS=${CLIENTS:-20}
 OUTSTANDING=${OUTSTANDING:-100}
 
-say() { printf '%s\n' "$*" >&2; }
-
-for tool in dnsperf taskset python3 knotd cc; do
-  command -v "$tool" >/dev/null || { say "missing $tool: run ./test.sh or tests/testbed/install.sh first"; exit 2; }
-done
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+require dnsperf taskset python3 knotd cc dig
 testbed_env=${XCC_TESTBED_DIR:-$HOME/.cache/xcc-testbed}/env
 if [ -z "${XCC_COREDNS:-}" ] && [ -f "$testbed_env" ]; then
   # shellcheck disable=SC1090
@@ -49,30 +51,14 @@ if [ -z "${XCC_COREDNS:-}" ] && [ -f "$testbed_env" ]; then
 fi
 [ -x "${XCC_COREDNS:-}" ] || { say "CoreDNS not found: run tests/testbed/install.sh (or set XCC_COREDNS)"; exit 2; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
-
-say "building xcc-agent (release) and the reflector"
-cargo build --release --quiet -p xcc-agent
-agent=${CARGO_TARGET_DIR:-$root/target}/release/xcc-agent
+build_agent
 cc -O2 -o "$work/reflector" bench/reflector.c
 
 say "generating $NAMES names and the query file"
 python3 bench/gen_dns_data.py "$work" "$NAMES" 400000
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-wait_dns() { # port
-  for _ in $(seq 1 200); do
-    if dig @127.0.0.1 -p "$1" +time=1 +tries=1 xcc.test SOA >/dev/null 2>&1; then return 0; fi
-    sleep 0.05
-  done
-  say "server on port $1 did not answer"; exit 1
-}
-
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 
 # dnsperf at a fixed rate; prints "completed lost qps"
 perf_at() { # port rate seconds
@@ -81,9 +67,8 @@ perf_at() { # port rate seconds
     awk '/Queries completed:/ {c=$3} /Queries lost:/ {l=$3} /Queries per second:/ {q=$4} END {print c, l, q}'
 }
 
-measure() { # label pid port
-  local label=$1 pid=$2 port=$3 best=0 rate
-  local ok try
+max_rate() { # label port: the highest step answered in full
+  local label=$1 port=$2 best=0 rate ok try completed lost qps
   for rate in 5000 10000 15000 20000 25000 30000 $(seq 40000 10000 150000); do
     ok=no
     # A step passes with zero loss and the offered rate really delivered; one retry forgives a
@@ -97,22 +82,18 @@ measure() { # label pid port
     [ $ok = yes ] || break
     best=$rate
   done
-  local before after
+  say "$(printf '%-10s max_qps_zero_loss=%s' "$label" "$best")"
+  echo "$best"
+}
+
+cpu_at() { # label pid port rate: prints "µs-per-query lost"
+  local label=$1 pid=$2 port=$3 rate=$4 before after completed lost qps us
   before=$(cpu_ticks "$pid")
-  read -r completed lost qps < <(perf_at "$port" "$FIXED_RATE" "$CPU_SECONDS")
+  read -r completed lost qps < <(perf_at "$port" "$rate" "$CPU_SECONDS")
   after=$(cpu_ticks "$pid")
-  local hz; hz=$(getconf CLK_TCK)
-  local us; us=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$completed" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
-  printf '%-10s max_qps_zero_loss=%s cpu_us_per_query@%s=%s (lost %s of %s)\n' "$label" "$best" "$FIXED_RATE" "$us" "$lost" "$completed" >&2
-  local high=-
-  if [ "$best" -ge "$HIGH_RATE" ]; then
-    before=$(cpu_ticks "$pid")
-    read -r completed lost qps < <(perf_at "$port" "$HIGH_RATE" "$CPU_SECONDS")
-    after=$(cpu_ticks "$pid")
-    high=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$completed" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
-    printf '%-10s cpu_us_per_query@%s=%s (lost %s of %s)\n' "$label" "$HIGH_RATE" "$high" "$lost" "$completed" >&2
-  fi
-  echo "$best $us $lost $high"
+  us=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$completed" 'BEGIN {if (n == 0) print "-"; else printf "%.2f", t * 1e6 / hz / n}')
+  say "$(printf '%-10s cpu_us_per_query@%s=%s (lost %s of %s)' "$label" "$rate" "$us" "$lost" "$completed")"
+  echo "$us $lost"
 }
 
 # The servers answer the same way before we time them.
@@ -123,29 +104,8 @@ check_same() { # port
   done
 }
 
-stop() { kill "$1"; wait "$1" 2>/dev/null || true; }
-
-say "reflector (CPU 0): the floor"
-port=$(free_port)
-taskset -c 0 "$work/reflector" "$port" &
-pid=$!; pids+=("$pid")
-sleep 0.3
-read -r f_qps f_us f_lost f_high < <(measure reflector "$pid" "$port")
-stop "$pid"
-
-say "xcc-agent (CPU 0, one thread, one UDP socket, default receive buffer)"
-agent_port=$(free_port)
-taskset -c 0 "$agent" --records "$work/records.yaml" --listen "127.0.0.1:$agent_port" \
-  --admin-listen 127.0.0.1:0 --threads 1 --udp-sockets 1 --udp-recv-buffer 0 --log warn &
-agent_pid=$!; pids+=("$agent_pid")
-wait_dns "$agent_port"
-expected=$(check_same "$agent_port")
-read -r a_qps a_us a_lost a_high < <(measure xcc-agent "$agent_pid" "$agent_port")
-stop "$agent_pid"
-
-say "Knot DNS (CPU 0, one UDP worker, one TCP worker, one background worker)"
-knot_port=$(free_port)
 mkdir -p "$work/knot"
+knot_port=$(free_port)
 cat > "$work/knot.conf" <<KNOT
 server:
     rundir: "$work/knot"
@@ -164,17 +124,6 @@ zone:
     journal-content: none
     zonefile-sync: -1
 KNOT
-taskset -c 0 knotd -c "$work/knot.conf" &
-knot_pid=$!; pids+=("$knot_pid")
-wait_dns "$knot_port"
-if [ "$(check_same "$knot_port")" != "$expected" ]; then
-  say "Knot answers differently:"; check_same "$knot_port" >&2; say "-- agent:"; say "$expected"; exit 1
-fi
-knot_version=$(knotd --version | awk '{print $NF}')
-read -r k_qps k_us k_lost k_high < <(measure knot "$knot_pid" "$knot_port")
-stop "$knot_pid"
-
-say "CoreDNS (CPU 0, GOMAXPROCS=1, file plugin)"
 core_port=$(free_port)
 cat > "$work/Corefile" <<COREFILE
 xcc.test:$core_port {
@@ -182,52 +131,122 @@ xcc.test:$core_port {
     file $work/db.xcc.test
 }
 COREFILE
-GOMAXPROCS=1 taskset -c 0 "$XCC_COREDNS" -conf "$work/Corefile" -quiet &
-core_pid=$!; pids+=("$core_pid")
-wait_dns "$core_port"
-if [ "$(check_same "$core_port")" != "$expected" ]; then
-  say "CoreDNS answers differently:"; check_same "$core_port" >&2; say "-- agent:"; say "$expected"; exit 1
+agent_port=$(free_port)
+reflector_port=$(free_port)
+
+# Starts one server on CPU 0 and waits until it answers; sets $pid and $port.
+start() { # server
+  case $1 in
+    reflector)
+      port=$reflector_port
+      taskset -c 0 "$work/reflector" "$port" &
+      pid=$!; track "$pid"; sleep 0.3 ;;
+    agent)
+      port=$agent_port
+      taskset -c 0 "$agent" --records "$work/records.yaml" --listen "127.0.0.1:$port" \
+        --admin-listen 127.0.0.1:0 --threads 1 --udp-sockets 1 --udp-recv-buffer 0 --log warn &
+      pid=$!; track "$pid"; wait_dns "$port" ;;
+    knot)
+      port=$knot_port
+      taskset -c 0 knotd -c "$work/knot.conf" &
+      pid=$!; track "$pid"; wait_dns "$port" ;;
+    coredns)
+      port=$core_port
+      GOMAXPROCS=1 taskset -c 0 "$XCC_COREDNS" -conf "$work/Corefile" -quiet >&2 &
+      pid=$!; track "$pid"; wait_dns "$port" ;;
+  esac
+}
+
+say "checking that the agent, Knot and CoreDNS answer alike"
+start agent
+expected=$(check_same "$port")
+untrack "$pid"
+for server in knot coredns; do
+  start $server
+  got=$(check_same "$port")
+  untrack "$pid"
+  if [ "$got" != "$expected" ]; then
+    say "$server answers differently:"; say "$got"; say "-- agent:"; say "$expected"; exit 1
+  fi
+done
+knot_version=$(knotd --version | awk '{print $NF}')
+
+servers=(reflector agent knot coredns)
+declare -A max us lost high high_lost
+say "zero-loss maxima (each server on CPU 0 with one worker, dnsperf on CPU 1)"
+for server in "${servers[@]}"; do
+  start "$server"
+  max[$server]=$(max_rate "$server" "$port")
+  untrack "$pid"
+done
+smallest=$(printf '%s\n' "${max[@]}" | sort -n | head -1)
+if [ -z "$FIXED_RATE" ]; then
+  FIXED_RATE=$(( smallest * 2 / 3 / 1000 * 1000 ))
+  [ "$FIXED_RATE" -ge 1000 ] || FIXED_RATE=1000
+  say "fixed rate: $FIXED_RATE q/s (2/3 of the smallest zero-loss maximum, $smallest q/s)"
 fi
-read -r c_qps c_us c_lost c_high < <(measure coredns "$core_pid" "$core_port")
-stop "$core_pid"
+
+say "CPU per query at $FIXED_RATE q/s, and at $HIGH_RATE q/s where the maximum reaches it"
+for server in "${servers[@]}"; do
+  start "$server"
+  read -r "us[$server]" "lost[$server]" < <(cpu_at "$server" "$pid" "$port" "$FIXED_RATE")
+  high[$server]=-; high_lost[$server]=-
+  if [ "${max[$server]}" -ge "$HIGH_RATE" ]; then
+    read -r "high[$server]" "high_lost[$server]" < <(cpu_at "$server" "$pid" "$port" "$HIGH_RATE")
+  fi
+  if [ "$server" = agent ]; then
+    read -r peak_us peak_lost < <(cpu_at agent "$pid" "$port" "$PEAK_RATE")
+  fi
+  untrack "$pid"
+done
 
 say "RSS with 100,000 names"
 python3 bench/gen_dns_data.py "$work/big" 100000 1000
 big_port=$(free_port)
 "$agent" --records "$work/big/records.yaml" --listen "127.0.0.1:$big_port" --admin-listen 127.0.0.1:0 --log warn &
-big_pid=$!; pids+=("$big_pid")
-wait_dns "$big_port"
+big_pid=$!; track "$big_pid"
+wait_dns "$big_port" 30
 dig @127.0.0.1 -p "$big_port" +short gateway.cluster-99999.team-89.clusters.xcc.test | grep -q 10.1.134.159
 rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/$big_pid/status")
-stop "$big_pid"
+untrack "$big_pid"
 
 say "update → first query that sees it (100,000 names)"
 update_out=$(cargo bench --quiet -p xcc-dns --bench table 2>/dev/null)
 printf '%s\n' "$update_out" >&2
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 == 0 || b + 0 == 0) print "-"; else printf "%.2f", a / b}'; }
 echo
-echo "names: $NAMES; queries: 90% A hits, 5% AAAA NODATA, 5% NXDOMAIN; server on CPU 0, dnsperf on CPU 1"
+echo "names: $NAMES; queries: 90% A hits, 5% AAAA NODATA, 5% NXDOMAIN; server on CPU 0 with one worker, dnsperf on CPU 1"
 echo "dnsperf -c $CLIENTS -q $OUTSTANDING; default UDP receive buffer ($(cat /proc/sys/net/core/rmem_default) bytes) for every server"
-printf '%-10s %18s %24s %10s %24s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost" "CPU µs/query @${HIGH_RATE}"
-printf '%-10s %18s %24s %10s %24s\n' reflector "$f_qps" "$f_us" "$f_lost" "$f_high"
-printf '%-10s %18s %24s %10s %24s\n' xcc-agent "$a_qps" "$a_us" "$a_lost" "$a_high"
-printf '%-10s %18s %24s %10s %24s\n' "knot $knot_version" "$k_qps" "$k_us" "$k_lost" "$k_high"
-printf '%-10s %18s %24s %10s %24s\n' coredns "$c_qps" "$c_us" "$c_lost" "$c_high"
-ratio_qps=$(awk -v a="$a_qps" -v c="$c_qps" 'BEGIN {if (c == 0) print "inf"; else printf "%.2f", a / c}')
-ratio_cpu=$(awk -v a="$a_us" -v c="$c_us" 'BEGIN {printf "%.2f", a / c}')
-ratio_knot=$(awk -v a="$a_us" -v k="$k_us" 'BEGIN {printf "%.2f", a / k}')
-echo "ratios: max q/s agent/coredns = $ratio_qps; CPU per query agent/coredns = $ratio_cpu, agent/knot = $ratio_knot"
+echo "fixed rate: $FIXED_RATE q/s (smallest zero-loss maximum: $smallest q/s)"
+printf '%-12s %18s %24s %8s %24s %8s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost" "CPU µs/query @${HIGH_RATE}" "lost"
+for server in "${servers[@]}"; do
+  label=$server; [ "$server" = knot ] && label="knot $knot_version"; [ "$server" = agent ] && label=xcc-agent
+  printf '%-12s %18s %24s %8s %24s %8s\n' "$label" "${max[$server]}" "${us[$server]}" "${lost[$server]}" "${high[$server]}" "${high_lost[$server]}"
+done
+echo "xcc-agent at ${PEAK_RATE} q/s offered: CPU µs/query $peak_us, lost $peak_lost"
+ratio_knot=$(ratio "${us[agent]}" "${us[knot]}")
+ratio_core=$(ratio "${us[agent]}" "${us[coredns]}")
+ratio_floor=$(ratio "${us[reflector]}" "${us[coredns]}")
+ratio_knot_high=$(ratio "${high[agent]}" "${high[knot]}")
+echo "ratios at ${FIXED_RATE} q/s: CPU per query agent/knot = $ratio_knot, agent/coredns = $ratio_core (floor: reflector/coredns = $ratio_floor)"
+echo "ratio at ${HIGH_RATE} q/s: CPU per query agent/knot = $ratio_knot_high"
 echo "agent RSS with 100k names: $((rss_kb / 1024)) MB"
 echo "update visible (worst of 50, 100k names): $(printf '%s\n' "$update_out" | awk '/^PASS|^FAIL/ {print $5, $6}')"
 
 fail=0
-bar() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; fail=1; fi; }
-bar "agent CPU/query <= 1/2 CoreDNS's ($ratio_cpu)" "awk 'BEGIN {exit !($ratio_cpu <= 0.5)}'"
-bar "agent max q/s >= CoreDNS's ($a_qps vs $c_qps)" "[ $a_qps -ge $c_qps ] && [ $a_qps -gt 0 ]"
-bar "no server lost a query at ${FIXED_RATE} q/s (agent $a_lost, knot $k_lost, coredns $c_lost)" \
-  "[ '$a_lost' = 0 ] && [ '$k_lost' = 0 ] && [ '$c_lost' = 0 ]"
+bar() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1${3:+ — $3}"; fail=1; fi; }
+below() { awk -v r="$1" -v m="$2" 'BEGIN {exit !(r != "-" && r <= m)}'; }
+bar "agent CPU/query <= Knot's at ${FIXED_RATE} q/s ($ratio_knot)" "below '$ratio_knot' 1"
+unreachable=
+if ! below "$ratio_floor" 0.3334; then
+  unreachable="unreachable on this machine at this rate: the reflector, which does no DNS work, already costs $ratio_floor of CoreDNS's CPU per query"
+fi
+bar "agent CPU/query <= 1/3 CoreDNS's at ${FIXED_RATE} q/s ($ratio_core)" "below '$ratio_core' 0.3334" "$unreachable"
+bar "agent loses nothing at ${PEAK_RATE} q/s offered (lost $peak_lost)" "[ '$peak_lost' = 0 ]"
+bar "agent max q/s >= CoreDNS's (${max[agent]} vs ${max[coredns]})" "[ ${max[agent]} -ge ${max[coredns]} ] && [ ${max[agent]} -gt 0 ]"
+bar "no server lost a query at ${FIXED_RATE} q/s (agent ${lost[agent]}, knot ${lost[knot]}, coredns ${lost[coredns]})" \
+  "[ '${lost[agent]}' = 0 ] && [ '${lost[knot]}' = 0 ] && [ '${lost[coredns]}' = 0 ]"
 bar "agent RSS < 100 MB ($((rss_kb / 1024)) MB)" "[ $rss_kb -lt 102400 ]"
 bar "update visible < 100 ms" "printf '%s\n' \"\$update_out\" | grep -q '^PASS'"
-ratio_knot_high=$(awk -v a="$a_high" -v k="$k_high" 'BEGIN {if (a + 0 == 0 || k + 0 == 0) print "-"; else printf "%.2f", a / k}')
-echo "(reported, no bar: agent CPU/query vs Knot's = $ratio_knot at ${FIXED_RATE} q/s, $ratio_knot_high at ${HIGH_RATE} q/s)"
 exit $fail

@@ -12,36 +12,21 @@
 # Prints the figures and exits 1 when a bar is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
-
 PACKETS=${PACKETS:-1000000}
 RATE=${RATE:-40000}
 NAMES=${NAMES:-1000}
 
-say() { printf '%s\n' "$*" >&2; }
-for tool in taskset python3 dig; do
-  command -v "$tool" >/dev/null || { say "missing $tool: run tests/testbed/install.sh first"; exit 2; }
-done
-
-work=$(mktemp -d)
-agent_pid=
-cleanup() { [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-
-say "building xcc-agent (release)"
-cargo build --release --quiet -p xcc-agent
-target=${CARGO_TARGET_DIR:-$root/target}
-agent=$target/release/xcc-agent
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+require taskset python3 dig
+build_agent
 
 python3 bench/gen_dns_data.py "$work" "$NAMES" 10 >/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 taskset -c 0 "$agent" --records "$work/records.yaml" --listen "127.0.0.1:$port" \
   --admin-listen 127.0.0.1:0 --threads 1 --udp-sockets 1 --log warn 2>"$work/agent.log" &
-agent_pid=$!
-for _ in $(seq 1 200); do
-  dig @127.0.0.1 -p "$port" +time=1 +tries=1 xcc.test SOA >/dev/null 2>&1 && break
-  sleep 0.05
-done
+agent_pid=$!; track "$agent_pid"
+wait_dns "$port"
 
 status=0
 taskset -c 1 python3 bench/fuzz_dns.py "$port" "$agent_pid" "$NAMES" "$PACKETS" "$RATE" || status=$?

@@ -72,7 +72,8 @@ pub struct DnsArgs {
     #[arg(long, env = "XCC_NEGATIVE_TTL", default_value_t = 30)]
     pub negative_ttl: u32,
 
-    /// UDP sockets sharing the port (SO_REUSEPORT); 0 means one per CPU.
+    /// UDP sockets sharing the port (SO_REUSEPORT), each served by its own thread; 0 means one
+    /// per CPU.
     #[arg(long, env = "XCC_UDP_SOCKETS", default_value_t = 0)]
     pub udp_sockets: usize,
 
@@ -81,7 +82,8 @@ pub struct DnsArgs {
     #[arg(long, env = "XCC_UDP_RECV_BUFFER", default_value_t = xcc_dns::UDP_RECV_BUFFER)]
     pub udp_recv_buffer: usize,
 
-    /// Worker threads answering queries; 0 means one per CPU.
+    /// Async worker threads: TCP, the UDP queries the serving threads hand over (those that need
+    /// more than the fast path), the admin server and the sync reconcilers; 0 means one per CPU.
     #[arg(long, env = "XCC_THREADS", default_value_t = 0)]
     pub threads: usize,
 

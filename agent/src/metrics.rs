@@ -11,7 +11,7 @@ use prometheus_client::{
     registry::Registry,
 };
 use xcc_dns::{
-    QueryObserver,
+    Cause, QueryObserver,
     proto::{op::ResponseCode, rr::RecordType},
 };
 
@@ -19,6 +19,11 @@ use xcc_dns::{
 struct QueryLabels {
     qtype: &'static str,
     rcode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MalformedLabels {
+    cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,6 +36,8 @@ pub struct Metrics {
     registry: Registry,
     queries: Family<QueryLabels, Counter>,
     latency: Histogram,
+    malformed: Family<MalformedLabels, Counter>,
+    dropped: Counter,
     table_names: Gauge,
     table_serial: Gauge<i64, AtomicI64>,
     reloads: Family<ReloadLabels, Counter>,
@@ -57,6 +64,26 @@ impl Metrics {
             "dns_query_duration_seconds",
             "Time to answer one DNS query",
             latency.clone(),
+        );
+        let malformed = Family::<MalformedLabels, Counter>::default();
+        registry.register(
+            "dns_malformed",
+            "Malformed DNS messages, answered FORMERR or dropped, by cause",
+            malformed.clone(),
+        );
+        // Every cause from the start, so that a rate over the series needs no first hit.
+        for cause in Cause::ALL {
+            if cause != Cause::NotImplemented {
+                let _ = malformed.get_or_create(&MalformedLabels {
+                    cause: cause.label(),
+                });
+            }
+        }
+        let dropped = Counter::default();
+        registry.register(
+            "dns_udp_queue_full_drops",
+            "UDP queries dropped unanswered because the queue to the general (hickory) path was full",
+            dropped.clone(),
         );
         let table_names = Gauge::default();
         registry.register(
@@ -94,6 +121,8 @@ impl Metrics {
             registry,
             queries,
             latency,
+            malformed,
+            dropped,
             table_names,
             table_serial,
             reloads,
@@ -139,6 +168,18 @@ impl QueryObserver for Metrics {
             .inc();
         self.latency.observe(elapsed.as_secs_f64());
     }
+
+    fn malformed(&self, cause: Cause) {
+        self.malformed
+            .get_or_create(&MalformedLabels {
+                cause: cause.label(),
+            })
+            .inc();
+    }
+
+    fn dropped(&self) {
+        self.dropped.inc();
+    }
 }
 
 /// The conventional (dig) spelling of a response code.
@@ -177,6 +218,10 @@ mod tests {
             ResponseCode::NXDomain,
             Duration::ZERO,
         );
+        metrics.malformed(Cause::QuestionCount);
+        metrics.malformed(Cause::QuestionCount);
+        metrics.malformed(Cause::Opt);
+        metrics.dropped();
         metrics.records_loaded(Some("invalid_records"));
         metrics.table_published(3, 77);
         let text = metrics.encode();
@@ -197,6 +242,24 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("xcc_records_last_reload_success 0"), "{text}");
+        assert!(
+            text.contains(r#"xcc_dns_malformed_total{cause="question_count"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"xcc_dns_malformed_total{cause="bad_opt"} 1"#),
+            "{text}"
+        );
+        // Causes not seen yet are listed at zero; NOTIMP answers are not malformed.
+        assert!(
+            text.contains(r#"xcc_dns_malformed_total{cause="short"} 0"#),
+            "{text}"
+        );
+        assert!(!text.contains("not_implemented"), "{text}");
+        assert!(
+            text.contains("xcc_dns_udp_queue_full_drops_total 1"),
+            "{text}"
+        );
         assert!(text.contains("xcc_dns_table_names 3"), "{text}");
         assert!(text.contains("xcc_dns_table_serial 77"), "{text}");
     }

@@ -317,6 +317,21 @@ fn admin_endpoints_and_graceful_shutdown() {
         "{metrics}"
     );
 
+    // A query with two questions is answered FORMERR and counted by cause.
+    let mut two_questions = raw_query("nope.xcc.test");
+    two_questions[5] = 2;
+    socket.send_to(&two_questions, agent.dns).unwrap();
+    socket.recv(&mut [0u8; 512]).unwrap();
+    let (_, metrics) = agent.http_get("/metrics");
+    assert!(
+        metrics.contains(r#"xcc_dns_malformed_total{cause="question_count"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"xcc_dns_malformed_total{cause="short"} 0"#),
+        "{metrics}"
+    );
+
     // SIGTERM: a clean exit, promptly.
     let pid = agent.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();

@@ -17,7 +17,7 @@ use hickory_server::{
     zone_handler::{MessageResponseBuilder, Queries},
 };
 
-use crate::RecordTable;
+use crate::{Cause, RecordTable};
 
 /// UDP payload size we advertise (the DNS Flag Day 2020 value, safe from fragmentation).
 pub const ADVERTISED_UDP_PAYLOAD: u16 = 1232;
@@ -26,6 +26,14 @@ pub const ADVERTISED_UDP_PAYLOAD: u16 = 1232;
 pub trait QueryObserver: Send + Sync + 'static {
     /// Called once per response sent. `qtype` is `None` when the message had no usable question.
     fn observe(&self, qtype: Option<RecordType>, rcode: ResponseCode, elapsed: Duration);
+
+    /// Called once per malformed message (answered FORMERR or dropped), with its cause. NOTIMP
+    /// answers are well-formed and not reported here.
+    fn malformed(&self, _cause: Cause) {}
+
+    /// Called once per UDP query dropped unanswered because the queue to the general path was
+    /// full (the serving thread never waits for it).
+    fn dropped(&self) {}
 }
 
 /// An observer that ignores everything.
@@ -52,6 +60,11 @@ impl Handler {
     /// The observer told of every response.
     pub(crate) fn observer(&self) -> &dyn QueryObserver {
         &*self.observer
+    }
+
+    /// The observer, shared.
+    pub(crate) fn shared_observer(&self) -> Arc<dyn QueryObserver> {
+        self.observer.clone()
     }
 
     /// The table this handler serves.

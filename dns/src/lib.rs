@@ -7,11 +7,13 @@
 //!   RecordTable ── publishes ──► Arc<Snapshot>  (arc-swap: readers never wait)
 //!                                     │ resolve(qname, qtype)
 //!   UDP (SO_REUSEPORT) / TCP ──► precheck ──► Handler (hickory-server RequestHandler) ──► response
+//!                                       └──► fast path (UDP A/AAAA hits, no allocation) ──► response
 //! ```
 //!
-//! The serving loops are our own (one task per UDP socket, a TCP accept loop with a connection
-//! cap and deadlines); hickory decodes the messages that pass the allocation-free precheck and
-//! builds the responses.
+//! The serving loops are our own (one OS thread per UDP socket receiving and answering in
+//! batches, a TCP accept loop with a connection cap and deadlines); the common queries are
+//! answered from their bytes with no allocation, and hickory decodes the other messages that
+//! pass the allocation-free precheck and builds their responses.
 //!
 //! The rules served are those of the zone design: SOA/NS at each apex, NODATA vs NXDOMAIN with the
 //! SOA in authority (RFC 2308), empty non-terminals exist (RFC 8020), wildcards by closest
@@ -31,6 +33,7 @@ mod respond;
 mod server;
 mod table;
 mod tcp;
+mod udp;
 mod zone;
 
 pub use error::Error;

@@ -49,7 +49,7 @@ impl<'s> Resolution<'s> {
     }
 }
 
-enum Found<'s> {
+pub(crate) enum Found<'s> {
     /// The name exists; `node` is `None` for the apex without host records or an empty
     /// non-terminal. `synthesized` when it came from a wildcard.
     Name {
@@ -155,11 +155,12 @@ impl Snapshot {
     }
 
     /// The closest zone containing `key`.
-    fn zone_of(&self, key: &[u8]) -> Option<&ZoneEntry> {
+    pub(crate) fn zone_of(&self, key: &[u8]) -> Option<&ZoneEntry> {
         self.zones.iter().find(|z| in_zone(key, &z.key))
     }
 
-    fn find(&self, key: &KeyBuf, zone: &ZoneEntry) -> Found<'_> {
+    /// The node that answers for `key` in `zone`: its own, a wildcard's, or none.
+    pub(crate) fn find(&self, key: &KeyBuf, zone: &ZoneEntry) -> Found<'_> {
         let full = key.key();
         if let Some(node) = self.nodes.get(full) {
             let apex = full.len() == zone.key.len();

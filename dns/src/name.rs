@@ -44,6 +44,32 @@ impl KeyBuf {
         Some(buf)
     }
 
+    /// An empty key, to be built label by label with [`KeyBuf::push_label`].
+    pub fn empty() -> Self {
+        KeyBuf {
+            bytes: [0; MAX_KEY_LEN],
+            len: 0,
+            starts: [0; MAX_LABELS],
+            labels: 0,
+        }
+    }
+
+    /// Appends `label` (1 to 63 bytes), lowercased. `None` when it would not fit a key.
+    pub fn push_label(&mut self, label: &[u8]) -> Option<()> {
+        let end = self.len + 1 + label.len();
+        if label.is_empty() || label.len() > 63 || end > MAX_KEY_LEN || self.labels == MAX_LABELS {
+            return None;
+        }
+        self.starts[self.labels] = self.len as u8;
+        self.labels += 1;
+        self.bytes[self.len] = label.len() as u8;
+        for (dst, src) in self.bytes[self.len + 1..end].iter_mut().zip(label) {
+            *dst = src.to_ascii_lowercase();
+        }
+        self.len = end;
+        Some(())
+    }
+
     /// The whole key.
     pub fn key(&self) -> &[u8] {
         &self.bytes[..self.len]
@@ -118,6 +144,20 @@ mod tests {
         assert_eq!(k.ancestor(1), b"\x07gateway\x03xcc\x04test");
         assert_eq!(k.ancestor(3), b"\x04test");
         assert_eq!(k.ancestor(4), b"");
+    }
+
+    #[test]
+    fn keys_built_label_by_label_equal_keys_of_names() {
+        let mut k = KeyBuf::empty();
+        for label in [&b"Kuard"[..], b"GATEWAY", b"xcc", b"test"] {
+            k.push_label(label).unwrap();
+        }
+        let from_name = KeyBuf::from_name(&name("kuard.gateway.xcc.test.")).unwrap();
+        assert_eq!(k.key(), from_name.key());
+        assert_eq!(k.label_count(), 4);
+        assert_eq!(k.ancestor(2), from_name.ancestor(2));
+        assert!(k.push_label(&[b'a'; 64]).is_none());
+        assert!(k.push_label(b"").is_none());
     }
 
     #[test]

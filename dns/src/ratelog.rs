@@ -4,11 +4,13 @@
 use std::{
     net::SocketAddr,
     sync::{
-        OnceLock,
+        Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
+
+use crate::{NoObserver, QueryObserver};
 
 /// How often one cause may log.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -43,7 +45,8 @@ pub enum Cause {
 }
 
 impl Cause {
-    const ALL: [Cause; 11] = [
+    /// Every cause, in a stable order (for metrics that list each one from the start).
+    pub const ALL: [Cause; 11] = [
         Cause::Short,
         Cause::Response,
         Cause::TooLong,
@@ -116,19 +119,43 @@ impl Every {
     }
 }
 
-/// The per-cause limits for malformed messages.
-#[derive(Debug, Default)]
+/// The per-cause limits for malformed messages, and the observer that counts every one of them.
 pub struct MalformedLog {
     causes: [Every; Cause::ALL.len()],
+    observer: Arc<dyn QueryObserver>,
+}
+
+impl std::fmt::Debug for MalformedLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MalformedLog")
+            .field("causes", &self.causes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MalformedLog {
+    fn default() -> Self {
+        MalformedLog::new(Arc::new(NoObserver))
+    }
 }
 
 impl MalformedLog {
-    /// Notes one malformed message from `peer`; logs a warning at most once per interval per
-    /// cause. NOTIMP answers are not malformed input and are not logged.
+    /// A log that also tells `observer` of every malformed message (the log lines are rate
+    /// limited, the counts are not).
+    pub fn new(observer: Arc<dyn QueryObserver>) -> Self {
+        MalformedLog {
+            causes: Default::default(),
+            observer,
+        }
+    }
+
+    /// Notes one malformed message from `peer`: counts it, and logs a warning at most once per
+    /// interval per cause. NOTIMP answers are not malformed input: neither counted nor logged.
     pub fn note(&self, cause: Cause, peer: SocketAddr) {
         if cause == Cause::NotImplemented {
             return;
         }
+        self.observer.malformed(cause);
         if let Some(count) = self.causes[cause.index()].hit(LOG_INTERVAL) {
             tracing::warn!(
                 cause = cause.label(),

@@ -116,49 +116,65 @@ impl Answerer {
     /// Answers `msg` from `peer` into `out` (cleared first). Returns false when nothing is to be
     /// sent.
     pub async fn answer(&self, msg: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bool {
+        match self.answer_now(msg, peer, out) {
+            Some(send) => send,
+            None => self.answer_general(msg, peer, out).await,
+        }
+    }
+
+    /// The part of [`Answerer::answer`] that needs neither hickory nor an allocation: the
+    /// pre-decode walk's verdicts and the fast path. `Some(send)` when that settles the message
+    /// (`out` holds the answer when `send`), `None` when it needs [`Answerer::answer_general`].
+    pub fn answer_now(&self, msg: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<bool> {
         let started = Instant::now();
         out.clear();
-        let rcode = match precheck(msg) {
+        match precheck(msg) {
             Verdict::Drop(cause) => {
                 self.log.note(cause, peer);
-                return false;
+                Some(false)
             }
             Verdict::Reply { rcode, cause } => {
                 self.log.note(cause, peer);
-                rcode
+                Some(self.bare(msg, rcode, started, out))
             }
-            Verdict::Decode => {
-                if self.fast_path {
-                    let snapshot = self.handler.table().snapshot();
-                    if let Some(qtype) = crate::fast::answer(msg, &snapshot, out) {
-                        self.handler.observer().observe(
-                            Some(qtype),
-                            ResponseCode::NoError,
-                            started.elapsed(),
-                        );
-                        return true;
-                    }
-                }
-                match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol) {
-                    Ok(request) => {
-                        // The handler reports the query to the observer itself.
-                        self.handler
-                            .handle_request::<_, TokioTime>(&request, self.collect.clone())
-                            .await;
-                        // Swap buffers rather than copy: both stay allocated for the next one.
-                        let mut collected =
-                            self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
-                        std::mem::swap(&mut *collected, out);
-                        return !out.is_empty();
-                    }
-                    Err(error) => {
-                        tracing::debug!(%peer, %error, "undecodable DNS message");
-                        self.log.note(Cause::Undecodable, peer);
-                        FORMERR
-                    }
-                }
+            Verdict::Decode if self.fast_path => {
+                let snapshot = self.handler.table().snapshot();
+                let (qtype, rcode) = crate::fast::answer(msg, &snapshot, out)?;
+                self.handler
+                    .observer()
+                    .observe(Some(qtype), rcode, started.elapsed());
+                Some(true)
             }
-        };
+            Verdict::Decode => None,
+        }
+    }
+
+    /// Answers, through hickory and the [`Handler`], a message that passed the pre-decode walk
+    /// and that [`Answerer::answer_now`] left. Returns false when nothing is to be sent.
+    pub async fn answer_general(&self, msg: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bool {
+        let started = Instant::now();
+        out.clear();
+        match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol) {
+            Ok(request) => {
+                // The handler reports the query to the observer itself.
+                self.handler
+                    .handle_request::<_, TokioTime>(&request, self.collect.clone())
+                    .await;
+                // Swap buffers rather than copy: both stay allocated for the next one.
+                let mut collected = self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
+                std::mem::swap(&mut *collected, out);
+                !out.is_empty()
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "undecodable DNS message");
+                self.log.note(Cause::Undecodable, peer);
+                self.bare(msg, FORMERR, started, out)
+            }
+        }
+    }
+
+    /// A bare header with `rcode` into `out`, reported to the observer.
+    fn bare(&self, msg: &[u8], rcode: u8, started: Instant, out: &mut Vec<u8>) -> bool {
         out.extend_from_slice(&bare_reply(msg, rcode));
         self.handler
             .observer()

@@ -3,16 +3,10 @@
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
-use hickory_server::net::xfer::Protocol;
 use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, UdpSocket};
 
-use crate::{
-    ADVERTISED_UDP_PAYLOAD, Error, Handler,
-    precheck::MAX_QUERY_LEN,
-    ratelog::{Every, LOG_INTERVAL, MalformedLog},
-    respond::Answerer,
-};
+use crate::{Error, Handler, ratelog::MalformedLog, udp::UdpThreads};
 
 /// The sockets a server answers on: UDP sockets sharing one port with `SO_REUSEPORT` (the kernel
 /// spreads queries across them) and one TCP listener on the same port.
@@ -124,78 +118,35 @@ pub async fn serve(
 
 /// Serves DNS on `sockets` until `shutdown` completes, then stops every loop and returns.
 ///
-/// One task per UDP socket answers its datagrams in turn (no task per query); TCP has its own
-/// accept loop (see [`crate::tcp`]) so that connection limits, deadlines and descriptor
-/// exhaustion are handled here. Both run every message through the same pre-decode walk and
-/// the same [`Handler`].
+/// One OS thread per UDP socket receives and answers its datagrams in batches, handing the
+/// queries that need hickory to this runtime (see [`crate::udp`]); TCP has its own accept loop
+/// (see [`crate::tcp`]) so that connection limits, deadlines and descriptor exhaustion are
+/// handled here. Both run every message through the same pre-decode walk and the same
+/// [`Handler`]. Returns an error when a socket fails for good.
 pub async fn serve_with(
     handler: Handler,
     sockets: Sockets,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let log = Arc::new(MalformedLog::default());
-    let mut tasks = tokio::task::JoinSet::new();
-    for socket in sockets.udp {
-        let answerer = Answerer::new(handler.clone(), log.clone(), Protocol::Udp);
-        tasks.spawn(serve_udp(socket, answerer));
-    }
-    tasks.spawn(crate::tcp::serve_tcp(sockets.tcp, handler, log, options));
-    tokio::select! {
+    let log = Arc::new(MalformedLog::new(handler.shared_observer()));
+    let mut udp = UdpThreads::start(sockets.udp, &handler, &log)
+        .map_err(|error| Error::Serve(format!("cannot start the UDP threads: {error}")))?;
+    let mut tcp = tokio::spawn(crate::tcp::serve_tcp(sockets.tcp, handler, log, options));
+    let result = tokio::select! {
         // The loops only end on a socket error that cannot be retried.
-        Some(ended) = tasks.join_next() => {
-            tasks.shutdown().await;
-            match ended {
-                Ok(Err(error)) => Err(Error::Serve(error.to_string())),
-                Ok(Ok(())) => Err(Error::Serve("a DNS socket closed".into())),
-                Err(error) => Err(Error::Serve(error.to_string())),
-            }
-        }
-        () = shutdown => {
-            tasks.shutdown().await;
-            Ok(())
-        }
-    }
-}
-
-/// Answers the datagrams of one UDP socket, one after the other, with buffers reused.
-async fn serve_udp(socket: UdpSocket, answerer: Answerer) -> io::Result<()> {
-    // One byte more than the longest query: a longer datagram arrives cut, is seen as too long
-    // and answered FORMERR.
-    let mut buf = vec![0u8; MAX_QUERY_LEN + 1];
-    let mut out = Vec::with_capacity(ADVERTISED_UDP_PAYLOAD as usize);
-    let errors = Every::default();
-    loop {
-        let (len, peer) = match socket.recv_from(&mut buf).await {
-            Ok(received) => received,
-            Err(error) => {
-                // ICMP errors from earlier sends surface here (ECONNREFUSED); nothing to do but
-                // go on, quietly. Anything else might repeat at once: pause rather than spin.
-                if let Some(count) = errors.hit(LOG_INTERVAL) {
-                    tracing::debug!(%error, count, "UDP receive error");
-                }
-                if !matches!(
-                    error.kind(),
-                    io::ErrorKind::ConnectionRefused
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::Interrupted
-                ) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                continue;
-            }
-        };
-        // Port 0 cannot be answered (and is a spoofing favourite).
-        if peer.port() == 0 {
-            continue;
-        }
-        if answerer.answer(&buf[..len], peer, &mut out).await
-            && let Err(error) = socket.send_to(&out, peer).await
-            && let Some(count) = errors.hit(LOG_INTERVAL)
-        {
-            tracing::debug!(%error, %peer, count, "UDP send error");
-        }
-    }
+        ended = &mut tcp => match ended {
+            Ok(Err(error)) => Err(Error::Serve(error.to_string())),
+            Ok(Ok(())) => Err(Error::Serve("a DNS socket closed".into())),
+            Err(error) => Err(Error::Serve(error.to_string())),
+        },
+        error = udp.failed() => Err(Error::Serve(error.to_string())),
+        () = shutdown => Ok(()),
+    };
+    tcp.abort();
+    let _ = tcp.await;
+    udp.stop().await;
+    result
 }
 
 /// Raises the soft limit on open files to the hard limit, so that TCP clients exhaust our

@@ -1,7 +1,7 @@
 //! Zone settings: origin, TTLs, and the SOA and NS records served at each apex.
 
 use hickory_proto::rr::{
-    Name, RData, Record,
+    DNSClass, Name, RData, Record, RecordType,
     rdata::{NS, SOA},
 };
 
@@ -95,9 +95,11 @@ impl Zone {
             settings.ttl,
             RData::NS(NS(self.ns_name())),
         );
+        let soa_negative_wire = record_wire(&soa_negative);
         Apex {
             soa_answer,
             soa_negative,
+            soa_negative_wire,
             ns,
         }
     }
@@ -108,7 +110,45 @@ impl Zone {
 pub(crate) struct Apex {
     pub soa_answer: Record,
     pub soa_negative: Record,
+    /// `soa_negative` in wire form, names spelled out (no compression), for the fast path's
+    /// negative answers.
+    pub soa_negative_wire: Box<[u8]>,
     pub ns: Record,
+}
+
+/// An SOA record in wire form with every name written out, so that it can be copied into any
+/// message as it is.
+fn record_wire(record: &Record) -> Box<[u8]> {
+    fn name(name: &Name, out: &mut Vec<u8>) {
+        for label in name.iter() {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label);
+        }
+        out.push(0);
+    }
+    let RData::SOA(soa) = &record.data else {
+        return Box::default();
+    };
+    let mut rdata = Vec::with_capacity(64);
+    name(&soa.mname, &mut rdata);
+    name(&soa.rname, &mut rdata);
+    for value in [
+        soa.serial,
+        soa.refresh as u32,
+        soa.retry as u32,
+        soa.expire as u32,
+        soa.minimum,
+    ] {
+        rdata.extend_from_slice(&value.to_be_bytes());
+    }
+    let mut out = Vec::with_capacity(rdata.len() + 32);
+    name(&record.name, &mut out);
+    out.extend_from_slice(&u16::from(RecordType::SOA).to_be_bytes());
+    out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+    out.extend_from_slice(&record.ttl.to_be_bytes());
+    out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    out.extend_from_slice(&rdata);
+    out.into_boxed_slice()
 }
 
 /// Parses a host or zone name written by a person; relative names are taken as absolute.

@@ -20,6 +20,18 @@ use crate::support::*;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 async fn start(options: ServeOptions) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let (addr, stop, _serving) = start_serving(options).await;
+    (addr, stop)
+}
+
+/// Like [`start`], with the server's task to see how it ends.
+async fn start_serving(
+    options: ServeOptions,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), xcc_dns::Error>>,
+) {
     // Port 0 picks a free UDP port; TCP then binds the same number, which another process may
     // hold on a busy machine: pick again then.
     let sockets = (0..20)
@@ -28,10 +40,10 @@ async fn start(options: ServeOptions) -> (SocketAddr, tokio::sync::oneshot::Send
     let addr = sockets.local_addr().unwrap();
     let handler = Handler::new(fixture(), Arc::new(NoObserver));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(xcc_dns::serve_with(handler, sockets, options, async {
+    let serving = tokio::spawn(xcc_dns::serve_with(handler, sockets, options, async {
         let _ = stopped.await;
     }));
-    (addr, stop)
+    (addr, stop, serving)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -210,5 +222,136 @@ fn a_half_sent_query_is_dropped_after_the_read_timeout() {
         framed.extend_from_slice(&q[..5]);
         stalled.write_all(&framed).await.unwrap();
         closed_by_server(&mut stalled).await;
+    });
+}
+
+/// A burst of queries of every kind, sent without waiting so that the server receives several
+/// in one call: the fast path's hits, queries that need the general path, malformed ones and a
+/// response that must go unanswered. Each gets the answer it would get alone.
+#[test]
+fn a_burst_of_mixed_queries_is_answered_in_full() {
+    runtime().block_on(async {
+        let (addr, _stop) = start(ServeOptions::default()).await;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let mut huge_counts = query(GW, RecordType::A).to_vec().unwrap();
+        huge_counts[4..12].copy_from_slice(&[0xFF; 8]);
+        let kinds: Vec<(Vec<u8>, &str)> = vec![
+            (query(GW, RecordType::A).to_vec().unwrap(), "A hit"),
+            (
+                with_edns(query(GW, RecordType::AAAA), 1232, 0)
+                    .to_vec()
+                    .unwrap(),
+                "AAAA hit",
+            ),
+            (query("xcc.test.", RecordType::SOA).to_vec().unwrap(), "SOA"),
+            (
+                query("missing.xcc.test.", RecordType::A).to_vec().unwrap(),
+                "NXDOMAIN",
+            ),
+            (
+                query("v4only.xcc.test.", RecordType::AAAA)
+                    .to_vec()
+                    .unwrap(),
+                "NODATA",
+            ),
+            (
+                query("a.example.com.", RecordType::A).to_vec().unwrap(),
+                "REFUSED",
+            ),
+            (
+                with_edns(query(GW, RecordType::A), 1232, 1)
+                    .to_vec()
+                    .unwrap(),
+                "BADVERS",
+            ),
+            (huge_counts, "FORMERR"),
+        ];
+        let rounds = 12u16;
+        let mut expected = 0;
+        for round in 0..rounds {
+            for (index, (bytes, _)) in kinds.iter().enumerate() {
+                let mut bytes = bytes.clone();
+                let id = round * 100 + index as u16;
+                bytes[..2].copy_from_slice(&id.to_be_bytes());
+                socket.send_to(&bytes, addr).await.unwrap();
+                expected += 1;
+            }
+            // A response sent to the server, in the middle of the burst: no answer.
+            let mut response = query(GW, RecordType::A).to_vec().unwrap();
+            response[..2].copy_from_slice(&9999u16.to_be_bytes());
+            response[2] |= 0x80;
+            socket.send_to(&response, addr).await.unwrap();
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut buf = vec![0u8; 65535];
+        while seen.len() < expected {
+            let (len, _) = tokio::time::timeout(PATIENCE, socket.recv_from(&mut buf))
+                .await
+                .expect("every query answered")
+                .unwrap();
+            let reply = Message::from_vec(&buf[..len]).unwrap();
+            let id = reply.metadata.id;
+            assert_ne!(id, 9999, "a response was answered");
+            assert!(seen.insert(id), "query {id} answered twice");
+            let kind = kinds[usize::from(id % 100)].1;
+            let code = rcode(&reply);
+            match kind {
+                "A hit" => {
+                    assert_eq!(code, ResponseCode::NoError, "{kind}");
+                    assert_eq!(answer_ips(&reply).len(), 2, "{kind}");
+                    assert!(reply.metadata.authoritative, "{kind}");
+                }
+                "AAAA hit" => {
+                    assert_eq!(code, ResponseCode::NoError, "{kind}");
+                    assert_eq!(
+                        answer_ips(&reply),
+                        vec!["2001:db8::10".parse::<std::net::IpAddr>().unwrap()],
+                        "{kind}"
+                    );
+                    assert!(reply.edns.is_some(), "{kind}");
+                }
+                "SOA" => {
+                    assert_eq!(code, ResponseCode::NoError, "{kind}");
+                    assert_eq!(reply.answers.len(), 1, "{kind}");
+                    assert_eq!(reply.answers[0].record_type(), RecordType::SOA, "{kind}");
+                }
+                "NXDOMAIN" => {
+                    assert_eq!(code, ResponseCode::NXDomain, "{kind}");
+                    assert_eq!(reply.authorities.len(), 1, "{kind}: the SOA");
+                }
+                "NODATA" => {
+                    assert_eq!(code, ResponseCode::NoError, "{kind}");
+                    assert!(reply.answers.is_empty(), "{kind}");
+                    assert_eq!(reply.authorities.len(), 1, "{kind}: the SOA");
+                }
+                "REFUSED" => assert_eq!(code, ResponseCode::Refused, "{kind}"),
+                // BADVERS and BADSIG share the code 16; decoders name it BADSIG.
+                "BADVERS" => assert_eq!(u16::from(code), 16, "{kind}"),
+                "FORMERR" => {
+                    assert_eq!(code, ResponseCode::FormErr, "{kind}");
+                    assert_eq!(len, 12, "{kind}: a bare header");
+                }
+                _ => unreachable!(),
+            }
+        }
+    });
+}
+
+/// Shutdown ends the server with success, promptly, and releases the port.
+#[test]
+fn shutdown_stops_serving_and_releases_the_port() {
+    runtime().block_on(async {
+        let (addr, stop, serving) = start_serving(ServeOptions::default()).await;
+        let q = query(GW, RecordType::A);
+        let reply = Message::from_vec(&udp_exchange(addr, &q.to_vec().unwrap()).await).unwrap();
+        assert_eq!(rcode(&reply), ResponseCode::NoError);
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(PATIENCE, serving)
+            .await
+            .expect("serve_with returns after shutdown")
+            .unwrap();
+        assert!(ended.is_ok(), "{ended:?}");
+        // Every UDP socket of the server is closed: the port binds again without SO_REUSEPORT.
+        std::net::UdpSocket::bind(addr).expect("the UDP port is free after shutdown");
     });
 }
