@@ -702,4 +702,172 @@ mod tests {
         let calm = MixedFleet::from_outcomes(&mut Plan::default(), &outcomes[..1]);
         assert!(calm.withheld.is_none() && calm.kept.is_none());
     }
+
+    /// The management cluster, mocked: two Cluster API Clusters (one selected), the gateway, no
+    /// kubeconfig Secret for either cluster; records every request and the status written.
+    struct Management {
+        client: Client,
+        /// `METHOD path` of every request.
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+        /// The last status written.
+        status: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    }
+
+    fn management(gateway: serde_json::Value) -> Management {
+        use serde_json::json;
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let status: Arc<std::sync::Mutex<Option<serde_json::Value>>> = Default::default();
+        let (log, written) = (seen.clone(), status.clone());
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (method, path) = (
+                    request.method().to_string(),
+                    request.uri().path().to_string(),
+                );
+                log.lock().unwrap().push(format!("{method} {path}"));
+                let body = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let cluster = |name: &str, contour: &str| {
+                    json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                           "metadata": {"name": name, "namespace": "dev-team",
+                                        "labels": {"hasContour": contour}}})
+                };
+                let (code, answer) = match (method.as_str(), path.as_str()) {
+                    ("GET", "/apis/cluster.x-k8s.io/v1beta1/namespaces/dev-team/clusters") => (
+                        200,
+                        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "ClusterList",
+                               "metadata": {"resourceVersion": "5"},
+                               "items": [cluster("cluster-a", "true"), cluster("cluster-b", "false")]}),
+                    ),
+                    (
+                        "GET",
+                        "/apis/connectivity.tanzu.vmware.com/v1alpha1/namespaces/dev-team/gatewaydns",
+                    ) => (
+                        200,
+                        json!({"apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
+                               "kind": "GatewayDNSList", "metadata": {"resourceVersion": "5"},
+                               "items": [gateway.clone()]}),
+                    ),
+                    ("PATCH", p) if p.ends_with("/gatewaydns/dev-team-gateway-dns/status") => {
+                        let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        *written.lock().unwrap() = Some(patch["status"].clone());
+                        let mut object = gateway.clone();
+                        object["status"] = patch["status"].clone();
+                        (200, object)
+                    }
+                    ("POST", p) if p.ends_with("/events") => {
+                        (201, serde_json::from_slice(&body).unwrap_or(json!({})))
+                    }
+                    _ => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                };
+                send.send_response(
+                    http::Response::builder()
+                        .status(code)
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&answer).unwrap(),
+                        ))
+                        .unwrap(),
+                );
+            }
+        });
+        Management {
+            client: Client::new(service, "default"),
+            seen,
+            status,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_selected_cluster_without_a_kubeconfig_is_named_in_the_status_and_nothing_is_written_elsewhere()
+     {
+        let gateway = serde_json::json!({
+            "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
+            "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
+                         "generation": 3, "resourceVersion": "4", "finalizers": [FINALIZER]},
+            "spec": {"clusterSelector": {"matchLabels": {"hasContour": "true"}},
+                     "service": "projectcontour/envoy", "resolutionType": "loadBalancer"},
+        });
+        let Management {
+            client,
+            seen,
+            status,
+        } = management(gateway.clone());
+        let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            zone: "xcc.test".into(),
+            workloads: Workloads::new(
+                client.clone(),
+                xcc_kube::PeerClients::default(),
+                trigger,
+                Duration::from_secs(30),
+            ),
+            recorder: Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            clusters: ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta1",
+                "Cluster",
+            )),
+            resync: Duration::from_secs(300),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+        });
+        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
+        reconcile(Arc::new(gateway), ctx).await.unwrap();
+
+        let status = status
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("a status was written");
+        assert_eq!(status["observedGeneration"], 3, "{status}");
+        let clusters = status["clusters"].as_array().expect("per-cluster entries");
+        assert_eq!(clusters.len(), 1, "only the selected cluster: {status}");
+        assert_eq!(clusters[0]["cluster"], "cluster-a");
+        assert_eq!(clusters[0]["state"], "Unreachable", "{status}");
+        let message = clusters[0]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("dev-team/cluster-a-kubeconfig")
+                && message.contains("last records are kept"),
+            "{message}"
+        );
+        let ready = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .expect("a Ready condition");
+        assert_eq!(ready["status"], "False", "{status}");
+        assert_eq!(ready["observedGeneration"], 3);
+        let seen = seen.lock().unwrap().clone();
+        // The management cluster is only read, apart from the status and Events: no slice, no
+        // Secret and no other object is written there.
+        let writes: Vec<&String> = seen
+            .iter()
+            .filter(|r| !r.starts_with("GET "))
+            .filter(|r| !r.ends_with("/status") && !r.ends_with("/events"))
+            .collect();
+        assert!(writes.is_empty(), "{seen:?}");
+        assert!(
+            seen.iter()
+                .any(|r| r.ends_with("/secrets/cluster-a-kubeconfig")),
+            "the kubeconfig of the selected cluster is looked for: {seen:?}"
+        );
+    }
 }
