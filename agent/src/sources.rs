@@ -441,14 +441,7 @@ impl View {
         impl Future<Output = ()> + Send + use<K>,
     )
     where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+        K: TypedKind,
     {
         let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
         let handle = writer
@@ -663,6 +656,29 @@ fn typed_meta(object: &DynamicObject) -> PartialObjectMeta<Secret> {
     }
 }
 
+/// A kind kube-runtime Controllers can reconcile from a shared typed store.
+pub trait TypedKind:
+    kube::Resource<DynamicType: Eq + std::hash::Hash + Clone + Default>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> TypedKind for K where
+    K: kube::Resource<DynamicType: Eq + std::hash::Hash + Clone + Default>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// How many changes of a typed kind may wait for its slowest subscriber before the watch waits.
 const TYPED_BUFFER: usize = 1024;
 
@@ -682,17 +698,7 @@ where
     writer: reflector::store::Writer<K>,
 }
 
-impl<K> Typed<K>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
+impl<K: TypedKind> Typed<K> {
     pub fn new() -> Typed<K> {
         let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
         Typed { reader, writer }
