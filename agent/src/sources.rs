@@ -718,43 +718,30 @@ impl<K: TypedKind> Typed<K> {
 
     /// Runs the watch until the future is dropped: retries on the local schedule, and reports
     /// its state in the sync metrics under cluster [`LOCAL`].
-    pub async fn run(self, api: Api<K>, metrics: Option<SyncMetrics>) {
+    pub async fn run(self, api: Api<K>, metrics: SyncMetrics) {
         let kind = K::kind(&K::DynamicType::default()).to_string();
         let events = watcher(api, watcher::Config::default())
             .backoff(xcc_kube::Backoff::local())
             .reflect_shared(self.writer);
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
-            let Some(metrics) = &metrics else { continue };
-            match event {
+            let since = SystemTime::now();
+            let health = match event {
                 Ok(
                     watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
                 ) => {
-                    metrics.watch_state(
-                        LOCAL,
-                        &kind,
-                        Health::Synced {
-                            since: SystemTime::now(),
-                        }
-                        .code(),
-                    );
                     metrics.watch_contact(LOCAL, &kind);
+                    Health::Synced { since }
                 }
-                Ok(_) => {}
+                Ok(_) => continue,
                 Err(error) => {
-                    tracing::debug!(%kind, error = %xcc_kube::bounded(&error), "watch failed; retrying");
+                    let error = xcc_kube::bounded(&error);
+                    tracing::debug!(%kind, %error, "watch failed; retrying");
                     metrics.watch_error(LOCAL, &kind);
-                    metrics.watch_state(
-                        LOCAL,
-                        &kind,
-                        Health::Reconnecting {
-                            since: SystemTime::now(),
-                            error: String::new(),
-                        }
-                        .code(),
-                    );
+                    Health::Reconnecting { since, error }
                 }
-            }
+            };
+            metrics.watch_state(LOCAL, &kind, health.code());
         }
     }
 }

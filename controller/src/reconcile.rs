@@ -23,6 +23,7 @@ use xcc_kube::{
     trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
 };
 
+use crate::workload::CALL_TIMEOUT;
 use crate::{
     desired::{self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
     gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
@@ -37,7 +38,6 @@ pub const WITHHELD_CONDITION: &str = "RecordsWithheld";
 pub const KEPT_CONDITION: &str = "UnreadableSlicesKept";
 /// Finalizer that withdraws a deleted GatewayDNS's records everywhere.
 pub const FINALIZER: &str = "connectivity.tanzu.vmware.com/xcc-controller";
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -362,13 +362,12 @@ async fn write_cluster_into(
         }
     }
     for name in &writes.delete {
-        match tokio::time::timeout(CALL_TIMEOUT, slices.delete(name, &Default::default())).await {
-            Ok(Ok(_)) => {
+        match crate::workload::delete_slice(&slices, name).await {
+            Ok(true) => {
                 tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-            Ok(Err(e)) => problems.push(format!("cannot delete EndpointSlice {name}: {e}")),
-            Err(_) => problems.push(format!("timed out deleting EndpointSlice {name}")),
+            Ok(false) => {}
+            Err(problem) => problems.push(problem),
         }
     }
     if problems.is_empty() {

@@ -21,9 +21,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{
-        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    },
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
 };
 
 use xcc_kube::bounded;
@@ -36,7 +34,7 @@ use crate::{
     },
     gatewaydns::GatewayDNS,
     reconcile::FINALIZER,
-    workload::{Workloads, read_announcement},
+    workload::{CALL_TIMEOUT, Workloads, delete_slice, read_announcement},
 };
 
 /// What `--uninstall` did; `failures` non-empty means it must be run again.
@@ -235,13 +233,10 @@ async fn clean_cluster(
             ));
             continue;
         }
-        match tokio::time::timeout(CALL_TIMEOUT, slices.delete(&name, &DeleteParams::default()))
-            .await
-        {
-            Ok(Ok(_)) => report.deleted.push(what),
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-            Ok(Err(e)) => failures.push(format!("cannot delete {what}: {e}")),
-            Err(_) => failures.push(format!("timed out deleting {what}")),
+        match delete_slice(&slices, &name).await {
+            Ok(true) => report.deleted.push(what),
+            Ok(false) => {}
+            Err(problem) => failures.push(format!("{problem} (on cluster {namespace}/{cluster})")),
         }
     }
     if failures.is_empty() {
@@ -251,7 +246,6 @@ async fn clean_cluster(
     }
 }
 
-const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The leader-election Lease of the controller (`--leader-election`).
 const LEASE_NAME: &str = "xcc-controller";
 

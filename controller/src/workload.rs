@@ -34,8 +34,22 @@ use crate::{desired::Observation, gatewaydns::GatewayDNS};
 
 /// Key of the kubeconfig Secret, Cluster API's convention.
 pub const KUBECONFIG_KEY: &str = "value";
-/// Longest wait for one read on a workload cluster, so a dead cluster cannot stall a reconcile.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one call to a workload cluster, so a dead cluster cannot stall a reconcile.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Deletes EndpointSlice `name` through `slices` within [`CALL_TIMEOUT`]: `Ok(true)` deleted,
+/// `Ok(false)` already gone, otherwise why not.
+pub(crate) async fn delete_slice(
+    slices: &Api<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    name: &str,
+) -> Result<bool, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, slices.delete(name, &Default::default())).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(false),
+        Ok(Err(e)) => Err(format!("cannot delete EndpointSlice {name}: {e}")),
+        Err(_) => Err(format!("timed out deleting EndpointSlice {name}")),
+    }
+}
 
 /// Reads a cluster's announcement ConfigMap; `Ok(None)` when there is none.
 pub async fn read_announcement(client: &Client) -> Result<Option<Announcement>, String> {

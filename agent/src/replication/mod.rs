@@ -326,8 +326,8 @@ pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<boo
     );
     // Every subscriber is taken: the watches may start.
     let watches = [
-        tokio::spawn(import_kind.run(Api::all(client.clone()), Some(metrics.clone()))),
-        tokio::spawn(export_kind.run(Api::all(client), Some(metrics))),
+        tokio::spawn(import_kind.run(Api::all(client.clone()), metrics.clone())),
+        tokio::spawn(export_kind.run(Api::all(client), metrics)),
     ];
     tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
     futures::join!(imports, exports, import_monitors, export_monitors);

@@ -611,7 +611,7 @@ pub async fn run<D: Direction>(
             Arc::new(client.clone()),
         )
         .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
-    let watch = tokio::spawn(monitor_kind.run(Api::all(client.clone()), Some(metrics)));
+    let watch = tokio::spawn(monitor_kind.run(Api::all(client.clone()), metrics));
     futures::join!(bindings, monitors);
     watch.abort();
 }

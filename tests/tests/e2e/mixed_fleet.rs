@@ -21,6 +21,7 @@ use xcc_e2e::{
     xcc::{Agent, binary, wait_dig},
 };
 
+use crate::resource_sync::wait_for;
 use crate::xcc_dns::{KUARD, a, agent, envoy, management, manifest, set_lb};
 
 const GATEWAY: &str = "dev-team-gateway-dns";
@@ -94,19 +95,17 @@ impl Recorder {
             ))
             .await
             .unwrap();
-        let started = Instant::now();
-        while !self
-            .seen()
-            .iter()
-            .any(|s| s.event == "ADDED" && s.name == name)
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the watch of {} never reported {name}",
-                cluster.name
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for(
+            &format!("the watch of {} reports {name}", cluster.name),
+            Duration::from_secs(20),
+            || async {
+                self.seen()
+                    .iter()
+                    .any(|s| s.event == "ADDED" && s.name == name)
+                    .then_some(())
+            },
+        )
+        .await;
     }
 }
 
@@ -157,8 +156,8 @@ fn condition<'a>(gateway: &'a serde_json::Value, type_: &str) -> Option<&'a serd
 
 /// Waits until an Event with `reason` and `type_` about the GatewayDNS exists.
 async fn wait_event(mgmt: &Cluster, reason: &str, type_: &str) {
-    let started = Instant::now();
-    loop {
+    let what = format!("a {type_} Event {reason} on the GatewayDNS");
+    wait_for(&what, Duration::from_secs(20), || async {
         let text = mgmt
             .kubectl(&[
                 "-n",
@@ -176,30 +175,23 @@ async fn wait_event(mgmt: &Cluster, reason: &str, type_: &str) {
                 e["reason"] == reason && e["type"] == type_ && e["regarding"]["name"] == GATEWAY
             })
         });
-        if found {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no {type_} Event {reason} on the GatewayDNS: {events}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        found.then_some(())
+    })
+    .await;
 }
 
 /// Waits until slice `name` exists (or, with `present` false, is gone) on `cluster`.
 async fn wait_slice(cluster: &Cluster, name: &str, present: bool) {
     let api: Api<EndpointSlice> = Api::namespaced(cluster.client.clone(), "xcc-dns");
-    let started = Instant::now();
-    while api.get_opt(name).await.unwrap().is_some() != present {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "EndpointSlice xcc-dns/{name} on {}: still {}",
-            cluster.name,
-            if present { "missing" } else { "there" }
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!(
+        "EndpointSlice xcc-dns/{name} on {} {}",
+        cluster.name,
+        if present { "made" } else { "deleted" }
+    );
+    wait_for(&what, Duration::from_secs(30), || async {
+        (api.get_opt(name).await.unwrap().is_some() == present).then_some(())
+    })
+    .await;
 }
 
 /// cluster-a with xcc-agent (announced), cluster-b with only the namespace xcc-dns (what the
@@ -222,21 +214,17 @@ async fn fleet(binaries: &xcc_e2e::Binaries) -> Fleet {
     let agent_a = agent(ca).await;
     // The agent announces itself under the manifest's Role (patch on that one name, no create).
     let announcement: Api<ConfigMap> = Api::namespaced(ca.client.clone(), "xcc-dns");
-    let started = Instant::now();
-    let features = loop {
-        let found = announcement.get_opt("xcc-agent").await.unwrap();
-        if let Some(features) = found
-            .and_then(|cm| cm.data)
-            .and_then(|data| data.get("features").cloned())
-        {
-            break features;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "xcc-agent never announced itself"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let features = wait_for(
+        "xcc-agent announces itself",
+        Duration::from_secs(20),
+        || async {
+            let found = announcement.get_opt("xcc-agent").await.unwrap();
+            found
+                .and_then(|cm| cm.data)
+                .and_then(|data| data.get("features").cloned())
+        },
+    )
+    .await;
     assert_eq!(features, "ipv6,fqdn");
     cb.kubectl(&["create", "namespace", "xcc-dns"])
         .await
