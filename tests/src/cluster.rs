@@ -106,7 +106,7 @@ impl Testbed {
         let etcd_port = free_port();
         let peer_port = free_port();
         let etcd_dir = dir.path().join("etcd");
-        let etcd = spawn(
+        let mut etcd = spawn(
             "etcd",
             &binaries.etcd,
             &[
@@ -121,14 +121,16 @@ impl Testbed {
             ],
             &dir.path().join("etcd.log"),
         )?;
-        wait_tcp(etcd_port, Duration::from_secs(20))
-            .await
-            .with_context(|| {
-                format!(
-                    "etcd did not start; see its log in {}",
-                    dir.path().display()
-                )
-            })?;
+        if let Err(e) = wait_tcp(etcd_port, Duration::from_secs(60), &mut etcd).await {
+            let log = std::fs::read_to_string(dir.path().join("etcd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let kept = dir.keep();
+            return Err(e.context(format!(
+                "etcd did not start; its log is in {}; its last lines, newest first:\n{}",
+                kept.display(),
+                tail.join("\n")
+            )));
+        }
 
         let mut clusters = Vec::new();
         for name in names {
@@ -226,9 +228,16 @@ async fn futures_join_all<F: std::future::Future>(
         .collect()
 }
 
-async fn wait_tcp(port: u16, timeout: Duration) -> anyhow::Result<()> {
+/// Waits until something listens on `port`, failing at once if `process` exits first.
+async fn wait_tcp(port: u16, timeout: Duration, process: &mut Process) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
+        if let Some(status) = process.exited() {
+            bail!(
+                "{} exited ({status}) before listening on 127.0.0.1:{port}",
+                process.name
+            );
+        }
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()

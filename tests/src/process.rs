@@ -124,10 +124,30 @@ impl Drop for Process {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (released before return: good enough for tests).
+/// A port on 127.0.0.1 that is free for TCP and UDP, never handed out twice by this process.
+///
+/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`), so no outgoing
+/// connection of a concurrent test can take one between this call and the child's bind: asking
+/// the kernel for port 0 and releasing it would race with every client socket on the machine.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const HIGH: u32 = 32_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        LOW + (std::process::id().wrapping_mul(7919) % (HIGH - LOW)),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..(HIGH - LOW) {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (n - LOW) % (HIGH - LOW)) as u16;
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 between {LOW} and {HIGH}")
 }
