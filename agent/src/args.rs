@@ -267,6 +267,26 @@ pub struct SyncArgs {
     )]
     pub group_sync: bool,
 
+    /// plumber (plumber.jnytnai0613.github.io): ClusterDetectors from the kubeconfig Secret
+    /// `kubeconfig` (key `config`) in `--plumber-namespace`, and Replicators that push an app's
+    /// namespace, ConfigMap, Deployment, Service, Ingress (and any `resources[]`) to this cluster
+    /// and to their target clusters. Needs the RBAC of manifests/agent/plumber.yaml. Off in
+    /// standalone mode.
+    #[arg(
+        long = "plumber",
+        env = "XCC_PLUMBER",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub plumber: bool,
+
+    /// Namespace of plumber's kubeconfig Secret and of the ClusterDetectors.
+    #[arg(long, env = "XCC_PLUMBER_NAMESPACE", default_value = "plumber-system")]
+    pub plumber_namespace: String,
+
     /// Run the sync reconcilers only on the replica holding the Lease `--lease-name` in
     /// `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record feed
     /// run on every replica; readiness never depends on leading. The Lease is released on
@@ -390,6 +410,18 @@ mod tests {
         assert!(!args.sync.resource_sync);
         let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();
         assert!(!args.sync.group_sync);
+    }
+
+    #[test]
+    fn plumber_is_on_by_default_in_plumber_system_and_can_be_switched_off() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert!(args.sync.plumber);
+        assert_eq!(args.sync.plumber_namespace, "plumber-system");
+        let args =
+            Args::try_parse_from(["xcc-agent", "--plumber=false", "--plumber-namespace=ops"])
+                .unwrap();
+        assert!(!args.sync.plumber);
+        assert_eq!(args.sync.plumber_namespace, "ops");
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod args;
 mod clusterregistry;
 mod core;
 mod metrics;
+mod plumber;
 mod records;
 mod replication;
 mod run;

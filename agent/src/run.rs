@@ -13,6 +13,7 @@ use crate::{
     args::{Args, KubeArgs, LogArgs, LogFormat},
     clusterregistry,
     metrics::Metrics,
+    plumber,
     records::{Loader, RecordsFeed},
     replication,
     slices::{self, SliceIndex},
@@ -37,6 +38,7 @@ pub fn print_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     for crd in replication::crds()
         .into_iter()
         .chain(clusterregistry::crds())
+        .chain(plumber::crds())
     {
         match dir {
             Some(dir) => {
@@ -180,13 +182,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let peers = xcc_kube::PeerClients::new(args.sync.trust);
     let leading = Arc::new(AtomicBool::new(false));
     let sync = match &feed {
-        Feed::Slices(client) if args.sync.secret_replication || args.sync.resource_sync => {
+        Feed::Slices(client)
+            if args.sync.secret_replication || args.sync.resource_sync || args.sync.plumber =>
+        {
             let reconcilers = Reconcilers {
                 client: client.clone(),
                 instance: args.kube.pod_name.clone(),
                 secret_replication: args.sync.secret_replication,
                 resource_sync: args.sync.resource_sync,
                 group_sync: args.sync.group_sync,
+                plumber: args.sync.plumber,
+                plumber_namespace: args.sync.plumber_namespace.clone(),
                 peers,
                 metrics: metrics.sync.clone(),
             };
@@ -272,6 +278,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         %source,
         secret_replication = sync.is_some() && args.sync.secret_replication,
         resource_sync = sync.is_some() && args.sync.resource_sync,
+        plumber = sync.is_some() && args.sync.plumber,
         leader_elect = args.sync.leader_elect,
         "xcc-agent serving"
     );
@@ -298,6 +305,8 @@ struct Reconcilers {
     secret_replication: bool,
     resource_sync: bool,
     group_sync: bool,
+    plumber: bool,
+    plumber_namespace: String,
     peers: xcc_kube::PeerClients,
     metrics: crate::sync_metrics::SyncMetrics,
 }
@@ -333,12 +342,20 @@ impl Reconcilers {
         let replication = self
             .secret_replication
             .then(|| tokio::spawn(replication::run(core.clone(), stop.clone())));
+        let plumber = self.plumber.then(|| {
+            tokio::spawn(plumber::run(
+                core.clone(),
+                self.plumber_namespace.clone(),
+                stop.clone(),
+            ))
+        });
         let resource_sync = self
             .resource_sync
             .then(|| tokio::spawn(clusterregistry::run(core, self.group_sync, stop.clone())));
         for (name, task) in [
             ("secret replication", replication),
             ("resource sync", resource_sync),
+            ("plumber", plumber),
         ] {
             if let Some(task) = task
                 && let Err(error) = task.await
@@ -386,7 +403,8 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/crds");
         let crds = super::replication::crds()
             .into_iter()
-            .chain(super::clusterregistry::crds());
+            .chain(super::clusterregistry::crds())
+            .chain(super::plumber::crds());
         for crd in crds {
             let path = format!("{dir}/{}", super::crd_file_name(&crd));
             let on_disk = std::fs::read_to_string(&path).unwrap_or_default();

@@ -33,7 +33,7 @@ pub struct Counted {
 }
 
 impl Counted {
-    fn wrote(&self, verb: &'static str) {
+    pub(crate) fn wrote(&self, verb: &'static str) {
         self.metrics.wrote(self.reconciler, verb);
     }
 }

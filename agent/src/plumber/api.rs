@@ -1,0 +1,149 @@
+//! plumber's API (`plumber.jnytnai0613.github.io/v1`), unchanged so that its users' YAML (the
+//! `replicator-sample`) applies as is, plus standard `conditions` with `observedGeneration`, and a
+//! generic `resources[]` next to the four legacy kinds.
+//!
+//! The original embeds Kubernetes apply configurations (`DeploymentSpecApplyConfiguration`, ...):
+//! every field optional, the selector filled in by the controller. The schema here keeps them
+//! open objects (`x-kubernetes-preserve-unknown-fields`) so that a partial spec such as the
+//! sample's Deployment without `selector` is accepted; the API server checks each object when
+//! it is applied, and its refusal lands in the status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Replicates a namespace and an app's ConfigMap, Deployment, Service and Ingress (and any
+/// `resources[]`) to this cluster and to every target cluster, with server-side apply.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "plumber.jnytnai0613.github.io",
+    version = "v1",
+    kind = "Replicator",
+    plural = "replicators",
+    singular = "replicator",
+    shortname = "rep",
+    status = "ReplicatorStatus",
+    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.replicationNamespace"}"#,
+    printcolumn = r#"{"name":"Synced","type":"boolean","jsonPath":".status.synced"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicatorSpec {
+    /// ClusterDetector names (`<cluster>.<user>`) or context names of the kubeconfig Secret to
+    /// replicate to, besides this cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_cluster: Vec<String>,
+    /// The namespace of every replicated object; created where missing.
+    pub replication_namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_name: Option<String>,
+    /// A Deployment spec (apply configuration): selector and template labels are filled in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub deployment_spec: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_data: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// A Service spec (apply configuration): the selector is filled in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub service_spec: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_name: Option<String>,
+    /// An Ingress spec (apply configuration); with `ingressSecureEnabled` its `tls` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub ingress_spec: Option<serde_json::Value>,
+    /// Terminate TLS at the Ingress with generated certificates and require client
+    /// certificates: Secrets `ca-secret` (CA, server certificate and key) and `cli-secret`
+    /// (client certificate and key), the Ingress's `tls` and nginx client-auth annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_secure_enabled: Option<bool>,
+    /// Any other objects to replicate, as manifests (`apiVersion`, `kind`, `metadata.name`, and
+    /// the rest); a namespaced object goes into `replicationNamespace`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<Manifest>,
+}
+
+/// One manifest of `resources[]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct Manifest(#[schemars(schema_with = "open_object")] pub serde_json::Value);
+
+/// Status of a Replicator, as the original writes it (`applied`, `synced`), plus conditions.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicatorStatus {
+    /// One entry per object per cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<ApplyStatus>,
+    /// Every object applied on every cluster.
+    #[serde(default)]
+    pub synced: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`: synced, and if not, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// What became of one object on one cluster.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyStatus {
+    pub cluster: String,
+    pub kind: String,
+    pub name: String,
+    /// `applied`; `existing` (a namespace that was there already: used, not owned);
+    /// `Unreachable`; `Conflict` (someone else's object of that name, left as is);
+    /// `Failed`; `LeftBehind` (on deletion, not removable from a silent cluster).
+    pub apply_status: String,
+    /// Why, when not applied (bounded text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One context of plumber's kubeconfig Secret, and whether its cluster answers.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "plumber.jnytnai0613.github.io",
+    version = "v1",
+    kind = "ClusterDetector",
+    plural = "clusterdetectors",
+    singular = "clusterdetector",
+    shortname = "cd",
+    namespaced,
+    status = "ClusterDetectorStatus",
+    printcolumn = r#"{"name":"CONTEXT","type":"string","jsonPath":".spec.context"}"#,
+    printcolumn = r#"{"name":"CLUSTER","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"USER","type":"string","jsonPath":".spec.user"}"#,
+    printcolumn = r#"{"name":"CLUSTERSTATUS","type":"string","jsonPath":".status.clusterstatus"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct ClusterDetectorSpec {
+    pub context: String,
+    pub cluster: String,
+    pub user: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct ClusterDetectorStatus {
+    /// `Running` or `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusterstatus: Option<String>,
+    /// Why not `Running` (bounded text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}

@@ -1,0 +1,338 @@
+//! ClusterDetectors: one per context of plumber's kubeconfig Secret, named `<cluster>.<user>`,
+//! labelled primary (the cluster this agent runs in, found by kube-system UID) or secondary,
+//! with the health of its API server.
+//!
+//! One loop, woken by the Secret (the process's one watch of local Secrets), by the peer
+//! prober's reach changes and by a steady tick: it reads the Secret, builds each context's
+//! client through the trust gate (cached in [`PeerClients`]), writes the detectors that changed,
+//! deletes those whose context left the Secret, and publishes the contexts to the Replicator
+//! ([`Registry`]). Health comes from the shared prober, which asks every server in use for its
+//! version every [`xcc_kube::PROBE_INTERVAL`] with TLS verified: a silent cluster turns
+//! `Unknown` one probe deadline after it stops answering.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+};
+use serde_json::json;
+use xcc_kube::{PeerClients, Reach};
+
+use super::{
+    Registry, Target,
+    api::{ClusterDetector, ClusterDetectorStatus},
+    contexts,
+};
+use crate::{
+    sink::{Counted, FIELD_MANAGER},
+    sources::{LocalSecrets, SecretChange},
+};
+
+/// Label of every ClusterDetector: primary or secondary.
+pub const ROLE_LABEL: &str = "app.kubernetes.io/role";
+/// Label that marks the detectors this agent manages (and may delete).
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+const MANAGED_BY_VALUE: &str = "xcc-agent";
+
+pub const RUNNING: &str = "Running";
+pub const UNKNOWN: &str = "Unknown";
+
+/// How often the detectors are looked at without being woken (probes arrive at this pace).
+const TICK: Duration = Duration::from_secs(5);
+/// How long finding a cluster's kube-system UID may take.
+const UID_DEADLINE: Duration = Duration::from_secs(3);
+
+pub struct Detector {
+    pub client: Client,
+    pub namespace: String,
+    pub peers: PeerClients,
+    pub registry: Registry,
+    pub counted: Counted,
+    /// kube-system UID of each cluster, by client identity.
+    uids: HashMap<String, String>,
+    local_uid: Option<String>,
+    /// Client keys in use (to forget those whose context went).
+    in_use: BTreeSet<String>,
+    /// The last refusal of the whole Secret that was logged.
+    said: Option<String>,
+}
+
+/// What one context comes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub entry: contexts::Entry,
+    pub primary: bool,
+    pub status: ClusterDetectorStatus,
+}
+
+impl Detector {
+    pub fn new(
+        client: Client,
+        namespace: String,
+        peers: PeerClients,
+        registry: Registry,
+        counted: Counted,
+    ) -> Detector {
+        Detector {
+            client,
+            namespace,
+            peers,
+            registry,
+            counted,
+            uids: HashMap::new(),
+            local_uid: None,
+            in_use: BTreeSet::new(),
+            said: None,
+        }
+    }
+
+    /// Runs until `stop` resolves.
+    pub async fn run(mut self, secrets: LocalSecrets, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        let mut changes = std::pin::pin!(secrets.changes());
+        let mut reach = self.peers.reach_changes();
+        let mut ticks = tokio::time::interval(TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Err(error) = self.round().await {
+                tracing::debug!(namespace = %self.namespace, error = %xcc_kube::bounded(&error), "ClusterDetectors: round failed; retrying");
+            }
+            loop {
+                tokio::select! {
+                    () = &mut stop => return,
+                    _ = ticks.tick() => break,
+                    _ = reach.recv() => break,
+                    change = changes.next() => match change {
+                        None => return,
+                        Some(SecretChange::Listed | SecretChange::Missed) => break,
+                        Some(change) => {
+                            if change.key() == Some((self.namespace.clone(), contexts::SECRET.into())) {
+                                break;
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Reads the Secret, updates the registry and the detectors.
+    pub async fn round(&mut self) -> Result<(), kube::Error> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = match secrets.get_opt(contexts::SECRET).await {
+            Ok(secret) => secret,
+            // No RBAC for plumber, or the namespace is not there: nothing to detect.
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => None,
+            Err(e) => return Err(e),
+        };
+        let entries = match secret.as_ref().map(contexts::entries).transpose() {
+            Ok(entries) => entries.unwrap_or_default(),
+            Err(error) => {
+                // Keep the detectors as they are: a broken edit must not remove them all.
+                let text = error.to_string();
+                if self.said.as_ref() != Some(&text) {
+                    tracing::warn!(namespace = %self.namespace, error = %text, "plumber kubeconfig Secret unusable");
+                    self.said = Some(text);
+                }
+                return Ok(());
+            }
+        };
+        self.said = None;
+        if self.local_uid.is_none() {
+            let namespaces: Api<Namespace> = Api::all(self.client.clone());
+            self.local_uid = namespaces
+                .get_opt("kube-system")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| n.uid());
+        }
+        let mut targets = Vec::new();
+        let mut found = Vec::new();
+        let mut in_use = BTreeSet::new();
+        let this = &*self;
+        let checks = entries.iter().map(|entry| {
+            let secret = secret.clone();
+            async move {
+                let secret = secret.expect("entries come from a Secret");
+                let client = match contexts::for_context(&secret, &entry.context) {
+                    Ok(one) => this
+                        .peers
+                        .client_for(&one)
+                        .await
+                        .map_err(|e| xcc_kube::bounded(&e)),
+                    Err(e) => Err(xcc_kube::bounded(&e)),
+                };
+                let uid = match &client {
+                    Ok(peer) => match this.uids.get(&peer.identity) {
+                        Some(uid) => Some(Ok(uid.clone())),
+                        None => Some(kube_system_uid(&peer.client).await),
+                    },
+                    Err(_) => None,
+                };
+                (entry.clone(), client, uid)
+            }
+        });
+        for (entry, client, uid) in futures::future::join_all(checks).await {
+            in_use.insert(contexts::client_key(contexts::SECRET, &entry.context));
+            let status = match (&client, &uid) {
+                (Err(why), _) => down(why.clone()),
+                (Ok(peer), uid) => match self.peers.reach(&peer.server) {
+                    Reach::Answers => up(),
+                    Reach::Silent { error } => down(error),
+                    // Not probed yet: the UID request is the first probe.
+                    Reach::Unknown => match uid {
+                        Some(Ok(_)) => up(),
+                        Some(Err(why)) => down(why.clone()),
+                        None => down("not probed yet".into()),
+                    },
+                },
+            };
+            if let (Ok(peer), Some(Ok(uid))) = (&client, &uid) {
+                self.uids.insert(peer.identity.clone(), uid.clone());
+            }
+            let primary = matches!((&uid, &self.local_uid), (Some(Ok(u)), Some(l)) if u == l);
+            targets.push(Target {
+                detector: entry.detector(),
+                context: entry.context.clone(),
+                primary,
+                client: client.clone(),
+            });
+            found.push(Found {
+                entry,
+                primary,
+                status,
+            });
+        }
+        // UIDs of clients no longer in use are dropped with them.
+        let identities: BTreeSet<String> = targets
+            .iter()
+            .filter_map(|t| t.client.as_ref().ok().map(|p| p.identity.clone()))
+            .collect();
+        self.uids
+            .retain(|identity, _| identities.contains(identity));
+        for gone in self.in_use.difference(&in_use) {
+            self.peers.forget(&self.namespace, gone);
+        }
+        self.in_use = in_use;
+        self.registry.set(targets);
+        self.write(&found).await
+    }
+
+    /// Makes the detectors what `found` says; deletes ours that are not in it.
+    async fn write(&self, found: &[Found]) -> Result<(), kube::Error> {
+        let api: Api<ClusterDetector> = Api::namespaced(self.client.clone(), &self.namespace);
+        let existing = match api
+            .list(&ListParams::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}")))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                if !found.is_empty() {
+                    tracing::warn!(namespace = %self.namespace, "cannot list ClusterDetectors: are the plumber CRDs and RBAC (manifests/agent/plumber.yaml) installed?");
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let existing: BTreeMap<String, ClusterDetector> =
+            existing.into_iter().map(|d| (d.name_any(), d)).collect();
+        let mut seen = BTreeSet::new();
+        for one in found {
+            let name = one.entry.detector();
+            if !seen.insert(name.clone()) {
+                // Two contexts of one cluster and user: the first one names the detector.
+                continue;
+            }
+            let role = if one.primary { "primary" } else { "secondary" };
+            let current = existing.get(&name);
+            let spec_same = current.is_some_and(|c| {
+                c.spec.context == one.entry.context
+                    && c.spec.cluster == one.entry.cluster
+                    && c.spec.user == one.entry.user
+                    && c.labels().get(ROLE_LABEL).map(String::as_str) == Some(role)
+            });
+            if !spec_same {
+                let desired = json!({
+                    "apiVersion": "plumber.jnytnai0613.github.io/v1",
+                    "kind": "ClusterDetector",
+                    "metadata": {
+                        "name": name,
+                        "labels": {ROLE_LABEL: role, MANAGED_BY: MANAGED_BY_VALUE},
+                    },
+                    "spec": {
+                        "context": one.entry.context,
+                        "cluster": one.entry.cluster,
+                        "user": one.entry.user,
+                    },
+                });
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(desired),
+                )
+                .await?;
+                self.counted.wrote("apply");
+            }
+            if current.and_then(|c| c.status.as_ref()) != Some(&one.status) {
+                let status = json!({
+                    "apiVersion": "plumber.jnytnai0613.github.io/v1",
+                    "kind": "ClusterDetector",
+                    "status": one.status,
+                });
+                api.patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(status),
+                )
+                .await?;
+                self.counted.wrote("status");
+                tracing::info!(namespace = %self.namespace, detector = %name, role, status = ?one.status.clusterstatus, reason = ?one.status.reason, "ClusterDetector");
+            }
+        }
+        for (name, detector) in &existing {
+            if !seen.contains(name) {
+                crate::sink::delete_exact(
+                    &api,
+                    name,
+                    detector.uid(),
+                    detector.resource_version(),
+                    &self.counted,
+                )
+                .await?;
+                tracing::info!(namespace = %self.namespace, detector = %name, "ClusterDetector removed: its context left the Secret");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn up() -> ClusterDetectorStatus {
+    ClusterDetectorStatus {
+        clusterstatus: Some(RUNNING.into()),
+        reason: None,
+    }
+}
+
+fn down(reason: String) -> ClusterDetectorStatus {
+    ClusterDetectorStatus {
+        clusterstatus: Some(UNKNOWN.into()),
+        reason: Some(xcc_kube::bounded(&reason)),
+    }
+}
+
+/// The kube-system UID of a cluster, or why it could not be read (bounded).
+async fn kube_system_uid(client: &Client) -> Result<String, String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match tokio::time::timeout(UID_DEADLINE, namespaces.get("kube-system")).await {
+        Ok(Ok(ns)) => Ok(ns.uid().unwrap_or_default()),
+        Ok(Err(error)) => Err(xcc_kube::bounded(&error)),
+        Err(_) => Err(format!("no answer within {UID_DEADLINE:?}")),
+    }
+}

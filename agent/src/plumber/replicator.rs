@@ -1,0 +1,990 @@
+//! The Replicator reconciler: a Replicator's objects ([`super::desired`]) applied to this
+//! cluster and to each target, each cluster on its own with its own deadline and status
+//! entries, so a silent target is `Unreachable` while the others are `applied`.
+//!
+//! - An object that exists without our origin annotation is someone else's: `Conflict`, left as
+//!   is (a namespace that was already there is `existing`: used, never deleted).
+//! - Drift is reverted from a watch: the process's shared metadata watches of the replicated
+//!   kinds on every cluster in use wake the Replicator when an object of it changes to a
+//!   resourceVersion this reconciler did not leave, or is deleted.
+//! - Deletion (finalizer) removes what it made, in reverse order, everywhere; a silent target
+//!   is not waited for beyond [`CLUSTER_DEADLINE`], and what was left there is recorded in the
+//!   status and in a Warning Event (`LeftBehind`).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Secret, Service},
+    networking::v1::Ingress,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    core::GroupVersionKind,
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder},
+        finalizer::{Event as FinalizerEvent, finalizer},
+        reflector::ObjectRef,
+    },
+};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+use xcc_kube::{ConditionStatus, PeerClients, Reach, set_condition};
+
+use super::{
+    Registry,
+    api::{ApplyStatus, Replicator, ReplicatorStatus},
+    certs::{self, Bundle},
+    contexts,
+    desired::{self, Kinds, Object},
+};
+use crate::{
+    core::Core,
+    sink::{Counted, FIELD_MANAGER, ORIGIN_ANNOTATION},
+    sources::{Change, Detail, SourceId, Sources},
+};
+
+/// Finalizer on every Replicator: its objects are removed everywhere before it goes.
+pub const FINALIZER: &str = "plumber.xcc.test/cleanup";
+
+/// How long one cluster may take for all of a Replicator's objects.
+pub const CLUSTER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `applyStatus` values.
+pub mod state {
+    pub const APPLIED: &str = "applied";
+    pub const EXISTING: &str = "existing";
+    pub const UNREACHABLE: &str = "Unreachable";
+    pub const CONFLICT: &str = "Conflict";
+    pub const FAILED: &str = "Failed";
+    pub const LEFT_BEHIND: &str = "LeftBehind";
+}
+
+/// Ready condition reasons.
+pub mod reason {
+    pub const SYNCED: &str = "Synced";
+    pub const UNREACHABLE: &str = "Unreachable";
+    pub const CONFLICT: &str = "Conflict";
+    pub const FAILED: &str = "ApplyFailed";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const LEFT_BEHIND: &str = "LeftBehind";
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// `(cluster identity, kind, namespace, name)` of a replicated object.
+type Key = (String, String, String, String);
+
+pub struct Context {
+    client: Client,
+    peers: PeerClients,
+    sources: Sources,
+    registry: Registry,
+    recorder: Recorder,
+    counted: Counted,
+    namespace: String,
+    wake: UnboundedSender<ObjectRef<Replicator>>,
+    /// The resourceVersion each of our writes (or checks) left; "" once we deleted it.
+    written: Arc<Mutex<HashMap<Key, String>>>,
+    /// The drift watches of each cluster in use, by client identity.
+    watched: Mutex<HashMap<String, Vec<tokio::task::AbortHandle>>>,
+    /// Kinds of `resources[]` found by discovery here.
+    kinds: tokio::sync::Mutex<Kinds>,
+}
+
+impl Context {
+    pub fn new(
+        core: Core,
+        namespace: String,
+        registry: Registry,
+        recorder: Recorder,
+        wake: UnboundedSender<ObjectRef<Replicator>>,
+    ) -> Context {
+        Context {
+            client: core.client,
+            peers: core.peers,
+            sources: core.sources,
+            registry,
+            recorder,
+            counted: Counted {
+                metrics: core.metrics,
+                reconciler: "plumber-replicator",
+            },
+            namespace,
+            wake,
+            written: Arc::default(),
+            watched: Mutex::default(),
+            kinds: tokio::sync::Mutex::default(),
+        }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        for handles in self
+            .watched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            for handle in handles {
+                handle.abort();
+            }
+        }
+    }
+}
+
+/// One cluster a Replicator writes to.
+#[derive(Clone)]
+struct Cluster {
+    /// Its name in the status: the ClusterDetector name (or as `targetCluster` names it).
+    name: String,
+    client: Client,
+    /// [`crate::sources::LOCAL`] or the peer client's identity.
+    identity: String,
+    /// The peer's server URL (for its reach); `None` for this cluster.
+    server: Option<String>,
+}
+
+/// A cluster, or why it cannot be written.
+enum Resolved {
+    Ready(Cluster),
+    Failed { name: String, why: String },
+}
+
+pub async fn reconcile(replicator: Arc<Replicator>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<Replicator> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, replicator, |event| async {
+        match event {
+            FinalizerEvent::Apply(r) => apply(&api, &r, &ctx).await,
+            FinalizerEvent::Cleanup(r) => cleanup(&api, &r, &ctx).await,
+        }
+    })
+    .await;
+    use kube::runtime::finalizer::Error as F;
+    match result {
+        Ok(action) => Ok(action),
+        Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
+            if s.code == 404 =>
+        {
+            Ok(Action::await_change())
+        }
+        Err(error) => Err(Error::Finalizer(Box::new(error))),
+    }
+}
+
+pub fn error_policy(replicator: Arc<Replicator>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(replicator = %replicator.name_any(), %error, "Replicator reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The primary and every target of `replicator` (deduplicated, the primary not twice).
+fn resolve(replicator: &Replicator, ctx: &Context, extra: &[String]) -> Vec<Resolved> {
+    let primary = ctx
+        .registry
+        .primary()
+        .unwrap_or_else(|| "primary".to_string());
+    let mut out = vec![Resolved::Ready(Cluster {
+        name: primary.clone(),
+        client: ctx.client.clone(),
+        identity: crate::sources::LOCAL.into(),
+        server: None,
+    })];
+    let mut seen = BTreeSet::from([primary]);
+    for name in replicator.spec.target_cluster.iter().chain(extra) {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let secret = format!("{}/{}", ctx.namespace, contexts::SECRET);
+        match ctx.registry.find(name) {
+            Err(()) => out.push(Resolved::Failed {
+                name: name.clone(),
+                why: format!("the kubeconfig Secret {secret} was not read yet"),
+            }),
+            Ok(None) => out.push(Resolved::Failed {
+                name: name.clone(),
+                why: format!(
+                    "no ClusterDetector or context named {name:?} in the kubeconfig Secret {secret}"
+                ),
+            }),
+            Ok(Some(target)) if target.primary => {}
+            Ok(Some(target)) => match target.client {
+                Ok(peer) => out.push(Resolved::Ready(Cluster {
+                    name: name.clone(),
+                    client: peer.client,
+                    identity: peer.identity,
+                    server: Some(peer.server),
+                })),
+                Err(why) => out.push(Resolved::Failed {
+                    name: name.clone(),
+                    why,
+                }),
+            },
+        }
+    }
+    out
+}
+
+/// The kinds of `resources[]`, found by discovery on this cluster (cached).
+async fn resolve_kinds(replicator: &Replicator, ctx: &Context) -> Kinds {
+    let mut kinds = ctx.kinds.lock().await;
+    for manifest in &replicator.spec.resources {
+        let text = |k: &str| {
+            manifest
+                .0
+                .get(k)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        let (Some(api_version), Some(kind)) = (text("apiVersion"), text("kind")) else {
+            continue;
+        };
+        let key = (api_version.clone(), kind.clone());
+        if kinds.contains_key(&key) {
+            continue;
+        }
+        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &kind);
+        match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
+            Ok((resource, caps)) => {
+                let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+                kinds.insert(key, (resource, namespaced));
+            }
+            Err(error) => {
+                tracing::debug!(%api_version, %kind, %error, "kind of resources[] not found");
+            }
+        }
+    }
+    kinds.clone()
+}
+
+/// The certificates to use: those in the primary's `ca-secret`/`cli-secret` when they are ours
+/// and still serve the hosts, else new ones.
+async fn certificates(
+    replicator: &Replicator,
+    ctx: &Context,
+    origin: &str,
+) -> Result<Option<Bundle>, String> {
+    if !desired::secure(replicator) {
+        return Ok(None);
+    }
+    let hosts = desired::hosts(replicator);
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &replicator.spec.replication_namespace);
+    let read = |s: Option<Secret>| {
+        s.filter(|s| s.annotations().get(ORIGIN_ANNOTATION).map(String::as_str) == Some(origin))
+    };
+    let ca = read(secrets.get_opt(certs::CA_SECRET).await.ok().flatten());
+    let client = read(secrets.get_opt(certs::CLIENT_SECRET).await.ok().flatten());
+    if let (Some(ca), Some(client)) = (ca, client) {
+        let text = |s: &Secret| -> BTreeMap<String, String> {
+            s.data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+                .collect()
+        };
+        let found = Bundle {
+            hosts: ca
+                .annotations()
+                .get(certs::HOSTS_ANNOTATION)
+                .map(|h| h.split(',').map(str::to_string).collect())
+                .unwrap_or_default(),
+            not_after: ca
+                .annotations()
+                .get(certs::NOT_AFTER_ANNOTATION)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            ca: text(&ca),
+            client: text(&client),
+        };
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        if found.serves(&hosts, now) && found.ca.len() == 3 && found.client.len() == 2 {
+            return Ok(Some(found));
+        }
+    }
+    tracing::info!(replicator = %replicator.name_any(), ?hosts, "new Ingress certificates");
+    certs::generate(&hosts)
+        .map(Some)
+        .map_err(|e| format!("cannot make the Ingress certificates: {e}"))
+}
+
+fn entry(cluster: &str, object: &Object, status: &str, message: Option<String>) -> ApplyStatus {
+    ApplyStatus {
+        cluster: cluster.to_string(),
+        kind: object.kind().to_string(),
+        name: object.name.clone(),
+        apply_status: status.to_string(),
+        message,
+    }
+}
+
+fn api_for(client: &Client, object: &Object) -> Api<DynamicObject> {
+    let namespace = object.body["metadata"]["namespace"].as_str();
+    match (object.namespaced, namespace) {
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &object.resource),
+        _ => Api::all_with(client.clone(), &object.resource),
+    }
+}
+
+fn key(cluster: &Cluster, object: &Object) -> Key {
+    (
+        cluster.identity.clone(),
+        object.kind().to_string(),
+        object.body["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        object.name.clone(),
+    )
+}
+
+/// Whether an error means the cluster did not answer (rather than refused).
+fn silent(error: &kube::Error) -> bool {
+    !matches!(error, kube::Error::Api(_))
+}
+
+/// Applies one object on one cluster; its status and message.
+async fn apply_one(
+    ctx: &Context,
+    cluster: &Cluster,
+    object: &Object,
+    origin: &str,
+) -> Result<(&'static str, Option<String>), kube::Error> {
+    let api = api_for(&cluster.client, object);
+    let current = api.get_opt(&object.name).await?;
+    let remember = |rv: Option<String>| {
+        ctx.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key(cluster, object), rv.unwrap_or_default());
+    };
+    if let Some(current) = &current {
+        let theirs = current.annotations().get(ORIGIN_ANNOTATION);
+        if theirs.map(String::as_str) != Some(origin) {
+            if object.kind() == "Namespace" {
+                return Ok((state::EXISTING, None));
+            }
+            let managers: BTreeSet<String> = current
+                .managed_fields()
+                .iter()
+                .filter_map(|m| m.manager.clone())
+                .collect();
+            let owner = theirs.map_or("no origin annotation".to_string(), |o| {
+                format!("origin {o}")
+            });
+            return Ok((
+                state::CONFLICT,
+                Some(xcc_kube::bounded(&format!(
+                    "{} {} exists and is not this Replicator's ({owner}; field managers: {}); left as is",
+                    object.kind(),
+                    object.name,
+                    managers.into_iter().collect::<Vec<_>>().join(", ")
+                ))),
+            ));
+        }
+        let as_json = serde_json::to_value(current).unwrap_or_default();
+        if desired::holds(&as_json, &object.body) {
+            remember(current.resource_version());
+            return Ok((state::APPLIED, None));
+        }
+        // Ours, and changed by someone: put it back, taking the fields they took.
+        let written = api
+            .patch(
+                &object.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object.body),
+            )
+            .await?;
+        ctx.counted.wrote("apply");
+        remember(written.resource_version());
+        return Ok((state::APPLIED, None));
+    }
+    // Not forced: if someone made it since the read, their fields conflict and stay theirs.
+    match api
+        .patch(
+            &object.name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&object.body),
+        )
+        .await
+    {
+        Ok(written) => {
+            ctx.counted.wrote("apply");
+            remember(written.resource_version());
+            Ok((state::APPLIED, None))
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok((
+            state::CONFLICT,
+            Some(xcc_kube::bounded(&format!(
+                "{} {} was made meanwhile by someone else: {}",
+                object.kind(),
+                object.name,
+                s.message
+            ))),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every object on one cluster, within [`CLUSTER_DEADLINE`]; one entry per object.
+async fn apply_cluster(
+    ctx: &Context,
+    cluster: &Cluster,
+    objects: &[Object],
+    origin: &str,
+) -> Vec<ApplyStatus> {
+    if let Some(server) = &cluster.server
+        && let Reach::Silent { error } = ctx.peers.reach(server)
+    {
+        let why = format!("the API server does not answer: {error}");
+        return objects
+            .iter()
+            .map(|o| entry(&cluster.name, o, state::UNREACHABLE, Some(why.clone())))
+            .collect();
+    }
+    ensure_watched(ctx, cluster);
+    let deadline = tokio::time::Instant::now() + CLUSTER_DEADLINE;
+    let mut out = Vec::new();
+    let mut unreachable: Option<String> = None;
+    for object in objects {
+        if let Some(why) = &unreachable {
+            out.push(entry(
+                &cluster.name,
+                object,
+                state::UNREACHABLE,
+                Some(why.clone()),
+            ));
+            continue;
+        }
+        match tokio::time::timeout_at(deadline, apply_one(ctx, cluster, object, origin)).await {
+            Ok(Ok((status, message))) => out.push(entry(&cluster.name, object, status, message)),
+            Ok(Err(error)) if silent(&error) => {
+                let why = xcc_kube::bounded(&error);
+                out.push(entry(
+                    &cluster.name,
+                    object,
+                    state::UNREACHABLE,
+                    Some(why.clone()),
+                ));
+                unreachable = Some(why);
+            }
+            Ok(Err(error)) => out.push(entry(
+                &cluster.name,
+                object,
+                state::FAILED,
+                Some(xcc_kube::bounded(&error)),
+            )),
+            Err(_) => {
+                let why = format!("no answer within {CLUSTER_DEADLINE:?}");
+                out.push(entry(
+                    &cluster.name,
+                    object,
+                    state::UNREACHABLE,
+                    Some(why.clone()),
+                ));
+                unreachable = Some(why);
+            }
+        }
+    }
+    out
+}
+
+/// Removes our objects from one cluster, in reverse order; returns what was left behind.
+async fn cleanup_cluster(
+    ctx: &Context,
+    cluster: &Cluster,
+    objects: &[Object],
+    origin: &str,
+) -> Vec<ApplyStatus> {
+    if let Some(server) = &cluster.server
+        && let Reach::Silent { error } = ctx.peers.reach(server)
+    {
+        let why = format!("the API server does not answer: {error}");
+        return objects
+            .iter()
+            .rev()
+            .map(|o| entry(&cluster.name, o, state::LEFT_BEHIND, Some(why.clone())))
+            .collect();
+    }
+    let deadline = tokio::time::Instant::now() + CLUSTER_DEADLINE;
+    let mut left = Vec::new();
+    let mut silent_since: Option<String> = None;
+    for object in objects.iter().rev() {
+        if let Some(why) = &silent_since {
+            left.push(entry(
+                &cluster.name,
+                object,
+                state::LEFT_BEHIND,
+                Some(why.clone()),
+            ));
+            continue;
+        }
+        let api = api_for(&cluster.client, object);
+        let removal = async {
+            let Some(current) = api.get_opt(&object.name).await? else {
+                return Ok::<_, kube::Error>(());
+            };
+            if current
+                .annotations()
+                .get(ORIGIN_ANNOTATION)
+                .map(String::as_str)
+                != Some(origin)
+            {
+                // Not ours (a namespace that was there, someone else's object): never deleted.
+                return Ok(());
+            }
+            ctx.written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key(cluster, object), String::new());
+            crate::sink::delete_exact(&api, &object.name, current.uid(), None, &ctx.counted)
+                .await?;
+            Ok(())
+        };
+        match tokio::time::timeout_at(deadline, removal).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                let why = xcc_kube::bounded(&error);
+                left.push(entry(
+                    &cluster.name,
+                    object,
+                    state::LEFT_BEHIND,
+                    Some(why.clone()),
+                ));
+                if silent(&error) {
+                    silent_since = Some(why);
+                }
+            }
+            Err(_) => {
+                let why = format!("no answer within {CLUSTER_DEADLINE:?}");
+                left.push(entry(
+                    &cluster.name,
+                    object,
+                    state::LEFT_BEHIND,
+                    Some(why.clone()),
+                ));
+                silent_since = Some(why);
+            }
+        }
+    }
+    left
+}
+
+/// Watches (metadata, shared) of the replicated kinds on `cluster`, which wake the Replicator
+/// an object belongs to when it drifts or goes.
+fn ensure_watched(ctx: &Context, cluster: &Cluster) {
+    let mut watched = ctx.watched.lock().unwrap_or_else(|e| e.into_inner());
+    if watched.contains_key(&cluster.identity) {
+        return;
+    }
+    let kinds = [
+        ApiResource::erase::<ConfigMap>(&()),
+        ApiResource::erase::<Deployment>(&()),
+        ApiResource::erase::<Service>(&()),
+        ApiResource::erase::<Ingress>(&()),
+        ApiResource::erase::<Secret>(&()),
+    ];
+    let handles = kinds
+        .into_iter()
+        .map(|resource| {
+            let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
+            let id = if cluster.server.is_none() {
+                SourceId::local(gvk)
+            } else {
+                SourceId {
+                    cluster: cluster.name.clone(),
+                    identity: cluster.identity.clone(),
+                    gvk,
+                    fields: None,
+                }
+            };
+            let view = ctx
+                .sources
+                .view(id, cluster.client.clone(), &resource, Detail::Metadata);
+            let written = ctx.written.clone();
+            let wake = ctx.wake.clone();
+            let identity = cluster.identity.clone();
+            tokio::spawn(async move {
+                let mut changes = std::pin::pin!(view.changes());
+                while let Some(change) = changes.next().await {
+                    let (object, deleted) = match change {
+                        Change::Applied(o) => (o, false),
+                        Change::Deleted(o) => (o, true),
+                        Change::Listed | Change::Missed => continue,
+                    };
+                    let Some(name) = object
+                        .annotations()
+                        .get(ORIGIN_ANNOTATION)
+                        .and_then(|o| desired::replicator_of(o))
+                    else {
+                        continue;
+                    };
+                    let key = (
+                        identity.clone(),
+                        resource.kind.clone(),
+                        object.namespace().unwrap_or_default(),
+                        object.name_any(),
+                    );
+                    let last = written
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(&key)
+                        .cloned();
+                    let ours = match (&last, deleted) {
+                        (Some(rv), true) => rv.is_empty(),
+                        (Some(rv), false) => Some(rv) == object.resource_version().as_ref(),
+                        (None, _) => false,
+                    };
+                    if !ours {
+                        tracing::debug!(replicator = name, kind = %resource.kind, object = %object.name_any(), deleted, "replicated object changed; reconciling");
+                        let _ = wake.send(ObjectRef::new(name));
+                    }
+                }
+            })
+            .abort_handle()
+        })
+        .collect();
+    watched.insert(cluster.identity.clone(), handles);
+}
+
+/// The Ready condition's status, reason and message for `entries`.
+fn verdict(entries: &[ApplyStatus]) -> (bool, &'static str, String) {
+    let bad: Vec<&ApplyStatus> = entries
+        .iter()
+        .filter(|e| e.apply_status != state::APPLIED && e.apply_status != state::EXISTING)
+        .collect();
+    if bad.is_empty() {
+        let clusters: BTreeSet<&str> = entries.iter().map(|e| e.cluster.as_str()).collect();
+        return (
+            true,
+            reason::SYNCED,
+            format!("every object applied on {} cluster(s)", clusters.len()),
+        );
+    }
+    let rank = |s: &str| match s {
+        state::FAILED => 0,
+        state::CONFLICT => 1,
+        state::LEFT_BEHIND => 2,
+        _ => 3,
+    };
+    let worst = bad
+        .iter()
+        .min_by_key(|e| rank(&e.apply_status))
+        .expect("not empty");
+    let reason = match worst.apply_status.as_str() {
+        state::FAILED => reason::FAILED,
+        state::CONFLICT => reason::CONFLICT,
+        state::LEFT_BEHIND => reason::LEFT_BEHIND,
+        _ => reason::UNREACHABLE,
+    };
+    let mut by_cluster: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for e in &bad {
+        by_cluster
+            .entry(e.cluster.as_str())
+            .or_default()
+            .push(format!("{} {} {}", e.kind, e.name, e.apply_status));
+    }
+    let summary = by_cluster
+        .iter()
+        .map(|(c, list)| format!("{c}: {}", list.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let first = worst.message.clone().unwrap_or_default();
+    (
+        false,
+        reason,
+        xcc_kube::bounded(&format!("{summary} ({first})")),
+    )
+}
+
+/// Writes the status (nothing when unchanged); publishes an Event when the reason changes.
+async fn write_status(
+    api: &Api<Replicator>,
+    replicator: &Replicator,
+    ctx: &Context,
+    applied: Vec<ApplyStatus>,
+    verdict: (bool, &'static str, String),
+) -> Result<(), kube::Error> {
+    let (ready, why, message) = verdict;
+    let old = replicator.status.clone().unwrap_or_default();
+    let generation = replicator.meta().generation;
+    let mut status = ReplicatorStatus {
+        applied,
+        synced: ready,
+        observed_generation: generation,
+        conditions: old.conditions.clone(),
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        if ready {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        why,
+        message.clone(),
+        generation,
+    );
+    if status == old {
+        return Ok(());
+    }
+    let patch = json!({
+        "apiVersion": "plumber.jnytnai0613.github.io/v1",
+        "kind": "Replicator",
+        "status": status,
+    });
+    api.patch_status(
+        &replicator.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    ctx.counted.wrote("status");
+    let old_reason = old
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone());
+    if old_reason.as_deref() != Some(why) {
+        tracing::info!(replicator = %replicator.name_any(), ready, reason = why, %message, "Replicator status");
+        let event = KubeEvent {
+            type_: if ready {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: why.into(),
+            note: Some(message),
+            action: "Replicate".into(),
+            secondary: None,
+        };
+        if let Err(error) = ctx
+            .recorder
+            .publish(&event, &replicator.object_ref(&()))
+            .await
+        {
+            tracing::debug!(replicator = %replicator.name_any(), %error, "could not publish an Event");
+        }
+    }
+    Ok(())
+}
+
+async fn apply(
+    api: &Api<Replicator>,
+    replicator: &Replicator,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let name = replicator.name_any();
+    let origin = desired::origin(&name);
+    let kinds = resolve_kinds(replicator, ctx).await;
+    let certs = match certificates(replicator, ctx, &origin).await {
+        Ok(certs) => certs,
+        Err(why) => {
+            write_status(
+                api,
+                replicator,
+                ctx,
+                Vec::new(),
+                (false, reason::INVALID_SPEC, why),
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    let objects = match desired::objects(replicator, &name, certs.as_ref(), &kinds) {
+        Ok(objects) => objects,
+        Err(why) => {
+            write_status(
+                api,
+                replicator,
+                ctx,
+                Vec::new(),
+                (false, reason::INVALID_SPEC, why),
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    if !ctx.registry.read() {
+        // The detector reads the Secret at start; it wakes every Replicator when it has.
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+    let clusters = resolve(replicator, ctx, &[]);
+    let names: BTreeSet<String> = clusters
+        .iter()
+        .map(|c| match c {
+            Resolved::Ready(c) => c.name.clone(),
+            Resolved::Failed { name, .. } => name.clone(),
+        })
+        .collect();
+    // Clusters dropped from targetCluster (or left behind before): our objects there go.
+    let stale: Vec<String> = replicator
+        .status
+        .iter()
+        .flat_map(|s| &s.applied)
+        .map(|e| e.cluster.clone())
+        .filter(|c| !names.contains(c))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let work = clusters.iter().map(|c| async {
+        match c {
+            Resolved::Ready(cluster) => apply_cluster(ctx, cluster, &objects, &origin).await,
+            Resolved::Failed { name, why } => objects
+                .iter()
+                .map(|o| entry(name, o, state::FAILED, Some(xcc_kube::bounded(why))))
+                .collect(),
+        }
+    });
+    let mut applied: Vec<ApplyStatus> = futures::future::join_all(work)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if !stale.is_empty() {
+        applied.extend(remove_everywhere(replicator, ctx, &objects, &origin, &stale, true).await);
+    }
+    let verdict = verdict(&applied);
+    let synced = verdict.0;
+    write_status(api, replicator, ctx, applied, verdict).await?;
+    Ok(Action::requeue(if synced {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(10)
+    }))
+}
+
+/// Removes the objects from `clusters` (by name); what was left behind.
+async fn remove_everywhere(
+    replicator: &Replicator,
+    ctx: &Context,
+    objects: &[Object],
+    origin: &str,
+    clusters: &[String],
+    only_these: bool,
+) -> Vec<ApplyStatus> {
+    let resolved = if only_these {
+        let mut probe = replicator.clone();
+        probe.spec.target_cluster = Vec::new();
+        resolve(&probe, ctx, clusters)
+            .into_iter()
+            .filter(|c| match c {
+                Resolved::Ready(c) => clusters.contains(&c.name),
+                Resolved::Failed { .. } => true,
+            })
+            .collect()
+    } else {
+        resolve(replicator, ctx, clusters)
+    };
+    let work = resolved.iter().map(|c| async {
+        match c {
+            Resolved::Ready(cluster) => cleanup_cluster(ctx, cluster, objects, origin).await,
+            Resolved::Failed { name, why } => objects
+                .iter()
+                .rev()
+                .map(|o| entry(name, o, state::LEFT_BEHIND, Some(xcc_kube::bounded(why))))
+                .collect(),
+        }
+    });
+    futures::future::join_all(work)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+async fn cleanup(
+    api: &Api<Replicator>,
+    replicator: &Replicator,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let name = replicator.name_any();
+    let origin = desired::origin(&name);
+    let kinds = resolve_kinds(replicator, ctx).await;
+    // The Secrets' names are all that matter for deletion.
+    let names_only = Bundle {
+        hosts: Vec::new(),
+        not_after: 0,
+        ca: BTreeMap::new(),
+        client: BTreeMap::new(),
+    };
+    let objects = match desired::objects(replicator, &name, Some(&names_only), &kinds) {
+        Ok(objects) => objects,
+        // A spec that never made objects has nothing to remove beyond what it names.
+        Err(why) => {
+            tracing::info!(replicator = %name, %why, "Replicator removed; its spec named nothing to remove");
+            return Ok(Action::await_change());
+        }
+    };
+    let in_status: Vec<String> = replicator
+        .status
+        .iter()
+        .flat_map(|s| &s.applied)
+        .map(|e| e.cluster.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let left = remove_everywhere(replicator, ctx, &objects, &origin, &in_status, false).await;
+    if !left.is_empty() {
+        let (_, _, message) = verdict(&left);
+        let note = xcc_kube::bounded(&format!("Replicator deleted; left behind: {message}"));
+        tracing::warn!(replicator = %name, %note, "Replicator deleted with objects left behind");
+        write_status(
+            api,
+            replicator,
+            ctx,
+            left,
+            (false, reason::LEFT_BEHIND, note.clone()),
+        )
+        .await?;
+    } else {
+        tracing::info!(replicator = %name, "Replicator deleted; its objects are removed everywhere");
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(cluster: &str, status: &str) -> ApplyStatus {
+        ApplyStatus {
+            cluster: cluster.into(),
+            kind: "Deployment".into(),
+            name: "nginx".into(),
+            apply_status: status.into(),
+            message: Some("why".into()),
+        }
+    }
+
+    #[test]
+    fn one_silent_target_is_unreachable_and_a_conflict_outranks_it() {
+        let (ready, why, _) = verdict(&[e("a", state::APPLIED), e("b", state::EXISTING)]);
+        assert!(ready);
+        assert_eq!(why, reason::SYNCED);
+        let (ready, why, message) = verdict(&[e("a", state::APPLIED), e("b", state::UNREACHABLE)]);
+        assert!(!ready);
+        assert_eq!(why, reason::UNREACHABLE);
+        assert!(
+            message.starts_with("b: Deployment nginx Unreachable"),
+            "{message}"
+        );
+        let (_, why, _) = verdict(&[e("b", state::UNREACHABLE), e("c", state::CONFLICT)]);
+        assert_eq!(why, reason::CONFLICT);
+    }
+}
