@@ -961,6 +961,7 @@ async fn cleanup(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn e(cluster: &str, status: &str) -> ApplyStatus {
         ApplyStatus {
@@ -970,6 +971,178 @@ mod tests {
             apply_status: status.into(),
             message: Some("why".into()),
         }
+    }
+
+    /// A mocked API server: answers each request with the next canned `(status, body)` and
+    /// records `METHOD path?query` of each.
+    fn api_server(answers: Vec<(u16, Value)>) -> (Client, Arc<Mutex<Vec<String>>>) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            while let Some((request, send)) = handle.next_request().await {
+                log.lock()
+                    .unwrap()
+                    .push(format!("{} {}", request.method(), request.uri()));
+                let (status, body) = answers.next().expect("a canned answer");
+                send.send_response(
+                    http::Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    fn context(client: Client) -> Context {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::sync_metrics::SyncMetrics::register(&mut registry);
+        let (wake, _) = tokio::sync::mpsc::unbounded_channel();
+        Context {
+            client: client.clone(),
+            peers: PeerClients::default(),
+            sources: Sources::default(),
+            registry: Registry::default(),
+            recorder: Recorder::new(
+                client,
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            counted: Counted {
+                metrics,
+                reconciler: "test",
+            },
+            namespace: "plumber-system".into(),
+            wake,
+            written: Arc::default(),
+            watched: Mutex::default(),
+            kinds: tokio::sync::Mutex::default(),
+        }
+    }
+
+    fn cluster(client: Client) -> Cluster {
+        Cluster {
+            name: "v1262-cluster.kubernetes-admin2".into(),
+            client,
+            identity: "plumber-system/kubeconfig#secondary1@u/1".into(),
+            server: Some("https://127.0.0.1:6444/".into()),
+        }
+    }
+
+    fn config_map() -> Object {
+        let replicator: Replicator = serde_json::from_value(json!({
+            "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
+            "metadata": {"name": "app"},
+            "spec": {"replicationNamespace": "test-ns", "configMapName": "nginx",
+                     "configMapData": {"a": "1"}}
+        }))
+        .unwrap();
+        desired::objects(&replicator, "app", None, &Kinds::new())
+            .unwrap()
+            .remove(1)
+    }
+
+    fn current(origin: Option<&str>, data: &str, rv: &str) -> Value {
+        let mut cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "nginx", "namespace": "test-ns", "resourceVersion": rv,
+                         "managedFields": [{"manager": "kubectl-create", "operation": "Update"}]},
+            "data": {"a": data},
+        });
+        if let Some(origin) = origin {
+            cm["metadata"]["annotations"] = json!({ORIGIN_ANNOTATION: origin});
+        }
+        cm
+    }
+
+    #[tokio::test]
+    async fn someone_elses_object_is_a_conflict_and_not_written() {
+        let (client, seen) = api_server(vec![(200, current(None, "theirs", "5"))]);
+        let ctx = context(client.clone());
+        let (status, message) = apply_one(
+            &ctx,
+            &cluster(client),
+            &config_map(),
+            &desired::origin("app"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, state::CONFLICT);
+        let message = message.unwrap();
+        assert!(
+            message.contains("kubectl-create") && message.contains("no origin annotation"),
+            "{message}"
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "only read: {seen:?}");
+        assert!(seen[0].starts_with("GET /api/v1/namespaces/test-ns/configmaps/nginx"));
+    }
+
+    #[tokio::test]
+    async fn our_drifted_object_is_put_back_and_its_new_version_remembered() {
+        let origin = desired::origin("app");
+        let (client, seen) = api_server(vec![
+            (200, current(Some(&origin), "edited", "5")),
+            (200, current(Some(&origin), "1", "6")),
+        ]);
+        let ctx = context(client.clone());
+        let target = cluster(client);
+        let object = config_map();
+        let (status, _) = apply_one(&ctx, &target, &object, &origin).await.unwrap();
+        assert_eq!(status, state::APPLIED);
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
+                && seen[1].contains("force=true")
+                && seen[1].contains("fieldManager=xcc-agent"),
+            "{seen:?}"
+        );
+        let written = ctx
+            .written
+            .lock()
+            .unwrap()
+            .get(&key(&target, &object))
+            .cloned();
+        assert_eq!(
+            written.as_deref(),
+            Some("6"),
+            "the watch event of our write wakes nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_up_to_date_object_is_not_written_and_a_new_one_is_applied_unforced() {
+        let origin = desired::origin("app");
+        let (client, seen) = api_server(vec![(200, current(Some(&origin), "1", "5"))]);
+        let ctx = context(client.clone());
+        let (status, _) = apply_one(&ctx, &cluster(client), &config_map(), &origin)
+            .await
+            .unwrap();
+        assert_eq!(status, state::APPLIED);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+
+        let missing = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
+        let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Apply failed with 1 conflict: conflict with \"kubectl\""});
+        let (client, seen) = api_server(vec![(404, missing), (409, conflict)]);
+        let ctx = context(client.clone());
+        let (status, message) = apply_one(&ctx, &cluster(client), &config_map(), &origin)
+            .await
+            .unwrap();
+        assert_eq!(status, state::CONFLICT);
+        assert!(message.unwrap().contains("made meanwhile"));
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen[1].starts_with("PATCH") && !seen[1].contains("force=true"),
+            "{seen:?}"
+        );
     }
 
     #[test]
