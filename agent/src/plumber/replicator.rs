@@ -54,8 +54,10 @@ use crate::{
 /// Finalizer on every Replicator: its objects are removed everywhere before it goes.
 pub const FINALIZER: &str = "plumber.xcc.test/cleanup";
 
-/// How long one cluster may take for all of a Replicator's objects.
-pub const CLUSTER_DEADLINE: Duration = Duration::from_secs(10);
+/// How long one cluster may take for all of a Replicator's objects: a target that stops
+/// answering mid-way is `Unreachable` after this, before the prober (one probe interval and
+/// deadline) may have noticed.
+pub const CLUSTER_DEADLINE: Duration = Duration::from_secs(6);
 
 /// `applyStatus` values.
 pub mod state {

@@ -59,11 +59,15 @@ fn entries(cluster: &Cluster, context: &str, name: &str, user: &str) -> (Value, 
 /// The kubeconfig Secret `plumber-system/kubeconfig` (key `config`) with the reference's three
 /// contexts, as `kubectl xcc plumber add` writes it.
 fn kubeconfig_secret(primary: &Cluster, second: &Cluster, third: &Cluster) -> String {
-    let all = [
+    secret_of(&[
         entries(primary, "primary", "kubernetes", "kubernetes-admin"),
         entries(second, "secondary1", "v1262-cluster", "kubernetes-admin2"),
         entries(third, "secondary2", "v1252-cluster", "kubernetes-admin3"),
-    ];
+    ])
+}
+
+/// The Secret holding a kubeconfig of `all` (context, cluster, user) entries.
+fn secret_of(all: &[(Value, Value, Value)]) -> String {
     let config = json!({
         "apiVersion": "v1", "kind": "Config", "current-context": "primary",
         "contexts": all.iter().map(|e| e.0.clone()).collect::<Vec<_>>(),
@@ -599,6 +603,74 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         );
     }
     drop(blackhole);
+
+    // The detectors follow the Secret: a context removed takes its detector with it; a context
+    // whose credentials the trust rules refuse gets a detector saying which field.
+    let mut hostile = entries(second, "hostile", "v1262-cluster", "exec-user");
+    hostile.2 = json!({"name": "exec-user", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "touch", "args": ["/tmp/owned"]}}});
+    let mut remaining = vec![
+        entries(primary, "primary", "kubernetes", "kubernetes-admin"),
+        entries(second, "secondary1", "v1262-cluster", "kubernetes-admin2"),
+    ];
+    let edited = Instant::now();
+    remaining.push((hostile.0, json!(null), hostile.2));
+    let mut config: Value = serde_yaml::from_str(&secret_of(&remaining)).unwrap();
+    // The hostile context reuses the second cluster's entry: no second cluster entry of that name.
+    let text: Value =
+        serde_yaml::from_str(config["stringData"]["config"].as_str().unwrap()).unwrap();
+    let mut kubeconfig = text.clone();
+    kubeconfig["clusters"] = json!(
+        text["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| !c.is_null())
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+    config["stringData"]["config"] = json!(serde_yaml::to_string(&kubeconfig).unwrap());
+    primary
+        .apply_yaml(&serde_yaml::to_string(&config).unwrap())
+        .await
+        .unwrap();
+    wait_for(
+        "the detector of the removed context gone",
+        Duration::from_secs(15),
+        || async {
+            detectors(primary)
+                .get_opt(THIRD)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let reason = wait_for(
+        "the hostile context's detector Unknown, naming exec",
+        Duration::from_secs(15),
+        || async {
+            let d = detectors(primary)
+                .get_opt("v1262-cluster.exec-user")
+                .await
+                .ok()??;
+            (d.data["status"]["clusterstatus"] == "Unknown")
+                .then(|| d.data["status"]["reason"].as_str().map(str::to_string))
+                .flatten()
+        },
+    )
+    .await;
+    assert!(reason.contains("exec"), "{reason}");
+    assert!(
+        !std::path::Path::new("/tmp/owned").exists(),
+        "nothing was run"
+    );
+    eprintln!(
+        "plumber: detectors followed the Secret in {:?}",
+        edited.elapsed()
+    );
+    let second_detector = detectors(primary).get(SECOND).await.unwrap();
+    assert_eq!(second_detector.data["status"]["clusterstatus"], "Running");
 }
 
 /// Benchmark (not in the default run): the sample with 2 targets from creation to synced
