@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams},
+    runtime::reflector::ObjectRef,
 };
 use serde_json::json;
 use xcc_kube::{PeerClients, Reach};
@@ -61,6 +62,8 @@ pub struct Detector {
     in_use: BTreeSet<String>,
     /// The last refusal of the whole Secret that was logged.
     said: Option<String>,
+    /// The kubeconfig Secret as last read.
+    secret: Option<Secret>,
 }
 
 /// What one context comes to.
@@ -89,6 +92,7 @@ impl Detector {
             local_uid: None,
             in_use: BTreeSet::new(),
             said: None,
+            secret: None,
         }
     }
 
@@ -100,7 +104,7 @@ impl Detector {
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if let Err(error) = self.round().await {
+            if let Err(error) = self.round(Some(&secrets)).await {
                 tracing::debug!(namespace = %self.namespace, error = %xcc_kube::bounded(&error), "ClusterDetectors: round failed; retrying");
             }
             loop {
@@ -122,15 +126,39 @@ impl Detector {
         }
     }
 
-    /// Reads the Secret, updates the registry and the detectors.
-    pub async fn round(&mut self) -> Result<(), kube::Error> {
+    /// The kubeconfig Secret: read only when the shared watch of local Secrets (metadata) shows
+    /// it with a resourceVersion not read yet, so the steady tick costs no request.
+    async fn secret(
+        &mut self,
+        local: Option<&LocalSecrets>,
+    ) -> Result<Option<Secret>, kube::Error> {
+        let listed = local.is_some_and(|l| l.listed().load(std::sync::atomic::Ordering::Acquire));
+        if let Some(local) = local.filter(|_| listed) {
+            let key = ObjectRef::new(contexts::SECRET).within(&self.namespace);
+            let Some(meta) = local.store().get(&key) else {
+                self.secret = None;
+                return Ok(None);
+            };
+            if let Some(cached) = &self.secret
+                && cached.resource_version() == meta.resource_version()
+                && cached.uid() == meta.uid()
+            {
+                return Ok(Some(cached.clone()));
+            }
+        }
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let secret = match secrets.get_opt(contexts::SECRET).await {
+        self.secret = match secrets.get_opt(contexts::SECRET).await {
             Ok(secret) => secret,
             // No RBAC for plumber, or the namespace is not there: nothing to detect.
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => None,
             Err(e) => return Err(e),
         };
+        Ok(self.secret.clone())
+    }
+
+    /// Reads the Secret, updates the registry and the detectors.
+    pub async fn round(&mut self, local: Option<&LocalSecrets>) -> Result<(), kube::Error> {
+        let secret = self.secret(local).await?;
         let entries = match secret.as_ref().map(contexts::entries).transpose() {
             Ok(entries) => entries.unwrap_or_default(),
             Err(error) => {

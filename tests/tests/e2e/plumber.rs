@@ -328,6 +328,88 @@ impl Drop for Blackhole {
     }
 }
 
+/// The 403 of a call that plumber's RBAC must not allow.
+fn forbidden<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) {
+    match result {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{what}: {s:?}"),
+        other => panic!("the agent may {what}: {other:?}"),
+    }
+}
+
+/// With plumber.yaml, the agent's ServiceAccount still may not list namespaces or nodes, grant
+/// itself roles, delete CRDs, nor write ClusterDetectors outside plumber-system.
+async fn plumber_rbac_stays_closed(primary: &Cluster) {
+    use k8s_openapi::api::{
+        core::v1::Node,
+        rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef},
+    };
+    let agent = primary
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap()
+        .client;
+    forbidden(
+        "list namespaces",
+        Api::<Namespace>::all(agent.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    forbidden(
+        "list nodes",
+        Api::<Node>::all(agent.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    let mut role = ClusterRole::default();
+    role.metadata.name = Some("escalate".into());
+    forbidden(
+        "create a ClusterRole",
+        Api::<ClusterRole>::all(agent.clone())
+            .create(&Default::default(), &role)
+            .await,
+    );
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some("escalate".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: None,
+    };
+    forbidden(
+        "bind cluster-admin",
+        Api::<ClusterRoleBinding>::all(agent.clone())
+            .create(&Default::default(), &binding)
+            .await,
+    );
+    let crds = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+    ));
+    forbidden(
+        "delete a CRD",
+        Api::<DynamicObject>::all_with(agent.clone(), &crds)
+            .delete(
+                "replicators.plumber.jnytnai0613.github.io",
+                &Default::default(),
+            )
+            .await,
+    );
+    let mut detector = DynamicObject::new("elsewhere", &kind("ClusterDetector"));
+    detector.data = json!({"spec": {"context": "a", "cluster": "b", "user": "c"}});
+    forbidden(
+        "create a ClusterDetector in namespace default",
+        Api::<DynamicObject>::namespaced_with(agent, "default", &kind("ClusterDetector"))
+            .create(&Default::default(), &detector)
+            .await,
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target() {
     let Some(binaries) = require_testbed() else {
@@ -335,6 +417,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     };
     let bed = setup(&binaries).await;
     let [primary, second, third] = [0, 1, 2].map(|i| bed.cluster(i));
+    plumber_rbac_stays_closed(primary).await;
 
     // The reference's sample, unchanged.
     let created = Instant::now();
