@@ -859,6 +859,7 @@ async fn apply(
         .flatten()
         .collect();
     if !stale.is_empty() {
+        let objects = without_shared_namespace(replicator, ctx, &objects).await?;
         applied.extend(remove_everywhere(replicator, ctx, &objects, &origin, &stale, true).await);
     }
     let verdict = verdict(&applied);
@@ -869,6 +870,33 @@ async fn apply(
     } else {
         Duration::from_secs(10)
     }))
+}
+
+/// `objects` without the namespace when another Replicator replicates into it too: deleting it
+/// would take that Replicator's objects with it. It stays, with our origin, as that Replicator's
+/// `existing` namespace.
+async fn without_shared_namespace(
+    replicator: &Replicator,
+    ctx: &Context,
+    objects: &[Object],
+) -> Result<Vec<Object>, kube::Error> {
+    let namespace = &replicator.spec.replication_namespace;
+    let others = Api::<Replicator>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await?;
+    let shared = others.items.iter().any(|other| {
+        other.name_any() != replicator.name_any()
+            && other.metadata.deletion_timestamp.is_none()
+            && &other.spec.replication_namespace == namespace
+    });
+    if shared {
+        tracing::info!(replicator = %replicator.name_any(), %namespace, "namespace kept: another Replicator uses it");
+    }
+    Ok(objects
+        .iter()
+        .filter(|o| !(shared && o.kind() == "Namespace"))
+        .cloned()
+        .collect())
 }
 
 /// Removes the objects from `clusters` (by name); what was left behind.
@@ -941,6 +969,7 @@ async fn cleanup(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
+    let objects = without_shared_namespace(replicator, ctx, &objects).await?;
     let left = remove_everywhere(replicator, ctx, &objects, &origin, &in_status, false).await;
     if !left.is_empty() {
         let (_, _, message) = verdict(&left);

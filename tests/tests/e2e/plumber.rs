@@ -523,7 +523,8 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         .apply_yaml(&format!(
             "apiVersion: {GROUP}/v1\nkind: Replicator\nmetadata: {{name: other}}\n\
              spec: {{targetCluster: [secondary1], replicationNamespace: team-b, \
-             configMapName: taken, configMapData: {{owner: us}}}}\n"
+             configMapName: taken, configMapData: {{owner: us}}, \
+             resources: [{{apiVersion: v1, kind: ConfigMap, metadata: {{name: extra}}, data: {{k: v}}}}]}}\n"
         ))
         .await
         .unwrap();
@@ -544,6 +545,13 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         entry(&status, PRIMARY, "ConfigMap", "taken"),
         Some("applied")
     );
+    // resources[]: any manifest, put in the replication namespace on every cluster.
+    assert_eq!(
+        entry(&status, "secondary1", "ConfigMap", "extra"),
+        Some("applied")
+    );
+    let extra = Api::<ConfigMap>::namespaced(second.client.clone(), "team-b");
+    assert_eq!(extra.get("extra").await.unwrap().data.unwrap()["k"], "v");
     let theirs = Api::<ConfigMap>::namespaced(second.client.clone(), "team-b");
     assert_eq!(
         theirs.get("taken").await.unwrap().data.unwrap()["owner"],
@@ -573,6 +581,10 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     let primary_cms = Api::<ConfigMap>::namespaced(primary.client.clone(), "team-b");
     assert!(
         primary_cms.get_opt("taken").await.unwrap().is_none(),
+        "ours removed"
+    );
+    assert!(
+        extra.get_opt("extra").await.unwrap().is_none(),
         "ours removed"
     );
 
