@@ -364,3 +364,153 @@ async fn kube_system_uid(client: &Client) -> Result<String, String> {
         Err(_) => Err(format!("no answer within {UID_DEADLINE:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::sync::{Arc, Mutex};
+
+    const KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: gone-cluster
+  cluster: {server: 'https://127.0.0.1:1', certificate-authority-data: Zm9v}
+users:
+- name: admin
+  user: {token: a}
+- name: runner
+  user: {exec: {command: touch, args: [/tmp/xcc-plumber-detector-test-ran]}}
+contexts:
+- name: dead
+  context: {cluster: gone-cluster, user: admin}
+- name: hostile
+  context: {cluster: gone-cluster, user: runner}
+";
+
+    /// A mocked API server for the agent's own cluster: answers by request, records
+    /// `METHOD path` and the body of each.
+    /// `(METHOD path, body)` of each request.
+    type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+    fn api_server(answers: Vec<(u16, Value)>) -> (Client, Seen) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            while let Some((request, send)) = handle.next_request().await {
+                let line = format!("{} {}", request.method(), request.uri());
+                let body = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                log.lock()
+                    .unwrap()
+                    .push((line, String::from_utf8_lossy(&body).into_owned()));
+                let (status, body) = answers.next().expect("a canned answer");
+                send.send_response(
+                    http::Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    fn detector(name: &str) -> Value {
+        json!({
+            "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ClusterDetector",
+            "metadata": {"name": name, "namespace": "plumber-system", "uid": "d", "resourceVersion": "3",
+                         "labels": {MANAGED_BY: MANAGED_BY_VALUE, ROLE_LABEL: "secondary"}},
+            "spec": {"context": "old", "cluster": "gone", "user": "user"},
+        })
+    }
+
+    #[tokio::test]
+    async fn every_context_gets_a_detector_with_its_reason_and_a_removed_one_goes() {
+        use base64::Engine as _;
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "kubeconfig", "namespace": "plumber-system", "uid": "s", "resourceVersion": "1"},
+            "data": {"config": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)},
+        });
+        let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+        let (client, seen) = api_server(vec![
+            (200, secret),
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": "here"}}),
+            ),
+            (
+                200,
+                json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ClusterDetectorList",
+                         "metadata": {"resourceVersion": "5"}, "items": [detector("gone.user")]}),
+            ),
+            (200, detector("gone-cluster.admin")),
+            (200, detector("gone-cluster.admin")),
+            (200, detector("gone-cluster.runner")),
+            (200, detector("gone-cluster.runner")),
+            (200, ok),
+        ]);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let registry_metrics = crate::sync_metrics::SyncMetrics::register(&mut registry);
+        let shared = Registry::default();
+        let mut detector = Detector::new(
+            client,
+            "plumber-system".into(),
+            PeerClients::default(),
+            shared.clone(),
+            Counted {
+                metrics: registry_metrics,
+                reconciler: "test",
+            },
+        );
+        detector.round(None).await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        let lines: Vec<&str> = seen
+            .iter()
+            .map(|(l, _)| l.split('?').next().unwrap())
+            .collect();
+        let detectors =
+            "/apis/plumber.jnytnai0613.github.io/v1/namespaces/plumber-system/clusterdetectors";
+        assert_eq!(
+            lines,
+            [
+                "GET /api/v1/namespaces/plumber-system/secrets/kubeconfig".to_string(),
+                "GET /api/v1/namespaces/kube-system".to_string(),
+                format!("GET {detectors}"),
+                format!("PATCH {detectors}/gone-cluster.admin"),
+                format!("PATCH {detectors}/gone-cluster.admin/status"),
+                format!("PATCH {detectors}/gone-cluster.runner"),
+                format!("PATCH {detectors}/gone-cluster.runner/status"),
+                format!("DELETE {detectors}/gone.user"),
+            ]
+        );
+        // The dead cluster is Unknown with why; the refused one names the field; neither is
+        // the primary.
+        assert!(seen[4].1.contains("\"Unknown\""), "{}", seen[4].1);
+        assert!(seen[6].1.contains("exec"), "{}", seen[6].1);
+        assert!(seen[3].1.contains("\"secondary\""), "{}", seen[3].1);
+        assert!(
+            !std::path::Path::new("/tmp/xcc-plumber-detector-test-ran").exists(),
+            "nothing was run"
+        );
+        assert!(shared.find("hostile").unwrap().unwrap().client.is_err());
+        assert!(
+            shared
+                .find("gone-cluster.admin")
+                .unwrap()
+                .unwrap()
+                .client
+                .is_ok()
+        );
+        assert_eq!(shared.primary(), None);
+    }
+}

@@ -702,7 +702,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     // The detectors follow the Secret: a context removed takes its detector with it; a context
     // whose credentials the trust rules refuse gets a detector saying which field.
     let mut hostile = entries(second, "hostile", "v1262-cluster", "exec-user");
-    hostile.2 = json!({"name": "exec-user", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "touch", "args": ["/tmp/owned"]}}});
+    hostile.2 = json!({"name": "exec-user", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "touch", "args": ["/tmp/xcc-plumber-e2e-exec-ran"]}}});
     let mut remaining = vec![
         entries(primary, "primary", "kubernetes", "kubernetes-admin"),
         entries(second, "secondary1", "v1262-cluster", "kubernetes-admin2"),
@@ -757,7 +757,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     .await;
     assert!(reason.contains("exec"), "{reason}");
     assert!(
-        !std::path::Path::new("/tmp/owned").exists(),
+        !std::path::Path::new("/tmp/xcc-plumber-e2e-exec-ran").exists(),
         "nothing was run"
     );
     eprintln!(
