@@ -130,6 +130,15 @@ impl Registry {
             .map(|t| t.detector.clone())
     }
 
+    /// The identities of the clients of every context now.
+    pub fn identities(&self) -> std::collections::BTreeSet<String> {
+        self.lock()
+            .iter()
+            .flatten()
+            .filter_map(|t| t.client.as_ref().ok().map(|p| p.identity.clone()))
+            .collect()
+    }
+
     /// Whether the Secret was read at least once.
     pub fn read(&self) -> bool {
         self.lock().is_some()

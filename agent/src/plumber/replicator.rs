@@ -18,14 +18,10 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{ConfigMap, Secret, Service},
-    networking::v1::Ingress,
-};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    api::{DynamicObject, Patch, PatchParams},
     core::GroupVersionKind,
     runtime::{
         controller::Action,
@@ -101,8 +97,9 @@ pub struct Context {
     wake: UnboundedSender<ObjectRef<Replicator>>,
     /// The resourceVersion each of our writes (or checks) left; "" once we deleted it.
     written: Arc<Mutex<HashMap<Key, String>>>,
-    /// The drift watches of each cluster in use, by client identity.
-    watched: Mutex<HashMap<String, Vec<tokio::task::AbortHandle>>>,
+    /// The drift watch of each kind on each cluster in use, by client identity and
+    /// `group/version/kind`.
+    watched: Mutex<HashMap<(String, String), tokio::task::AbortHandle>>,
     /// Kinds of `resources[]` found by discovery here.
     kinds: tokio::sync::Mutex<Kinds>,
 }
@@ -136,15 +133,13 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        for handles in self
+        for handle in self
             .watched
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
         {
-            for handle in handles {
-                handle.abort();
-            }
+            handle.abort();
         }
     }
 }
@@ -458,7 +453,7 @@ async fn apply_cluster(
             .map(|o| entry(&cluster.name, o, state::UNREACHABLE, Some(why.clone())))
             .collect();
     }
-    ensure_watched(ctx, cluster);
+    ensure_watched(ctx, cluster, objects);
     let deadline = tokio::time::Instant::now() + CLUSTER_DEADLINE;
     let mut out = Vec::new();
     let mut unreachable: Option<String> = None;
@@ -586,81 +581,85 @@ async fn cleanup_cluster(
     left
 }
 
-/// Watches (metadata, shared) of the replicated kinds on `cluster`, which wake the Replicator
-/// an object belongs to when it drifts or goes.
-fn ensure_watched(ctx: &Context, cluster: &Cluster) {
+/// Watches (metadata, shared) of the replicated kinds on `cluster` (the namespace aside), which
+/// wake the Replicator an object belongs to when it drifts or goes. Watches through clients that
+/// are no longer current (the kubeconfig Secret changed) are stopped.
+fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
     let mut watched = ctx.watched.lock().unwrap_or_else(|e| e.into_inner());
-    if watched.contains_key(&cluster.identity) {
-        return;
-    }
-    let kinds = [
-        ApiResource::erase::<ConfigMap>(&()),
-        ApiResource::erase::<Deployment>(&()),
-        ApiResource::erase::<Service>(&()),
-        ApiResource::erase::<Ingress>(&()),
-        ApiResource::erase::<Secret>(&()),
-    ];
-    let handles = kinds
-        .into_iter()
-        .map(|resource| {
-            let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
-            let id = if cluster.server.is_none() {
-                SourceId::local(gvk)
-            } else {
-                SourceId {
-                    cluster: cluster.name.clone(),
-                    identity: cluster.identity.clone(),
-                    gvk,
-                    fields: None,
+    let current = ctx.registry.identities();
+    watched.retain(|(identity, _), handle| {
+        let keep = identity == crate::sources::LOCAL || current.contains(identity);
+        if !keep {
+            handle.abort();
+        }
+        keep
+    });
+    for object in objects.iter().filter(|o| o.kind() != "Namespace") {
+        let resource = object.resource.clone();
+        let slot = (
+            cluster.identity.clone(),
+            format!("{}/{}/{}", resource.group, resource.version, resource.kind),
+        );
+        if watched.contains_key(&slot) {
+            continue;
+        }
+        let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
+        let id = if cluster.server.is_none() {
+            SourceId::local(gvk)
+        } else {
+            SourceId {
+                cluster: cluster.name.clone(),
+                identity: cluster.identity.clone(),
+                gvk,
+                fields: None,
+            }
+        };
+        let view = ctx
+            .sources
+            .view(id, cluster.client.clone(), &resource, Detail::Metadata);
+        let written = ctx.written.clone();
+        let wake = ctx.wake.clone();
+        let identity = cluster.identity.clone();
+        let handle = tokio::spawn(async move {
+            let mut changes = std::pin::pin!(view.changes());
+            while let Some(change) = changes.next().await {
+                let (object, deleted) = match change {
+                    Change::Applied(o) => (o, false),
+                    Change::Deleted(o) => (o, true),
+                    Change::Listed | Change::Missed => continue,
+                };
+                let Some(name) = object
+                    .annotations()
+                    .get(ORIGIN_ANNOTATION)
+                    .and_then(|o| desired::replicator_of(o))
+                else {
+                    continue;
+                };
+                let key = (
+                    identity.clone(),
+                    resource.kind.clone(),
+                    object.namespace().unwrap_or_default(),
+                    object.name_any(),
+                );
+                let last = written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&key)
+                    .cloned();
+                let ours = match (&last, deleted) {
+                    (Some(rv), true) => rv.is_empty(),
+                    (Some(rv), false) => Some(rv) == object.resource_version().as_ref(),
+                    (None, _) => false,
+                };
+                if !ours {
+                    tracing::debug!(replicator = name, kind = %resource.kind, object = %object.name_any(), deleted, "replicated object changed; reconciling");
+                    let _ = wake.send(ObjectRef::new(name));
                 }
-            };
-            let view = ctx
-                .sources
-                .view(id, cluster.client.clone(), &resource, Detail::Metadata);
-            let written = ctx.written.clone();
-            let wake = ctx.wake.clone();
-            let identity = cluster.identity.clone();
-            tokio::spawn(async move {
-                let mut changes = std::pin::pin!(view.changes());
-                while let Some(change) = changes.next().await {
-                    let (object, deleted) = match change {
-                        Change::Applied(o) => (o, false),
-                        Change::Deleted(o) => (o, true),
-                        Change::Listed | Change::Missed => continue,
-                    };
-                    let Some(name) = object
-                        .annotations()
-                        .get(ORIGIN_ANNOTATION)
-                        .and_then(|o| desired::replicator_of(o))
-                    else {
-                        continue;
-                    };
-                    let key = (
-                        identity.clone(),
-                        resource.kind.clone(),
-                        object.namespace().unwrap_or_default(),
-                        object.name_any(),
-                    );
-                    let last = written
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get(&key)
-                        .cloned();
-                    let ours = match (&last, deleted) {
-                        (Some(rv), true) => rv.is_empty(),
-                        (Some(rv), false) => Some(rv) == object.resource_version().as_ref(),
-                        (None, _) => false,
-                    };
-                    if !ours {
-                        tracing::debug!(replicator = name, kind = %resource.kind, object = %object.name_any(), deleted, "replicated object changed; reconciling");
-                        let _ = wake.send(ObjectRef::new(name));
-                    }
-                }
-            })
-            .abort_handle()
+            }
         })
-        .collect();
-    watched.insert(cluster.identity.clone(), handles);
+        .abort_handle();
+        watched.insert(slot, handle);
+    }
 }
 
 /// The Ready condition's status, reason and message for `entries`.
