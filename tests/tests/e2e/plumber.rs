@@ -766,6 +766,46 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     );
     let second_detector = detectors(primary).get(SECOND).await.unwrap();
     assert_eq!(second_detector.data["status"]["clusterstatus"], "Running");
+
+    // After the Secret changed (new clients), a Replicator still syncs and its drift is reverted.
+    primary
+        .apply_yaml(&format!(
+            "apiVersion: {GROUP}/v1\nkind: Replicator\nmetadata: {{name: after-edit}}\n\
+             spec: {{targetCluster: [secondary1], replicationNamespace: team-c, \
+             configMapName: c, configMapData: {{a: '1'}}}}\n"
+        ))
+        .await
+        .unwrap();
+    wait_status(
+        primary,
+        "after-edit",
+        "after-edit synced",
+        Duration::from_secs(30),
+        |s| s["synced"] == true,
+    )
+    .await;
+    second
+        .kubectl(&[
+            "-n",
+            "team-c",
+            "patch",
+            "configmap",
+            "c",
+            "-p",
+            r#"{"data":{"a":"2"}}"#,
+        ])
+        .await
+        .unwrap();
+    let cms = Api::<ConfigMap>::namespaced(second.client.clone(), "team-c");
+    wait_for(
+        "the edited ConfigMap restored",
+        Duration::from_secs(5),
+        || async {
+            let data = cms.get("c").await.ok()?.data?;
+            (data["a"] == "1").then_some(())
+        },
+    )
+    .await;
 }
 
 /// Benchmark (not in the default run): the sample with 2 targets from creation to synced
