@@ -64,6 +64,8 @@ pub struct Detector {
     said: Option<String>,
     /// The kubeconfig Secret as last read.
     secret: Option<Secret>,
+    /// Whether the missing CRDs or RBAC were logged (once).
+    said_rbac: std::sync::atomic::AtomicBool,
 }
 
 /// What one context comes to.
@@ -93,6 +95,7 @@ impl Detector {
             in_use: BTreeSet::new(),
             said: None,
             secret: None,
+            said_rbac: Default::default(),
         }
     }
 
@@ -260,9 +263,17 @@ impl Detector {
             .list(&ListParams::default().labels(&format!("{MANAGED_BY}={MANAGED_BY_VALUE}")))
             .await
         {
-            Ok(list) => list.items,
+            Ok(list) => {
+                self.said_rbac
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                list.items
+            }
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
-                if !found.is_empty() {
+                if !found.is_empty()
+                    && !self
+                        .said_rbac
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
                     tracing::warn!(namespace = %self.namespace, "cannot list ClusterDetectors: are the plumber CRDs and RBAC (manifests/agent/plumber.yaml) installed?");
                 }
                 return Ok(());

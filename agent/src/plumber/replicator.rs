@@ -102,6 +102,10 @@ pub struct Context {
     watched: Mutex<HashMap<(String, String), tokio::task::AbortHandle>>,
     /// Kinds of `resources[]` found by discovery here.
     kinds: tokio::sync::Mutex<Kinds>,
+    /// Certificates made for each Replicator (by UID) that are not in this cluster's
+    /// `ca-secret` yet (or cannot be, when that Secret is someone else's): made once, not at
+    /// every reconcile.
+    made: Mutex<HashMap<String, Bundle>>,
 }
 
 impl Context {
@@ -127,6 +131,7 @@ impl Context {
             written: Arc::default(),
             watched: Mutex::default(),
             kinds: tokio::sync::Mutex::default(),
+            made: Mutex::default(),
         }
     }
 }
@@ -313,10 +318,17 @@ async fn certificates(
             return Ok(Some(found));
         }
     }
+    let uid = replicator.uid().unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let mut made = ctx.made.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(bundle) = made.get(&uid).filter(|b| b.serves(&hosts, now)) {
+        return Ok(Some(bundle.clone()));
+    }
     tracing::info!(replicator = %replicator.name_any(), ?hosts, "new Ingress certificates");
-    certs::generate(&hosts)
-        .map(Some)
-        .map_err(|e| format!("cannot make the Ingress certificates: {e}"))
+    let bundle = certs::generate(&hosts)
+        .map_err(|e| format!("cannot make the Ingress certificates: {e}"))?;
+    made.insert(uid, bundle.clone());
+    Ok(Some(bundle))
 }
 
 fn entry(cluster: &str, object: &Object, status: &str, message: Option<String>) -> ApplyStatus {
@@ -944,6 +956,10 @@ async fn cleanup(
 ) -> Result<Action, Error> {
     let name = replicator.name_any();
     let origin = desired::origin(&name);
+    ctx.made
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&replicator.uid().unwrap_or_default());
     let kinds = resolve_kinds(replicator, ctx).await;
     // The Secrets' names are all that matter for deletion.
     let names_only = Bundle {
@@ -1055,6 +1071,7 @@ mod tests {
             written: Arc::default(),
             watched: Mutex::default(),
             kinds: tokio::sync::Mutex::default(),
+            made: Mutex::default(),
         }
     }
 
@@ -1172,6 +1189,47 @@ mod tests {
         assert!(
             seen[1].starts_with("PATCH") && !seen[1].contains("force=true"),
             "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_namespace_another_replicator_uses_is_not_deleted() {
+        let rep = |name: &str, ns: &str| {
+            json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
+                   "metadata": {"name": name}, "spec": {"replicationNamespace": ns}})
+        };
+        let list = |items: Vec<Value>| {
+            json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ReplicatorList",
+                   "metadata": {"resourceVersion": "1"}, "items": items})
+        };
+        let mine: Replicator = serde_json::from_value(json!({
+            "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
+            "metadata": {"name": "app"},
+            "spec": {"replicationNamespace": "test-ns", "configMapName": "nginx"}
+        }))
+        .unwrap();
+        let objects = desired::objects(&mine, "app", None, &Kinds::new()).unwrap();
+        let (client, _) = api_server(vec![(
+            200,
+            list(vec![rep("app", "test-ns"), rep("other", "test-ns")]),
+        )]);
+        let kept = without_shared_namespace(&mine, &context(client), &objects)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept.iter().map(|o| o.kind()).collect::<Vec<_>>(),
+            ["ConfigMap"]
+        );
+        let (client, _) = api_server(vec![(
+            200,
+            list(vec![rep("app", "test-ns"), rep("other", "elsewhere")]),
+        )]);
+        let all = without_shared_namespace(&mine, &context(client), &objects)
+            .await
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|o| o.kind()).collect::<Vec<_>>(),
+            ["Namespace", "ConfigMap"]
         );
     }
 
