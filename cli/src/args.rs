@@ -26,8 +26,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 
-    /// Log filter for diagnostics on stderr (tracing syntax, e.g. `debug`).
-    #[arg(long, env = "XCC_LOG", default_value = "warn", global = true)]
+    /// Log filter for diagnostics on stderr (tracing syntax, e.g. `debug`); off by default:
+    /// errors are reported on one line either way.
+    #[arg(long, env = "XCC_LOG", default_value = "off", global = true)]
     pub log: String,
 }
 

@@ -72,10 +72,14 @@ struct Member {
 }
 
 fn reach_error(target: &Target) -> impl FnOnce(kube::Error) -> Error {
-    Error::api(format!(
-        "cannot reach context {:?} ({}); check that the cluster is up and the context is right; nothing was changed",
-        target.context, target.server
-    ))
+    let (context, server) = (target.context.clone(), target.server.clone());
+    move |e| {
+        Error::Failed(format!(
+            "cannot reach context {context:?} ({server}): {}; check that the cluster is up and \
+             the context is right; nothing was changed",
+            crate::error::describe(&e)
+        ))
+    }
 }
 
 /// The kube-system UID of a cluster: also the check that it answers.
@@ -462,23 +466,30 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
                 args.context, args.registry.registry_namespace
             ))
         })?;
-        let mut found = None;
-        for context in contexts::context_names(&kubeconfig) {
-            if let Ok((s, _)) = contexts::server_and_ca(&kubeconfig, &context)
-                && same_server(&s, &server)
-            {
-                found = Some(context);
+        // Every context with that server may reach the peer; the one named like it first.
+        let mut candidates: Vec<String> = contexts::context_names(&kubeconfig)
+            .into_iter()
+            .filter(|c| {
+                contexts::server_and_ca(&kubeconfig, c).is_ok_and(|(s, _)| same_server(&s, &server))
+            })
+            .collect();
+        candidates.sort_by_key(|c| *c != name);
+        let mut reached = Err(Error::Usage(format!(
+            "peer Cluster {name} ({server}) has no context in your kubeconfig: add one, then run \
+             leave again; nothing was changed"
+        )));
+        for context in &candidates {
+            reached = async {
+                let peer = contexts::client(&kubeconfig, context, args.kube.timeout).await?;
+                cluster_id(&peer).await?;
+                Ok::<Target, Error>(peer)
+            }
+            .await;
+            if reached.is_ok() {
                 break;
             }
         }
-        let context = found.ok_or_else(|| {
-            Error::Usage(format!(
-                "peer Cluster {name} ({server}) has no context in your kubeconfig: add one, then \
-                 run leave again; nothing was changed"
-            ))
-        })?;
-        let peer_target = contexts::client(&kubeconfig, &context, args.kube.timeout).await?;
-        cluster_id(&peer_target).await?;
+        let peer_target = reached?;
         peers.push((name, peer_target));
     }
     let own_secret = secrets

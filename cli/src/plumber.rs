@@ -640,4 +640,117 @@ mod tests {
         assert!(!is_dns_subdomain("a..b"));
         assert!(!is_dns_subdomain("-a.b"));
     }
+
+    mod api {
+        use super::*;
+        use http::{Request, Response};
+        use kube::client::Body;
+
+        type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+        fn primary() -> (Target, Handle) {
+            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let target = Target {
+                context: "primary".into(),
+                client: kube::Client::new(service, "default"),
+                server: "https://primary".into(),
+            };
+            (target, handle)
+        }
+
+        fn json(code: u16, value: serde_json::Value) -> Response<Body> {
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&value).unwrap()))
+                .unwrap()
+        }
+
+        fn status(code: u16, reason: &str) -> Response<Body> {
+            json(
+                code,
+                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": reason, "reason": reason, "code": code}),
+            )
+        }
+
+        async fn body(request: Request<Body>) -> serde_json::Value {
+            let bytes = request.into_body().collect_bytes().await.unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        }
+
+        #[tokio::test]
+        async fn a_first_add_creates_the_namespace_and_applies_the_secret() {
+            let (target, mut handle) = primary();
+            let stored = merge(
+                None,
+                &contexts::extract(&kubeconfig(), "first").unwrap(),
+                "first",
+            )
+            .unwrap();
+            let server = tokio::spawn(async move {
+                let (request, respond) = handle.next_request().await.unwrap();
+                assert_eq!(request.uri().path(), "/api/v1/namespaces/plumber-system");
+                respond.send_response(status(404, "NotFound"));
+                let (request, respond) = handle.next_request().await.unwrap();
+                assert_eq!(request.method(), "POST");
+                assert_eq!(request.uri().path(), "/api/v1/namespaces");
+                respond.send_response(json(201, body(request).await));
+                let (request, respond) = handle.next_request().await.unwrap();
+                assert_eq!(request.method(), "PATCH");
+                assert_eq!(
+                    request.uri().path(),
+                    "/api/v1/namespaces/plumber-system/secrets/kubeconfig"
+                );
+                assert!(
+                    request
+                        .uri()
+                        .query()
+                        .unwrap()
+                        .contains("fieldManager=kubectl-xcc"),
+                    "{:?}",
+                    request.uri()
+                );
+                let sent = body(request).await;
+                assert!(sent["metadata"].get("resourceVersion").is_none(), "{sent}");
+                let data = sent["data"]["config"].as_str().unwrap();
+                use base64::Engine as _;
+                let text = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap();
+                let text = String::from_utf8(text).unwrap();
+                assert!(text.contains("token: secret-token"), "{text}");
+                respond.send_response(json(200, sent));
+            });
+            write(&target, "plumber-system", &stored, None)
+                .await
+                .unwrap();
+            server.await.unwrap();
+        }
+
+        #[tokio::test]
+        async fn a_secret_changed_meanwhile_is_not_overwritten() {
+            let (target, mut handle) = primary();
+            let stored = merge(
+                None,
+                &contexts::extract(&kubeconfig(), "first").unwrap(),
+                "first",
+            )
+            .unwrap();
+            let server = tokio::spawn(async move {
+                let (request, respond) = handle.next_request().await.unwrap();
+                assert_eq!(request.method(), "PATCH");
+                let sent = body(request).await;
+                assert_eq!(sent["metadata"]["resourceVersion"], "41");
+                respond.send_response(status(409, "Conflict"));
+            });
+            let e = write(&target, "plumber-system", &stored, Some("41".into()))
+                .await
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("changed while this command ran"),
+                "{e}"
+            );
+            server.await.unwrap();
+        }
+    }
 }
