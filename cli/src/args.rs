@@ -145,9 +145,11 @@ pub enum ClusterCommand {
     /// every other cluster a Cluster and Secret for it. Idempotent; run it again to renew the
     /// reader tokens or to add a cluster (name one member of the group and the new one).
     Join(JoinArgs),
-    /// Undo what join did for one cluster: its Cluster and Secret on its peers (found through
-    /// the Secrets it holds, reached through the context of your kubeconfig with the same
-    /// server), the peers' on it, and its own Cluster and Secret if join created them.
+    /// Undo what join did for one cluster: its reader tokens are revoked (its reader
+    /// ServiceAccount is recreated), its Cluster and Secret are deleted on its peers (found
+    /// through the Secrets it holds, reached through the context of your kubeconfig with the
+    /// same server), the peers' on it, and its own Cluster and Secret if join created them.
+    /// Join again to rejoin.
     Leave(LeaveArgs),
 }
 

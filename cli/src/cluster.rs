@@ -408,22 +408,105 @@ fn same_server(a: &str, b: &str) -> bool {
         .eq_ignore_ascii_case(b.trim_end_matches('/'))
 }
 
-async fn delete_pair(on: &Target, name: &str, registry: &RegistryArgs) -> Result<(), Error> {
-    let what = format!("cannot delete Cluster and Secret {name} on {}", on.context);
+/// Rounds of deletion `leave` makes before it gives up on copies that keep coming back.
+const LEAVE_ROUNDS: usize = 10;
+
+async fn delete_cluster(on: &Target, name: &str) -> Result<(), Error> {
     match clusters(&on.client)
         .delete(name, &DeleteParams::default())
         .await
     {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(Error::api(what)(e)),
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::api(format!(
+            "cannot delete Cluster {name} on {}",
+            on.context
+        ))(e)),
     }
+}
+
+async fn delete_secret(on: &Target, name: &str, registry: &RegistryArgs) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(on.client.clone(), &registry.registry_namespace);
     match secrets.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(Error::api(what)(e)),
+        Err(e) => Err(Error::api(format!(
+            "cannot delete Secret {}/{name} on {}",
+            registry.registry_namespace, on.context
+        ))(e)),
     }
+}
+
+/// The Secret first: without it the cluster's agent cannot copy the Cluster back.
+async fn delete_pair(on: &Target, name: &str, registry: &RegistryArgs) -> Result<(), Error> {
+    delete_secret(on, name, registry).await?;
+    delete_cluster(on, name).await
+}
+
+/// Whether `on` still holds a Cluster or peer Secret named `name`.
+async fn holds_pair(on: &Target, name: &str, registry: &RegistryArgs) -> Result<bool, Error> {
+    let what = format!("cannot read Cluster and Secret {name} on {}", on.context);
+    let cluster = clusters(&on.client)
+        .get_opt(name)
+        .await
+        .map_err(Error::api(what.clone()))?;
+    let secrets: Api<Secret> = Api::namespaced(on.client.clone(), &registry.registry_namespace);
+    let secret = secrets.get_opt(name).await.map_err(Error::api(what))?;
+    Ok(cluster.is_some() || secret.is_some())
+}
+
+/// Recreates the reader ServiceAccount of `target`, so that every token minted for it (the
+/// ones in the peers' Secrets) stops working. Its labels and annotations are kept.
+async fn revoke_reader(target: &Target, registry: &RegistryArgs) -> Result<(), Error> {
+    let accounts: Api<ServiceAccount> =
+        Api::namespaced(target.client.clone(), &registry.reader_namespace);
+    let what = format!(
+        "cannot recreate ServiceAccount {}/{} on {}",
+        registry.reader_namespace, registry.reader, target.context
+    );
+    let Some(account) = accounts
+        .get_opt(&registry.reader)
+        .await
+        .map_err(Error::api(what.clone()))?
+    else {
+        return Ok(());
+    };
+    let fresh = ServiceAccount {
+        metadata: ObjectMeta {
+            name: account.metadata.name.clone(),
+            namespace: account.metadata.namespace.clone(),
+            labels: account.metadata.labels.clone(),
+            annotations: account.metadata.annotations.clone(),
+            ..Default::default()
+        },
+        automount_service_account_token: account.automount_service_account_token,
+        image_pull_secrets: account.image_pull_secrets.clone(),
+        ..Default::default()
+    };
+    let uid = account.uid().unwrap_or_default();
+    let precondition = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match accounts.delete(&registry.reader, &precondition).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(Error::api(what)(e)),
+    }
+    // Deletion of a ServiceAccount is immediate (no finalizers); retry a conflict briefly.
+    for attempt in 0..10 {
+        match accounts.create(&PostParams::default(), &fresh).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 9 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(Error::api(what)(e)),
+        }
+    }
+    Ok(())
 }
 
 async fn leave(args: LeaveArgs) -> Result<(), Error> {
@@ -499,16 +582,45 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
     let created = |annotations: &BTreeMap<String, String>| {
         annotations.get(CREATED_BY).map(String::as_str) == Some(CREATED_BY_VALUE)
     };
-    // Twice: between the deletions, an agent of the group may copy a Cluster from a peer not
-    // cleaned yet; the second pass removes such copies.
-    for pass in 0..2 {
-        if pass == 1 {
+    // First nobody may read the leaving cluster any more: its reader ServiceAccount is
+    // recreated, which invalidates every token minted for it. Otherwise the agents of the group,
+    // which copy each other's Clusters and peer Secrets, would copy its objects back as fast as
+    // they are deleted.
+    revoke_reader(&target, &args.registry).await?;
+    let peer_names: Vec<String> = peers.iter().map(|(n, _)| n.clone()).collect();
+    let mut settled = false;
+    for round in 0..LEAVE_ROUNDS {
+        if round > 0 {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        for (name, peer) in &peers {
+        for (_, peer) in &peers {
             delete_pair(peer, &own_name, &args.registry).await?;
-            delete_pair(&target, name, &args.registry).await?;
         }
+        for name in &peer_names {
+            delete_secret(&target, name, &args.registry).await?;
+        }
+        for name in &peer_names {
+            delete_cluster(&target, name).await?;
+        }
+        // Copies an agent made while this ran come back once at most: look again.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut left = false;
+        for (_, peer) in &peers {
+            left |= holds_pair(peer, &own_name, &args.registry).await?;
+        }
+        for name in &peer_names {
+            left |= holds_pair(&target, name, &args.registry).await?;
+        }
+        if !left {
+            settled = true;
+            break;
+        }
+    }
+    if !settled {
+        return Err(Error::Failed(format!(
+            "after {LEAVE_ROUNDS} rounds the group's agents still copy {own_name}'s Cluster and \
+             Secret back; run leave again"
+        )));
     }
     if created(own.annotations()) {
         match clusters(&target.client)

@@ -163,7 +163,18 @@ pub async fn run(args: DnsArgs) -> Result<(), Error> {
     let request = http::Request::get(&path)
         .body(Vec::new())
         .map_err(|e| Error::Usage(format!("cannot ask for {name:?}: {e}")))?;
-    let text = client.request_text(request).await.map_err(|e| match &e {
+    // The whole request is bounded: a proxy that accepts and never answers must not hang a
+    // terminal (the client's timeouts are per read, and a proxy may keep a stream alive).
+    let answer = tokio::time::timeout(args.kube.timeout, client.request_text(request))
+        .await
+        .map_err(|_| {
+            Error::Failed(format!(
+                "the agent at {via} did not answer within {}; check that it runs (or pass \
+                 --agent-url, or a longer --timeout)",
+                humantime::format_duration(args.kube.timeout)
+            ))
+        })?;
+    let text = answer.map_err(|e| match &e {
         kube::Error::Api(status) => {
             // The agent's own refusals come as {"error": ...}.
             let agent = serde_json::from_str::<serde_json::Value>(&status.message)

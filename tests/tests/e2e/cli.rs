@@ -341,6 +341,85 @@ endpoints:
     );
     let table = user.run(&["dns", KUARD, "--agent-url", &agent_url]).await;
     assert!(table.ok().contains("dev-team/gateway-dns"), "{table:?}");
+    // The same through the API server's service proxy, as a user without --agent-url asks. No
+    // pods run here: the agent stands behind a Service whose endpoint is a Pod object given the
+    // address 192.0.2.10 by hand (the API server proxies only to a Pod's own address) and the
+    // agent's admin port (the test bed's egress proxy connects to 127.0.0.1 at that port).
+    let port = members[0].agent.admin.port();
+    first
+        .apply_yaml(
+            "apiVersion: v1
+kind: Pod
+metadata: {name: xcc-agent-local, namespace: xcc-dns}
+spec:
+  serviceAccountName: xcc-agent
+  automountServiceAccountToken: false
+  containers: [{name: xcc-agent, image: xcc:latest}]
+",
+        )
+        .await
+        .unwrap();
+    first
+        .kubectl(&[
+            "-n",
+            "xcc-dns",
+            "patch",
+            "pod",
+            "xcc-agent-local",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"podIP":"192.0.2.10","podIPs":[{"ip":"192.0.2.10"}]}}"#,
+        ])
+        .await
+        .unwrap();
+    first
+        .apply_yaml(&format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: xcc-agent-local, namespace: xcc-dns}}
+spec:
+  ports: [{{name: admin, port: {port}, protocol: TCP}}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: xcc-agent-local, namespace: xcc-dns}}
+subsets:
+- addresses:
+  - ip: 192.0.2.10
+    targetRef: {{kind: Pod, name: xcc-agent-local, namespace: xcc-dns}}
+  ports: [{{name: admin, port: {port}, protocol: TCP}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: xcc-agent-local
+  namespace: xcc-dns
+  labels: {{kubernetes.io/service-name: xcc-agent-local}}
+addressType: IPv4
+endpoints:
+- addresses: [192.0.2.10]
+  targetRef: {{kind: Pod, name: xcc-agent-local, namespace: xcc-dns}}
+ports: [{{name: admin, port: {port}, protocol: TCP}}]
+"
+        ))
+        .await
+        .unwrap();
+    let proxied = user
+        .run(&[
+            "dns",
+            KUARD,
+            "--context",
+            "first",
+            "--agent-service",
+            "xcc-agent-local",
+            "-o",
+            "yaml",
+        ])
+        .await;
+    let proxied: serde_json::Value = serde_yaml::from_str(proxied.ok()).unwrap();
+    assert_eq!(proxied["answers"], explained["answers"]);
+    assert_eq!(proxied["sources"], explained["sources"]);
     let long = format!("{}.xcc.test", "a".repeat(260));
     user.run(&["dns", &long, "--agent-url", &agent_url])
         .await
