@@ -209,7 +209,7 @@ async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
         ],
     );
     for cluster in [first, second, third] {
-        assert_eq!(cluster_names(cluster).await, [cluster.name.clone()]);
+        assert_eq!(cluster_names(cluster).await, [cluster.name.as_str()]);
     }
     // Link: not in this version.
     user.run(&[
