@@ -9,14 +9,22 @@ use kubectl_xcc::{Cli, exit};
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            };
+        Err(e) if !e.use_stderr() => {
+            // --help, --version.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::from(exit::OK);
+        }
+        Err(e) => {
+            // One line, as every other error: clap's message (the lines before its usage
+            // block), and where to look.
+            let text = e.render().to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see kubectl xcc --help)", message.join(" "));
+            return ExitCode::from(exit::USAGE);
         }
     };
     tracing_subscriber::fmt()
