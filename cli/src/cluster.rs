@@ -421,7 +421,7 @@ fn same_server(a: &str, b: &str) -> bool {
 }
 
 /// Rounds of deletion `leave` makes before it gives up on copies that keep coming back.
-const LEAVE_ROUNDS: usize = 10;
+const LEAVE_ROUNDS: usize = 20;
 
 async fn delete_cluster(on: &Target, name: &str) -> Result<(), Error> {
     match clusters(&on.client)
@@ -603,18 +603,24 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
     let mut settled = false;
     for round in 0..LEAVE_ROUNDS {
         if round > 0 {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Staggered, so that this round does not meet the agents' next copy in step.
+            tokio::time::sleep(Duration::from_millis(700 + 300 * round as u64)).await;
         }
+        // All at once: the group's agents copy each other's copies, so an object deleted on
+        // one member while another still holds it comes straight back.
+        let mut deletions = tokio::task::JoinSet::new();
         for (_, peer) in &peers {
-            delete_pair(peer, &own_name, &args.registry).await?;
+            let (peer, name, registry) = (peer.clone(), own_name.clone(), args.registry.clone());
+            deletions.spawn(async move { delete_pair(&peer, &name, &registry).await });
         }
         for name in &peer_names {
-            delete_secret(&target, name, &args.registry).await?;
+            let (target, name, registry) = (target.clone(), name.clone(), args.registry.clone());
+            deletions.spawn(async move { delete_pair(&target, &name, &registry).await });
         }
-        for name in &peer_names {
-            delete_cluster(&target, name).await?;
+        while let Some(done) = deletions.join_next().await {
+            done.map_err(|e| Error::Failed(format!("a deletion did not finish: {e}")))??;
         }
-        // Copies an agent made while this ran come back once at most: look again.
+        // Copies an agent made while this ran: look again.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut left = false;
         for (_, peer) in &peers {
