@@ -111,6 +111,9 @@ pub struct Report {
     pub items: Vec<Row>,
     /// Kinds whose CRD this cluster does not serve.
     pub absent_kinds: Vec<String>,
+    /// Kinds this context may not list (RBAC).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub forbidden_kinds: Vec<String>,
 }
 
 fn text(value: &Value) -> String {
@@ -177,6 +180,12 @@ pub fn render(report: &Report) -> String {
             report.absent_kinds.join(", ")
         ));
     }
+    if !report.forbidden_kinds.is_empty() {
+        out.push_str(&format!(
+            "not listed, this context may not list them: {}\n",
+            report.forbidden_kinds.join(", ")
+        ));
+    }
     out
 }
 
@@ -188,6 +197,7 @@ pub async fn run(args: StatusArgs) -> Result<(), Error> {
         context: context.clone(),
         items: Vec::new(),
         absent_kinds: Vec::new(),
+        forbidden_kinds: Vec::new(),
     };
     for kind in &KINDS {
         let api: Api<DynamicObject> = Api::all_with(target.client.clone(), &kind.resource());
@@ -196,6 +206,9 @@ pub async fn run(args: StatusArgs) -> Result<(), Error> {
                 .items
                 .extend(list.items.iter().map(|object| row(kind, object))),
             Err(e) if is_not_found(&e) => report.absent_kinds.push(kind.kind.into()),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                report.forbidden_kinds.push(kind.kind.into())
+            }
             Err(e) => {
                 return Err(Error::api(format!(
                     "cannot list {} on context {context:?} ({})",
@@ -277,12 +290,14 @@ mod tests {
                 message: String::new(),
             }],
             absent_kinds: vec!["GatewayDNS".into(), "Replicator".into()],
+            forbidden_kinds: vec!["SecretImport".into()],
         };
         assert_eq!(
             render(&report),
             "KIND      NAMESPACE   NAME    READY   REASON   MESSAGE\n\
              Cluster   -           first   Ready   -        -\n\
-             \nnot installed on this cluster: GatewayDNS, Replicator\n"
+             \nnot installed on this cluster: GatewayDNS, Replicator\n\
+             not listed, this context may not list them: SecretImport\n"
         );
     }
 
