@@ -11,17 +11,26 @@ use std::{
 };
 
 use axum::{
-    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+    Router,
+    extract::{RawQuery, State},
+    http::StatusCode,
+    http::header,
+    response::IntoResponse,
+    routing::get,
 };
 use tokio::net::TcpListener;
+use xcc_dns::RecordTable;
 
-use crate::metrics::Metrics;
+use crate::{explain, metrics::Metrics, slices::SliceOrigins};
 
 #[derive(Clone)]
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
     pub tasks: CoreTasks,
+    /// The table DNS answers from, and where its slice sources came from (`/explain`).
+    pub table: Arc<RecordTable>,
+    pub origins: SliceOrigins,
 }
 
 /// The tasks the process cannot work without (the DNS server, the record feed, the sync
@@ -81,6 +90,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/explain", get(explain_name))
         .with_state(state)
 }
 
@@ -119,6 +129,30 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     )
 }
 
+/// `GET /explain?name=NAME[&type=A|AAAA]`: the answer and its provenance, as JSON. Read-only.
+async fn explain_name(
+    State(state): State<AdminState>,
+    RawQuery(query): RawQuery,
+) -> impl IntoResponse {
+    let (status, body) = match explain::parse_query(query.as_deref()) {
+        Ok((name, qtype)) => {
+            let out = explain::explain(&state.table, &state.origins, &name, qtype);
+            match serde_json::to_string(&out) {
+                Ok(body) => (StatusCode::OK, body),
+                Err(e) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    serde_json::json!({ "error": e.to_string() }).to_string(),
+                ),
+            }
+        }
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": e.to_string() }).to_string(),
+        ),
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body)
+}
+
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
@@ -133,13 +167,93 @@ pub async fn serve(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_dead_core_task_turns_health_and_readiness_red_but_shutdown_does_not() {
-        let state = AdminState {
+    fn table() -> Arc<RecordTable> {
+        Arc::new(
+            RecordTable::new(
+                vec![xcc_dns::Zone::new("xcc.test").unwrap()],
+                xcc_dns::ZoneSettings::default(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn state() -> AdminState {
+        AdminState {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
             tasks: CoreTasks::default(),
+            table: table(),
+            origins: SliceOrigins::default(),
+        }
+    }
+
+    async fn get_body(state: AdminState, uri: &str) -> (StatusCode, serde_json::Value) {
+        use tower::ServiceExt as _;
+        let response = router(state)
+            .oneshot(
+                axum::http::Request::get(uri)
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn explain_answers_json_and_refuses_bad_names() {
+        let state = state();
+        let index = crate::slices::SliceIndex::new(state.table.clone());
+        let state = AdminState {
+            origins: index.origins(),
+            ..state
         };
+        let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "dev-team-cluster-a-gateway",
+                    "namespace": "xcc-dns",
+                    "annotations": {
+                        "connectivity.tanzu.vmware.com/dns-hostname":
+                            "*.gateway.cluster-a.dev-team.clusters.xcc.test",
+                        "connectivity.tanzu.vmware.com/gateway-dns-ref": "dev-team/gateway-dns"
+                    }
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.1.2.3"]}]
+            }))
+            .unwrap();
+        index.apply(&slice).unwrap();
+        let (status, body) = get_body(
+            state.clone(),
+            "/explain?name=kuard.gateway.cluster-a.dev-team.clusters.xcc.test",
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["rcode"], "NOERROR");
+        assert_eq!(body["answers"][0]["data"], "10.1.2.3");
+        assert_eq!(body["sources"][0]["gatewayDns"], "dev-team/gateway-dns");
+        assert_eq!(
+            body["sources"][0]["endpointSlice"]["name"],
+            "dev-team-cluster-a-gateway"
+        );
+        assert_eq!(body["sources"][0]["cluster"]["name"], "cluster-a");
+
+        let long = format!("/explain?name={}", "a".repeat(300));
+        let (status, body) = get_body(state.clone(), &long).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body["error"].as_str().unwrap().contains("253"), "{body}");
+        let (status, _) = get_body(state, "/explain").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn a_dead_core_task_turns_health_and_readiness_red_but_shutdown_does_not() {
+        let state = state();
         let guard = state.tasks.watch("DNS server");
         assert_eq!(healthz(State(state.clone())).await.0, StatusCode::OK);
         assert_eq!(readyz(State(state.clone())).await.0, StatusCode::OK);

@@ -17,6 +17,7 @@ mod announce;
 mod args;
 mod clusterregistry;
 mod core;
+mod explain;
 mod metrics;
 mod plumber;
 mod records;

@@ -165,12 +165,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let _alive = alive;
         serving.await
     });
+    let slice_index = SliceIndex::new(table.clone());
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         AdminState {
             metrics: metrics.clone(),
             ready: ready.clone(),
             tasks: tasks.clone(),
+            table: table.clone(),
+            origins: slice_index.origins(),
         },
         stopped(stop_rx.clone()),
     ));
@@ -254,7 +257,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let run = slices::run(
                 client,
                 args.kube.namespace.clone(),
-                SliceIndex::new(table.clone()),
+                slice_index,
                 recorder,
                 metrics.clone(),
                 ready.clone(),

@@ -7,10 +7,10 @@
 //! are dropped. A malformed slice is reported (log + Event) and its last good records are kept.
 
 use std::{
-    collections::HashSet,
+    collections::{BTreeMap, HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::{
-        Arc,
+        Arc, RwLock,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -31,6 +31,65 @@ use crate::metrics::Metrics;
 
 /// Annotation naming the host name a slice answers for (`*.gateway.<cluster>.<ns>.clusters.<zone>`).
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
+/// Annotation naming the GatewayDNS (`<ns>/<name>`) that made a slice.
+pub const REF_ANNOTATION: &str = "connectivity.tanzu.vmware.com/gateway-dns-ref";
+
+/// Where the records of one table source (one slice) came from, as the slice says: what the
+/// admin API's `/explain` reports next to an answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceOrigin {
+    pub namespace: String,
+    pub name: String,
+    /// The host name annotation.
+    pub hostname: String,
+    /// The GatewayDNS ref annotation (`<ns>/<name>`), when present.
+    pub gateway_dns: Option<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl SliceOrigin {
+    fn of(slice: &EndpointSlice) -> Option<SliceOrigin> {
+        let annotations = slice.annotations();
+        Some(SliceOrigin {
+            namespace: slice.namespace().unwrap_or_default(),
+            name: slice.name_any(),
+            hostname: annotations.get(HOSTNAME_ANNOTATION)?.clone(),
+            gateway_dns: annotations.get(REF_ANNOTATION).cloned(),
+            labels: slice.labels().clone(),
+        })
+    }
+}
+
+/// The origin of every source the slice index feeds into the table, keyed like the table's
+/// sources (`<ns>/<name>`). Written only by the index, next to the table; read by the admin API.
+#[derive(Clone, Default)]
+pub struct SliceOrigins(Arc<RwLock<HashMap<String, SliceOrigin>>>);
+
+impl SliceOrigins {
+    /// The origin of table source `source`, if it is a slice.
+    pub fn get(&self, source: &str) -> Option<SliceOrigin> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(source)
+            .cloned()
+    }
+
+    fn set(&self, source: String, origin: Option<SliceOrigin>) {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match origin {
+            Some(origin) => map.insert(source, origin),
+            None => map.remove(&source),
+        };
+    }
+
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|s, _| keep(s));
+    }
+}
 
 /// Why a slice cannot be served.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -140,24 +199,37 @@ fn source_of(slice: &EndpointSlice) -> String {
 /// problems it finds are returned for the caller to log and publish as Events.
 pub struct SliceIndex {
     table: Arc<RecordTable>,
+    origins: SliceOrigins,
 }
 
 impl SliceIndex {
     pub fn new(table: Arc<RecordTable>) -> Self {
-        SliceIndex { table }
+        SliceIndex {
+            table,
+            origins: SliceOrigins::default(),
+        }
+    }
+
+    /// The origins of the sources this index writes (shared, kept up to date by the index).
+    pub fn origins(&self) -> SliceOrigins {
+        self.origins.clone()
     }
 
     /// A slice was added or changed.
     pub fn apply(&self, slice: &EndpointSlice) -> Result<(), SliceError> {
         let source = source_of(slice);
         match records_of(slice)? {
-            Some(entries) => self
-                .table
-                .set_source(&source, entries)
-                .map_err(|e| SliceError::Table(e.to_string())),
+            Some(entries) => {
+                self.table
+                    .set_source(&source, entries)
+                    .map_err(|e| SliceError::Table(e.to_string()))?;
+                self.origins.set(source, SliceOrigin::of(slice));
+                Ok(())
+            }
             // The annotation was removed: the slice no longer speaks for any name.
             None => {
                 self.table.remove_source(&source);
+                self.origins.set(source, None);
                 Ok(())
             }
         }
@@ -165,24 +237,29 @@ impl SliceIndex {
 
     /// A slice was deleted.
     pub fn delete(&self, slice: &EndpointSlice) {
-        self.table.remove_source(&source_of(slice));
+        let source = source_of(slice);
+        self.table.remove_source(&source);
+        self.origins.set(source, None);
     }
 
     /// A full relist: exactly these slices exist. Returns the slices that could not be served.
     pub fn reset(&self, slices: &[EndpointSlice]) -> Vec<(usize, SliceError)> {
         let mut problems = Vec::new();
         let present: HashSet<String> = slices.iter().map(source_of).collect();
+        self.origins.retain(|s| present.contains(s));
         let _ = self.table.update(|batch| {
             batch.retain_sources(|s| present.contains(s));
             for (i, slice) in slices.iter().enumerate() {
                 let source = source_of(slice);
                 match records_of(slice) {
-                    Ok(Some(entries)) => {
-                        if let Err(e) = batch.set_source(&source, entries) {
-                            problems.push((i, SliceError::Table(e.to_string())));
-                        }
+                    Ok(Some(entries)) => match batch.set_source(&source, entries) {
+                        Ok(()) => self.origins.set(source, SliceOrigin::of(slice)),
+                        Err(e) => problems.push((i, SliceError::Table(e.to_string()))),
+                    },
+                    Ok(None) => {
+                        batch.remove_source(&source);
+                        self.origins.set(source, None);
                     }
-                    Ok(None) => batch.remove_source(&source),
                     Err(e) => problems.push((i, e)),
                 }
             }

@@ -230,6 +230,35 @@ impl RecordTable {
         .expect("removing a source cannot fail");
     }
 
+    /// What each source says about exactly `name` (no wildcard or CNAME step), sorted by source:
+    /// the provenance of an answer, for the agent's admin API. Takes the writer lock for the
+    /// length of one lookup; DNS queries never take it.
+    pub fn contributions(&self, name: &Name) -> Vec<(String, HostRecords)> {
+        let Some(key) = key_of(name) else {
+            return Vec::new();
+        };
+        let writer = self.lock();
+        writer
+            .names
+            .get(&*key)
+            .map(|state| {
+                state
+                    .contributions
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.source.to_string(),
+                            HostRecords {
+                                addresses: c.addresses.to_vec(),
+                                cname: c.cname.as_deref().cloned(),
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Names of the sources that currently contribute records.
     pub fn sources(&self) -> Vec<String> {
         let writer = self.lock();

@@ -179,6 +179,29 @@ pub async fn peer_client(
     })
 }
 
+/// Checks kubeconfig `text` (its selected context) against the trust rules without building a
+/// client: what a tool that writes kubeconfig Secrets (kubectl-xcc) runs before writing one, so
+/// that nothing the readers would refuse is ever stored. `origin` names the text in errors.
+pub fn check(text: &[u8], origin: &str, trust: PeerTrust) -> Result<PeerTls, KubeconfigError> {
+    screen(text, trust)
+        .map(|(_, tls)| tls)
+        .map_err(|refusal| match refusal {
+            Refusal::Parse(source) => KubeconfigError::Parse {
+                origin: origin.to_string(),
+                source,
+            },
+            Refusal::Invalid(why) => KubeconfigError::Invalid {
+                origin: origin.to_string(),
+                why,
+            },
+            Refusal::Field { field, why } => KubeconfigError::Rejected {
+                origin: origin.to_string(),
+                field,
+                why,
+            },
+        })
+}
+
 /// Why [`screen`] refused a kubeconfig.
 #[derive(Debug)]
 enum Refusal {

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 
 use crate::process::{Process, free_port, spawn};
 
-/// Path of one of the workspace's binaries (`xcc-agent`, `xcc-controller`, ...), built on first
+/// Path of one of the workspace's binaries (`xcc-agent`, `xcc-controller`, `kubectl-xcc`, ...), built on first
 /// use if this test run did not build it already.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
@@ -34,6 +34,8 @@ pub fn binary(name: &str) -> PathBuf {
             "xcc-controller",
             "-p",
             "xcc-coredns-patcher",
+            "-p",
+            "kubectl-xcc",
         ]);
         if profile == "release" {
             cargo.arg("--release");

@@ -5,6 +5,7 @@ mod agent_leader;
 mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;
+mod cli;
 mod cluster_group;
 mod https;
 mod isolation;

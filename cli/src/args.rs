@@ -1,0 +1,416 @@
+//! The command line. Every flag can also be set through the environment variable its help names.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  error: a cluster could not be reached or refused a request, a kubeconfig was refused,
+     a conflict (the message says what to do)
+  2  usage: an unknown flag, command or context, or an invalid name
+  3  not available in this version (kubectl xcc link)
+
+Errors are one line on stderr. A command that fails changes nothing: everything is read and
+checked before the first write.";
+
+/// kubectl xcc: join clusters into a group, register plumber targets, see the state of
+/// everything xcc does, and explain the agent's DNS answers.
+///
+/// Install: put the `kubectl-xcc` binary on PATH; kubectl then runs it as `kubectl xcc`.
+/// Contexts come from your kubeconfig as kubectl finds it: --kubeconfig, else $KUBECONFIG,
+/// else ~/.kube/config.
+#[derive(Debug, Parser)]
+#[command(name = "kubectl-xcc", bin_name = "kubectl xcc", version, after_long_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log filter for diagnostics on stderr (tracing syntax, e.g. `debug`); off by default:
+    /// errors are reported on one line either way.
+    #[arg(long, env = "XCC_LOG", default_value = "off", global = true)]
+    pub log: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// plumberctl's commands: register the clusters plumber replicates to (the Secret
+    /// `kubeconfig`, key `config`, in namespace plumber-system of the primary cluster).
+    Plumber(PlumberArgs),
+    /// Cluster groups (cluster-registry): join clusters with one command, or leave.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Link a service cluster with a workload cluster (API projection). Not available in this
+    /// version: exits with code 3 and changes nothing.
+    Link(LinkArgs),
+    /// One table of every xcc object this context sees (Clusters, SecretExports/Imports,
+    /// ResourceSyncRules, GatewayDNS, Replicators, ClusterDetectors) with its Ready state and
+    /// reason. Kinds whose CRD is not installed are named in the footer.
+    Status(StatusArgs),
+    /// Ask the agent why it answers what it answers for a DNS name: the answer, and the
+    /// EndpointSlice, GatewayDNS and cluster it came from.
+    Dns(DnsArgs),
+    /// Print a shell completion script (e.g. `kubectl-xcc completions bash > /etc/bash_completion.d/kubectl-xcc`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Output format of listings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Where the kubeconfig is, and how long an API call may take.
+#[derive(Clone, Debug, Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: the files in $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, env = "XCC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Timeout of each connection and API call (e.g. 10s, 1m).
+    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct PlumberArgs {
+    #[command(subcommand)]
+    pub command: PlumberCommand,
+
+    /// Where `activate` records the kubeconfig path and primary context (default:
+    /// ~/.plumber/config.toml, as plumberctl).
+    #[arg(long, env = "XCC_PLUMBER_ACTIVATION", global = true)]
+    pub activation_file: Option<PathBuf>,
+
+    /// Namespace of the Secret `kubeconfig` on the primary cluster.
+    #[arg(
+        long,
+        env = "XCC_PLUMBER_NAMESPACE",
+        default_value = "plumber-system",
+        global = true
+    )]
+    pub namespace: String,
+
+    /// Timeout of each connection and API call.
+    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration, global = true)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlumberCommand {
+    /// Test the connection to the primary cluster (where the agent runs plumber) and record the
+    /// kubeconfig file and context for the other commands.
+    Activate {
+        /// Path of the kubeconfig file.
+        #[arg(short = 'p', long, env = "XCC_PLUMBER_PATH")]
+        path: PathBuf,
+        /// Context of the primary cluster.
+        #[arg(short = 'a', long, env = "XCC_PLUMBER_ACTIVATE_CONTEXT")]
+        activate_context: String,
+    },
+    /// Add a target cluster: its context (cluster, user, credentials) is copied from the
+    /// activated kubeconfig into the Secret; plumber then creates ClusterDetector
+    /// `<cluster>.<user>`. Credentials the trust rules refuse (exec, auth-provider, file
+    /// paths, insecure TLS) are refused here, naming the field.
+    Add {
+        /// Context of the cluster to replicate to.
+        #[arg(short = 'c', long, env = "XCC_PLUMBER_TARGET_CONTEXT")]
+        target_context: String,
+    },
+    /// Remove a target cluster's context (and its cluster and user entries, when no other
+    /// context uses them) from the Secret.
+    Remove {
+        /// Context to remove.
+        #[arg(short = 'c', long = "context", env = "XCC_PLUMBER_CONTEXT")]
+        context: String,
+    },
+    /// Show the registered contexts.
+    View {
+        #[arg(short = 'o', long, env = "XCC_OUTPUT", value_enum, default_value_t)]
+        output: Output,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Form a group: on every cluster its own Cluster (if missing) and reader Secret, and on
+    /// every other cluster a Cluster and Secret for it. Idempotent; run it again to renew the
+    /// reader tokens or to add a cluster (name one member of the group and the new one).
+    Join(JoinArgs),
+    /// Undo what join did for one cluster: its reader tokens are revoked (its reader
+    /// ServiceAccount is recreated), its Cluster and Secret are deleted on its peers (found
+    /// through the Secrets it holds, reached through the context of your kubeconfig with the
+    /// same server), the peers' on it, and its own Cluster and Secret if join created them.
+    /// Join again to rejoin.
+    Leave(LeaveArgs),
+}
+
+/// Where the cluster-registry objects and the reader ServiceAccount live.
+#[derive(Clone, Debug, Args)]
+pub struct RegistryArgs {
+    /// Namespace of the peer kubeconfig Secrets.
+    #[arg(
+        long,
+        env = "XCC_REGISTRY_NAMESPACE",
+        default_value = "cluster-registry"
+    )]
+    pub registry_namespace: String,
+
+    /// Namespace of the reader ServiceAccount (manifests/agent/cluster-registry.yaml).
+    #[arg(long, env = "XCC_READER_NAMESPACE", default_value = "xcc-dns")]
+    pub reader_namespace: String,
+
+    /// Name of the reader ServiceAccount whose token peers use to read a cluster.
+    #[arg(long, env = "XCC_READER", default_value = "xcc-cluster-reader")]
+    pub reader: String,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// A context to join; give two or more (repeat the flag, or separate with commas).
+    #[arg(
+        long = "context",
+        env = "XCC_JOIN_CONTEXTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub contexts: Vec<String>,
+
+    /// Lifetime requested for the reader tokens (the API server may shorten it).
+    #[arg(long, env = "XCC_TOKEN_TTL", default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub token_ttl: Duration,
+
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// Context of the cluster that leaves its group.
+    #[arg(long, env = "XCC_CONTEXT")]
+    pub context: String,
+
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    /// Context of the service cluster (where the API's resources live).
+    #[arg(long, env = "XCC_SERVICE_CONTEXT")]
+    pub service_context: String,
+
+    /// Context of the workload cluster (where the API is projected to).
+    #[arg(long, env = "XCC_WORKLOAD_CONTEXT")]
+    pub workload_context: String,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Context to look at (default: the current context).
+    #[arg(long, env = "XCC_CONTEXT")]
+    pub context: Option<String>,
+
+    #[arg(short = 'o', long, env = "XCC_OUTPUT", value_enum, default_value_t)]
+    pub output: Output,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DnsArgs {
+    /// The name to explain, e.g. kuard.gateway.cluster-a.dev-team.clusters.xcc.test.
+    pub name: String,
+
+    /// Record type.
+    #[arg(long = "type", env = "XCC_DNS_TYPE", value_enum, default_value_t)]
+    pub qtype: QueryType,
+
+    /// The agent's admin URL (e.g. http://127.0.0.1:9180), used instead of the API server's
+    /// service proxy.
+    #[arg(long, env = "XCC_AGENT_URL")]
+    pub agent_url: Option<String>,
+
+    /// Namespace of the agent's admin Service (reached through the API server's service proxy).
+    #[arg(long, env = "XCC_AGENT_NAMESPACE", default_value = "xcc-dns")]
+    pub agent_namespace: String,
+
+    /// Name of the agent's admin Service.
+    #[arg(long, env = "XCC_AGENT_SERVICE", default_value = "xcc-agent-admin")]
+    pub agent_service: String,
+
+    /// Port (name or number) of the agent's admin Service.
+    #[arg(long, env = "XCC_AGENT_PORT", default_value = "admin")]
+    pub agent_port: String,
+
+    /// Context whose API server proxies to the agent (default: the current context).
+    #[arg(long, env = "XCC_CONTEXT")]
+    pub context: Option<String>,
+
+    #[arg(short = 'o', long, env = "XCC_OUTPUT", value_enum, default_value_t)]
+    pub output: Output,
+
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum QueryType {
+    #[default]
+    #[value(name = "A", alias = "a")]
+    A,
+    #[value(name = "AAAA", alias = "aaaa")]
+    Aaaa,
+}
+
+impl QueryType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueryType::A => "A",
+            QueryType::Aaaa => "AAAA",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, error::ErrorKind};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-xcc").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn plumberctl_flags_keep_their_short_forms() {
+        let cli = parse(&["plumber", "activate", "-p", "/k", "-a", "primary"]).unwrap();
+        match cli.command {
+            Command::Plumber(PlumberArgs {
+                command:
+                    PlumberCommand::Activate {
+                        path,
+                        activate_context,
+                    },
+                namespace,
+                ..
+            }) => {
+                assert_eq!(path, PathBuf::from("/k"));
+                assert_eq!(activate_context, "primary");
+                assert_eq!(namespace, "plumber-system");
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&["plumber", "add", "-c", "second"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Plumber(PlumberArgs { command: PlumberCommand::Add { target_context }, .. })
+                if target_context == "second"
+        ));
+        let cli = parse(&["plumber", "remove", "--context", "second"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Plumber(PlumberArgs { command: PlumberCommand::Remove { context }, .. })
+                if context == "second"
+        ));
+        let cli = parse(&["plumber", "view", "-o", "json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Plumber(PlumberArgs {
+                command: PlumberCommand::View {
+                    output: Output::Json
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn join_takes_repeated_or_comma_separated_contexts() {
+        for args in [
+            &[
+                "cluster",
+                "join",
+                "--context",
+                "a",
+                "--context",
+                "b",
+                "--context",
+                "c",
+            ][..],
+            &["cluster", "join", "--context", "a,b,c"][..],
+        ] {
+            match parse(args).unwrap().command {
+                Command::Cluster {
+                    command: ClusterCommand::Join(join),
+                } => {
+                    assert_eq!(join.contexts, ["a", "b", "c"]);
+                    assert_eq!(join.registry.registry_namespace, "cluster-registry");
+                    assert_eq!(join.kube.timeout, Duration::from_secs(10));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let e = parse(&["cluster", "join"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let e = parse(&["status", "-o", "xml"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        let e = parse(&["dns", "x.xcc.test", "--type", "TXT"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        let e = parse(&["link", "--service-context", "s"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        let e = parse(&["frobnicate"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSubcommand);
+    }
+
+    #[test]
+    fn dns_defaults_to_the_service_proxy_and_type_a() {
+        match parse(&["dns", "x.xcc.test", "--type", "aaaa"])
+            .unwrap()
+            .command
+        {
+            Command::Dns(dns) => {
+                assert_eq!(dns.qtype, QueryType::Aaaa);
+                assert_eq!(dns.agent_url, None);
+                assert_eq!(dns.agent_service, "xcc-agent-admin");
+                assert_eq!(dns.agent_port, "admin");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn help_documents_the_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        for line in ["0  success", "2  usage", "3  not available in this version"] {
+            assert!(help.contains(line), "{help}");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The user's kubeconfig, found as kubectl finds it, and clients for its contexts.
+
+use std::{path::Path, time::Duration};
+
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_yaml::{Mapping, Value};
+use xcc_kube::KubeconfigError;
+
+use crate::{Error, args::KubeArgs};
+
+/// Reads the kubeconfig: `path`, else the files of `$KUBECONFIG` (merged as kubectl merges
+/// them), else `~/.kube/config`.
+pub fn load(path: Option<&Path>) -> Result<Kubeconfig, Error> {
+    let read = |path: String| move |source| KubeconfigError::Read { path, source };
+    let kubeconfig = match path {
+        Some(path) => Kubeconfig::read_from(path).map_err(read(path.display().to_string()))?,
+        None => match Kubeconfig::from_env().map_err(read("$KUBECONFIG".into()))? {
+            Some(kubeconfig) => kubeconfig,
+            None => Kubeconfig::read().map_err(read("~/.kube/config".into()))?,
+        },
+    };
+    Ok(kubeconfig)
+}
+
+/// Reads the kubeconfig named by `args`.
+pub fn load_args(args: &KubeArgs) -> Result<Kubeconfig, Error> {
+    load(args.kubeconfig.as_deref())
+}
+
+/// Names of the contexts, sorted.
+pub fn context_names(kubeconfig: &Kubeconfig) -> Vec<String> {
+    let mut names: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    names.sort();
+    names
+}
+
+/// `Ok` when `context` is in the kubeconfig; a usage error listing the ones that are.
+pub fn require(kubeconfig: &Kubeconfig, context: &str) -> Result<(), Error> {
+    if kubeconfig.contexts.iter().any(|c| c.name == context) {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "context {context:?} is not in your kubeconfig (it has: {}); name one of those",
+        context_names(kubeconfig).join(", ")
+    )))
+}
+
+/// The context `context`, else the current one.
+pub fn pick(kubeconfig: &Kubeconfig, context: Option<&str>) -> Result<String, Error> {
+    let name = match context {
+        Some(c) => c.to_string(),
+        None => kubeconfig
+            .current_context
+            .clone()
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                Error::Usage("your kubeconfig has no current context: pass --context".into())
+            })?,
+    };
+    require(kubeconfig, &name)?;
+    Ok(name)
+}
+
+/// A client for one context.
+#[derive(Clone)]
+pub struct Target {
+    pub context: String,
+    pub client: Client,
+    /// The API server's URL.
+    pub server: String,
+}
+
+/// A client for `context` of `kubeconfig` (checked to exist), with `timeout` on connections
+/// and reads.
+pub async fn client(
+    kubeconfig: &Kubeconfig,
+    context: &str,
+    timeout: Duration,
+) -> Result<Target, Error> {
+    require(kubeconfig, context)?;
+    let origin = format!("context {context:?} of your kubeconfig");
+    let options = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..Default::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
+        .await
+        .map_err(|source| KubeconfigError::Config {
+            origin: origin.clone(),
+            source,
+        })?;
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    let server = config.cluster_url.to_string();
+    let client =
+        Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+    Ok(Target {
+        context: context.to_string(),
+        client,
+        server,
+    })
+}
+
+/// The kubeconfig as YAML, with the names of its entries as written.
+fn as_yaml(kubeconfig: &Kubeconfig) -> Result<Mapping, Error> {
+    match serde_yaml::to_value(kubeconfig) {
+        Ok(Value::Mapping(m)) => Ok(m),
+        Ok(_) => Err(Error::Failed("the kubeconfig is not a mapping".into())),
+        Err(e) => Err(Error::Failed(format!("cannot read the kubeconfig: {e}"))),
+    }
+}
+
+/// The entry `name` of list `list` (`clusters`, `users`, `contexts`) of a kubeconfig mapping.
+pub fn entry<'a>(root: &'a Mapping, list: &str, name: &str) -> Option<&'a Mapping> {
+    root.get(list)?
+        .as_sequence()?
+        .iter()
+        .filter_map(Value::as_mapping)
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+}
+
+/// What one context of the kubeconfig is made of.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extracted {
+    /// A kubeconfig with only this context, its cluster and its user, current-context set.
+    pub kubeconfig: Mapping,
+    pub cluster: String,
+    pub user: Option<String>,
+}
+
+/// Context `context` of `kubeconfig`, alone in a kubeconfig of its own (as plumberctl's
+/// extraction, but keeping every field: the trust rules decide what may go on).
+pub fn extract(kubeconfig: &Kubeconfig, context: &str) -> Result<Extracted, Error> {
+    require(kubeconfig, context)?;
+    let root = as_yaml(kubeconfig)?;
+    let invalid =
+        |why: String| Error::Usage(format!("context {context:?} of your kubeconfig {why}"));
+    let context_entry =
+        entry(&root, "contexts", context).ok_or_else(|| invalid("has no body".into()))?;
+    let body = context_entry
+        .get("context")
+        .and_then(Value::as_mapping)
+        .ok_or_else(|| invalid("has no body".into()))?;
+    let cluster = body
+        .get("cluster")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| invalid("names no cluster".into()))?
+        .to_string();
+    let user = body
+        .get("user")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string);
+    let cluster_entry = entry(&root, "clusters", &cluster).ok_or_else(|| {
+        invalid(format!(
+            "names cluster {cluster:?}, which is not in clusters"
+        ))
+    })?;
+    let mut out = Mapping::new();
+    out.insert("apiVersion".into(), "v1".into());
+    out.insert("kind".into(), "Config".into());
+    out.insert(
+        "clusters".into(),
+        Value::Sequence(vec![Value::Mapping(cluster_entry.clone())]),
+    );
+    let users = match &user {
+        Some(user) => {
+            let user_entry = entry(&root, "users", user)
+                .ok_or_else(|| invalid(format!("names user {user:?}, which is not in users")))?;
+            vec![Value::Mapping(user_entry.clone())]
+        }
+        None => Vec::new(),
+    };
+    out.insert("users".into(), Value::Sequence(users));
+    out.insert(
+        "contexts".into(),
+        Value::Sequence(vec![Value::Mapping(context_entry.clone())]),
+    );
+    out.insert("current-context".into(), context.into());
+    Ok(Extracted {
+        kubeconfig: out,
+        cluster,
+        user,
+    })
+}
+
+/// The server URL and inline CA (base64) of `context`'s cluster, for a kubeconfig that others
+/// will use to reach it. A CA file of the user is read and inlined; `insecure-skip-tls-verify`
+/// is refused (readers would refuse it).
+pub fn server_and_ca(
+    kubeconfig: &Kubeconfig,
+    context: &str,
+) -> Result<(String, Option<String>), Error> {
+    use base64::Engine as _;
+    let extracted = extract(kubeconfig, context)?;
+    let cluster = entry(&extracted.kubeconfig, "clusters", &extracted.cluster)
+        .and_then(|e| e.get("cluster"))
+        .and_then(Value::as_mapping)
+        .cloned()
+        .unwrap_or_default();
+    let server = cluster
+        .get("server")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "cluster {:?} of context {context:?} has no server",
+                extracted.cluster
+            ))
+        })?
+        .to_string();
+    if cluster
+        .get("insecure-skip-tls-verify")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return Err(Error::Failed(format!(
+            "cluster {:?} of context {context:?} sets insecure-skip-tls-verify: peers would not \
+             verify it; give it certificate-authority-data",
+            extracted.cluster
+        )));
+    }
+    let ca = match (
+        cluster
+            .get("certificate-authority-data")
+            .and_then(Value::as_str),
+        cluster.get("certificate-authority").and_then(Value::as_str),
+    ) {
+        (Some(data), _) => Some(data.to_string()),
+        (None, Some(file)) => {
+            let pem = std::fs::read(file).map_err(|e| {
+                Error::Failed(format!(
+                    "cannot read certificate-authority {file} of context {context:?}: {e}"
+                ))
+            })?;
+            Some(base64::engine::general_purpose::STANDARD.encode(pem))
+        }
+        (None, None) => None,
+    };
+    Ok((server, ca))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub const KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: first
+  cluster: {server: 'https://127.0.0.1:6443', certificate-authority-data: Q0E=}
+- name: second
+  cluster: {server: 'https://127.0.0.1:6444', certificate-authority-data: Q0I=}
+- name: filed
+  cluster: {server: 'https://127.0.0.1:6445', certificate-authority: /nonexistent/ca.crt}
+users:
+- name: admin
+  user: {token: secret-token}
+- name: cert
+  user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}
+- name: runner
+  user:
+    exec: {apiVersion: client.authentication.k8s.io/v1, command: get-token}
+contexts:
+- name: first
+  context: {cluster: first, user: admin}
+- name: second
+  context: {cluster: second, user: cert, namespace: team-a}
+- name: exec
+  context: {cluster: second, user: runner}
+- name: filed
+  context: {cluster: filed, user: admin}
+current-context: first
+";
+
+    pub fn kubeconfig() -> Kubeconfig {
+        Kubeconfig::from_yaml(KUBECONFIG).unwrap()
+    }
+
+    #[test]
+    fn an_extracted_context_keeps_tokens_and_certificates() {
+        let kc = kubeconfig();
+        let first = extract(&kc, "first").unwrap();
+        assert_eq!(first.cluster, "first");
+        assert_eq!(first.user.as_deref(), Some("admin"));
+        let user = entry(&first.kubeconfig, "users", "admin").unwrap();
+        assert_eq!(user["user"]["token"], "secret-token");
+        assert_eq!(first.kubeconfig["current-context"], "first");
+        assert_eq!(first.kubeconfig["clusters"].as_sequence().unwrap().len(), 1);
+
+        let second = extract(&kc, "second").unwrap();
+        let user = entry(&second.kubeconfig, "users", "cert").unwrap();
+        assert_eq!(user["user"]["client-key-data"], "S0VZ");
+        let context = entry(&second.kubeconfig, "contexts", "second").unwrap();
+        assert_eq!(context["context"]["namespace"], "team-a");
+    }
+
+    #[test]
+    fn unknown_contexts_are_usage_errors_naming_the_known_ones() {
+        let kc = kubeconfig();
+        let e = extract(&kc, "nope").unwrap_err();
+        assert_eq!(e.exit_code(), crate::exit::USAGE);
+        assert!(e.to_string().contains("exec, filed, first, second"), "{e}");
+        assert_eq!(pick(&kc, None).unwrap(), "first");
+    }
+
+    #[test]
+    fn server_and_ca_inline_the_ca() {
+        let kc = kubeconfig();
+        let (server, ca) = server_and_ca(&kc, "second").unwrap();
+        assert_eq!(server, "https://127.0.0.1:6444");
+        assert_eq!(ca.as_deref(), Some("Q0I="));
+        let e = server_and_ca(&kc, "filed").unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/ca.crt"), "{e}");
+    }
+}
