@@ -252,6 +252,16 @@ impl Detector {
             self.peers.forget(&self.namespace, gone);
         }
         self.in_use = in_use;
+        // The original registers the cluster it runs in itself; `plumberctl` (and
+        // `kubectl xcc plumber`) add only the secondaries. When no context reaches this cluster,
+        // its detector is this agent's own view of it.
+        if secret.is_some() && self.local_uid.is_some() && !found.iter().any(|f| f.primary) {
+            found.push(Found {
+                entry: local_entry(),
+                primary: true,
+                status: up(),
+            });
+        }
         self.registry.set(targets);
         self.write(&found).await
     }
@@ -349,6 +359,15 @@ impl Detector {
             }
         }
         Ok(())
+    }
+}
+
+/// The detector of the cluster this agent runs in when no context of the Secret reaches it.
+fn local_entry() -> contexts::Entry {
+    contexts::Entry {
+        context: "in-cluster".into(),
+        cluster: "local".into(),
+        user: "xcc-agent".into(),
     }
 }
 
@@ -468,6 +487,8 @@ contexts:
             (200, detector("gone-cluster.admin")),
             (200, detector("gone-cluster.runner")),
             (200, detector("gone-cluster.runner")),
+            (200, detector("local.xcc-agent")),
+            (200, detector("local.xcc-agent")),
             (200, ok),
         ]);
         let mut registry = prometheus_client::registry::Registry::default();
@@ -501,6 +522,9 @@ contexts:
                 format!("PATCH {detectors}/gone-cluster.admin/status"),
                 format!("PATCH {detectors}/gone-cluster.runner"),
                 format!("PATCH {detectors}/gone-cluster.runner/status"),
+                // No context reaches this cluster: it is registered as the primary anyway.
+                format!("PATCH {detectors}/local.xcc-agent"),
+                format!("PATCH {detectors}/local.xcc-agent/status"),
                 format!("DELETE {detectors}/gone.user"),
             ]
         );
@@ -509,6 +533,8 @@ contexts:
         assert!(seen[4].1.contains("\"Unknown\""), "{}", seen[4].1);
         assert!(seen[6].1.contains("exec"), "{}", seen[6].1);
         assert!(seen[3].1.contains("\"secondary\""), "{}", seen[3].1);
+        assert!(seen[7].1.contains("\"primary\""), "{}", seen[7].1);
+        assert!(seen[8].1.contains("\"Running\""), "{}", seen[8].1);
         assert!(
             !std::path::Path::new("/tmp/xcc-plumber-detector-test-ran").exists(),
             "nothing was run"
