@@ -12,6 +12,7 @@ mod least_privilege;
 mod measure;
 mod mixed_fleet;
 mod moved_copies;
+mod peer_http2;
 mod resource_sync;
 mod secrets;
 mod shared_watches;
