@@ -1,5 +1,6 @@
-//! Peer API servers over HTTP/2: a peer's watches share a few TLS connections.
+//! API servers over HTTP/2: a client's watches share a few TLS connections.
 //!
+//! Every client of the xcc binaries is built here, for its own cluster and for peers.
 //! kube's client speaks HTTP/1.1, where every open watch holds a connection (and its TLS
 //! handshake) of its own: a thousand SecretImports from one service cluster were a thousand
 //! connections. Here requests to a peer are streams of HTTP/2 connections negotiated by ALPN. A
@@ -10,7 +11,8 @@
 //!
 //! Requests that upgrade the connection (exec, attach, port-forward over WebSocket or SPDY) and
 //! servers that do not offer `h2` take kube's own HTTP/1.1 stack. A peer that stops answering is
-//! noticed by HTTP/2 PINGs: its connections close and the next request dials again.
+//! noticed by HTTP/2 PINGs: its connections close and the next request dials again. Sockets
+//! are `TCP_NODELAY`: a request's last segment never waits for the server's delayed ACK.
 
 use std::{
     pin::Pin,
