@@ -96,5 +96,5 @@ pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client
             (config, "the inferred configuration".to_string())
         }
     };
-    Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })
+    crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })
 }

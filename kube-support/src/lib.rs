@@ -9,6 +9,7 @@
 pub mod announcement;
 mod backoff;
 mod conditions;
+pub mod h2;
 mod kubeconfig;
 mod leader;
 mod peers;

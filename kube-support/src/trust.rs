@@ -165,7 +165,7 @@ pub async fn peer_client(
         })?;
     let server = config.cluster_url.to_string();
     let client =
-        Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+        crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
     let identity = format!(
         "{name}@{}/{}",
         secret.uid().unwrap_or_default(),

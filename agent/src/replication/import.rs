@@ -1,12 +1,15 @@
 //! SecretImport: copies one Secret of the service cluster (same namespace, same name) into the
 //! local cluster and keeps it current.
 //!
-//! Each reconcile reads the remote Secret afresh (a GET through the peer client), so the status
-//! always says what the service cluster answers now; a watch of that one Secret on the peer only
-//! wakes the reconcile, so a change there lands here within the watch latency, without polling.
+//! A watch of that one Secret on the peer wakes the import on every change, so a change there
+//! lands here within the watch latency, without polling. While that watch is listed and
+//! connected, a reconcile takes the remote Secret from it; otherwise (the watch starting, or
+//! failing) it reads the Secret afresh (a GET through the peer client), so the status always says
+//! what the service cluster answers now.
 //! The copy is removed when the import goes (finalizer) or when the service cluster says the
 //! Secret is gone (404); never because the service cluster cannot be reached or refuses (403).
 
+use futures::StreamExt as _;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -53,6 +56,25 @@ pub struct Context {
     pub said: Mutex<HashMap<String, Said>>,
     /// Where the copies' writes are counted.
     pub counted: crate::sink::Counted,
+    /// Per import: what its watch of the remote Secret holds ([`Seen`]).
+    pub seen: Arc<Mutex<HashMap<ObjectRef<SecretImport>, Seen>>>,
+}
+
+/// What an import's watch of its remote Secret holds, for the watch named `identity`.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    identity: String,
+    state: SeenState,
+}
+
+#[derive(Clone, Debug)]
+enum SeenState {
+    /// Listing: the object the list has delivered so far.
+    Listing(Option<Box<Secret>>),
+    /// The watch is current: the remote Secret as it is (`None`: there is none).
+    Known(Option<Box<Secret>>),
+    /// The watch failed and is retrying: only a read tells.
+    Unknown,
 }
 
 /// What an import's status was last set to.
@@ -70,6 +92,29 @@ impl Context {
     /// Whether the metadata watch has delivered its first full list.
     fn local_ready(&self) -> bool {
         self.local_listed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The remote Secret as the import's current watch `identity` holds it, when that watch is
+    /// listed and connected: a wake by that watch then costs no read of the service cluster.
+    fn known_remote(&self, import: &ObjectRef<SecretImport>, identity: &str) -> Option<Remote> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get(import) {
+            Some(Seen {
+                identity: id,
+                state: SeenState::Known(known),
+            }) if id == identity => Some(match known {
+                Some(secret) => Remote::Found(secret.clone()),
+                None => Remote::NotFound,
+            }),
+            _ => None,
+        }
+    }
+
+    fn forget_remote(&self, import: &ObjectRef<SecretImport>) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(import);
     }
 
     fn said(&self) -> std::sync::MutexGuard<'_, HashMap<String, Said>> {
@@ -240,6 +285,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
         (None, None | Some(Ok(None))) => {
             ctx.peers.forget(&namespace, kubeconfig_name);
             ctx.remote.stop(&key);
+            ctx.forget_remote(&key);
             return Verdict::not_ready(
                 reason::KUBECONFIG_MISSING,
                 format!(
@@ -260,6 +306,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
         Err(error) => {
             // Whatever the cause (a refused kubeconfig among them), the copy is left alone.
             ctx.remote.stop(&key);
+            ctx.forget_remote(&key);
             return Verdict::not_ready(error.reason(), error.to_string());
         }
     };
@@ -296,9 +343,16 @@ async fn copy_from(
     let source = &import.spec.secret.name;
     let origin = sink::origin(kubeconfig_name, &namespace, source);
     let read = Api::<Secret>::namespaced(peer.client.clone(), &namespace);
-    let remote = match tokio::time::timeout(REMOTE_TIMEOUT, read.get_opt(source)).await {
-        Ok(result) => classify(result),
-        Err(_) => Remote::Unreachable(format!("no answer within {REMOTE_TIMEOUT:?}")),
+    let watched = ctx.known_remote(
+        &ObjectRef::from_obj(import),
+        &remote_identity(peer, &namespace, source),
+    );
+    let remote = match watched {
+        Some(remote) => remote,
+        None => match tokio::time::timeout(REMOTE_TIMEOUT, read.get_opt(source)).await {
+            Ok(result) => classify(result),
+            Err(_) => Remote::Unreachable(format!("no answer within {REMOTE_TIMEOUT:?}")),
+        },
     };
     if let Remote::Found(remote) = &remote
         && ctx.current(
@@ -499,6 +553,7 @@ async fn sweep_orphans(namespace: &str, ctx: &Context) -> Result<(), kube::Error
 async fn cleanup(import: &SecretImport, ctx: &Context) -> Result<Action, Error> {
     let namespace = import.namespace().unwrap_or_default();
     ctx.remote.stop(&ObjectRef::from_obj(import));
+    ctx.forget_remote(&ObjectRef::from_obj(import));
     ctx.said().remove(&import.uid().unwrap_or_default());
     let source = &import.spec.secret.name;
     let origin = sink::origin(&import.spec.remote_kubeconfig.name, &namespace, source);
@@ -526,13 +581,58 @@ fn watch_remote(
 ) {
     let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = watcher(api, config).backoff(xcc_kube::Backoff::peer());
+    let identity = remote_identity(peer, namespace, name);
+    let seen = ctx.seen.clone();
+    let (key, id) = (import.clone(), identity.clone());
+    let events = watcher(api, config)
+        .backoff(xcc_kube::Backoff::peer())
+        .inspect(move |event| record(&seen, &key, &id, event));
     ctx.remote.ensure(
         import,
-        format!("{} {namespace}/{name}", peer.identity),
+        identity,
         format!("remote Secret {namespace}/{name}"),
         events,
     );
+}
+
+/// Names the watch of remote Secret `namespace/name` through `peer`.
+fn remote_identity(peer: &PeerClient, namespace: &str, name: &str) -> String {
+    format!("{} {namespace}/{name}", peer.identity)
+}
+
+/// Keeps what the watch `identity` of `import`'s remote Secret holds, before its event wakes the
+/// import.
+fn record(
+    seen: &Mutex<HashMap<ObjectRef<SecretImport>, Seen>>,
+    import: &ObjectRef<SecretImport>,
+    identity: &str,
+    event: &Result<watcher::Event<Secret>, watcher::Error>,
+) {
+    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = seen.entry(import.clone()).or_insert_with(|| Seen {
+        identity: identity.to_string(),
+        state: SeenState::Unknown,
+    });
+    if entry.identity != identity {
+        *entry = Seen {
+            identity: identity.to_string(),
+            state: SeenState::Unknown,
+        };
+    }
+    entry.state = match (
+        event,
+        std::mem::replace(&mut entry.state, SeenState::Unknown),
+    ) {
+        (Ok(watcher::Event::Init), _) => SeenState::Listing(None),
+        (Ok(watcher::Event::InitApply(secret)), SeenState::Listing(_)) => {
+            SeenState::Listing(Some(Box::new(secret.clone())))
+        }
+        (Ok(watcher::Event::InitDone), SeenState::Listing(listed)) => SeenState::Known(listed),
+        (Ok(watcher::Event::Apply(secret)), _) => SeenState::Known(Some(Box::new(secret.clone()))),
+        (Ok(watcher::Event::Delete(_)), _) => SeenState::Known(None),
+        // Out of order (never from kube's watcher) or failed: only a read tells.
+        _ => SeenState::Unknown,
+    };
 }
 
 #[cfg(test)]
@@ -556,6 +656,45 @@ mod tests {
             data: Some([("password".to_string(), ByteString(b"s3cret".to_vec()))].into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_listed_watch_tells_the_remote_secret_and_a_failed_one_does_not() {
+        let seen = Mutex::new(HashMap::new());
+        let import = ObjectRef::<SecretImport>::new("dumbo").within("project-1");
+        let state = |seen: &Mutex<HashMap<ObjectRef<SecretImport>, Seen>>, identity: &str| {
+            let seen = seen.lock().unwrap();
+            seen.get(&import)
+                .filter(|s| s.identity == identity)
+                .map(|s| match &s.state {
+                    SeenState::Known(Some(secret)) => {
+                        format!("known {}", secret.resource_version().unwrap_or_default())
+                    }
+                    SeenState::Known(None) => "known absent".to_string(),
+                    SeenState::Listing(_) => "listing".to_string(),
+                    SeenState::Unknown => "unknown".to_string(),
+                })
+        };
+        let mut newer = remote();
+        newer.metadata.resource_version = Some("43".into());
+        let events = [
+            (Ok(watcher::Event::Init), "listing"),
+            (Ok(watcher::Event::InitApply(remote())), "listing"),
+            (Ok(watcher::Event::InitDone), "known 42"),
+            (Ok(watcher::Event::Apply(newer.clone())), "known 43"),
+            (Ok(watcher::Event::Delete(newer)), "known absent"),
+            (Err(watcher::Error::NoResourceVersion), "unknown"),
+            (Ok(watcher::Event::Init), "listing"),
+            (Ok(watcher::Event::InitDone), "known absent"),
+        ];
+        for (event, want) in events {
+            record(&seen, &import, "one", &event);
+            assert_eq!(state(&seen, "one").as_deref(), Some(want));
+        }
+        // A new watch (another kubeconfig) starts from nothing known.
+        record(&seen, &import, "two", &Ok(watcher::Event::Init));
+        assert_eq!(state(&seen, "one"), None);
+        assert_eq!(state(&seen, "two").as_deref(), Some("listing"));
     }
 
     #[test]
@@ -624,6 +763,7 @@ mod tests {
                 },
             ),
             remote: Wakers::new(tx),
+            seen: Default::default(),
             local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
             written: Default::default(),
             local_listed: Default::default(),

@@ -285,6 +285,7 @@ pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<boo
         peers,
         recorder: recorder.clone(),
         remote: crate::wakers::Wakers::new(import_tx),
+        seen: Default::default(),
         local: local_secrets.store(),
         written: Default::default(),
         local_listed: local_secrets.listed(),

@@ -1,6 +1,7 @@
 //! Propagation benchmark (run by `bench/propagation.sh`, not by the default test run): a
 //! load-balancer address change on cluster-a's gateway Service, until the agent on cluster-b
-//! answers the new address. 50 changes; prints p50, p99 and the worst; the bar is p99 < 1 s.
+//! answers the new address. 50 changes; prints p50, p99 and the worst (bar: p99 ≤ 50 ms), and
+//! the first hop: until the new address is in an EndpointSlice on cluster-b.
 //!
 //! The clock starts when the API server has accepted the status write and stops at the first
 //! DNS answer with the new address (UDP queries straight to the agent, one every millisecond).
@@ -10,14 +11,16 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures::StreamExt;
 use hickory_proto::{
     op::{Message, Query},
     rr::{Name, RecordType},
 };
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api,
     api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
 };
 use xcc_e2e::require_testbed;
 
@@ -61,6 +64,30 @@ async fn propagation_benchmark() {
     };
     let w = walkthrough(&binaries, r#"[{"ip":"10.1.0.1"}]"#).await;
     let (ca, agent_b) = (w.bed.cluster("cluster-a"), &w.agent_b);
+    // The middle of the path, seen from here: when each address first appears in an
+    // EndpointSlice on cluster-b (the controller's hop: a watch on cluster-a, a write to
+    // cluster-b); the rest is the agent's (its watch of the slice, the table, the answer).
+    let slices =
+        Api::<EndpointSlice>::namespaced(w.bed.cluster("cluster-b").client.clone(), "xcc-dns");
+    let seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, Instant>>> =
+        Default::default();
+    let seen_by_watch = seen.clone();
+    let slice_watch = tokio::spawn(async move {
+        let mut events =
+            std::pin::pin!(watcher(slices, watcher::Config::default()).applied_objects());
+        while let Some(Ok(slice)) = events.next().await {
+            let now = Instant::now();
+            let mut seen = seen_by_watch.lock().unwrap();
+            for endpoint in &slice.endpoints {
+                for address in &endpoint.addresses {
+                    if let Ok(ip) = address.parse::<IpAddr>() {
+                        seen.entry(ip).or_insert(now);
+                    }
+                }
+            }
+        }
+    });
+    let mut to_slice = Vec::with_capacity(CHANGES);
 
     let services = Api::<Service>::namespaced(ca.client.clone(), "projectcontour");
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -90,9 +117,15 @@ async fn propagation_benchmark() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         took.push(started.elapsed());
+        if let Some(at) = seen.lock().unwrap().get(&ip) {
+            to_slice.push(at.saturating_duration_since(started));
+        }
         // Changes a little apart, as real address changes are.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    slice_watch.abort();
+    let traced = to_slice.len();
+    to_slice.sort();
     took.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let (p50, p99, worst) = (
@@ -102,13 +135,20 @@ async fn propagation_benchmark() {
     );
     println!(
         "propagation, LB address on cluster-a → answer from cluster-b's agent, {CHANGES} changes: \
-         p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (bar: p99 < 1000 ms)",
+         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (bar: p99 ≤ 50 ms)",
         ms(p50),
         ms(p99),
         ms(worst)
     );
+    if traced > 0 {
+        println!(
+            "propagation hops: Service status accepted on cluster-a → slice on cluster-b p50 {:.1} ms, p99 {:.1} ms ({traced} of {CHANGES} changes traced); the agent's hop is the rest",
+            ms(percentile(&to_slice, 50.0)),
+            ms(percentile(&to_slice, 99.0)),
+        );
+    }
     assert!(
-        p99 < Duration::from_secs(1),
-        "p99 {p99:?} misses the 1 s bar"
+        p99 <= Duration::from_millis(50),
+        "p99 {p99:?} misses the 50 ms bar"
     );
 }

@@ -13,6 +13,7 @@ mod least_privilege;
 mod measure;
 mod mixed_fleet;
 mod moved_copies;
+mod peer_http2;
 mod plumber;
 mod resource_sync;
 mod secrets;

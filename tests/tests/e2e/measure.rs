@@ -34,3 +34,54 @@ where
         .await
         .unwrap();
 }
+
+/// Established TCP connections of process `pid` to `127.0.0.1:port` (its sockets, matched by
+/// inode against the kernel's table; 0 when they cannot be read).
+pub fn tcp_connections(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.to_string_lossy().into_owned();
+                    Some(
+                        link.strip_prefix("socket:[")?
+                            .strip_suffix(']')?
+                            .to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // rem_address is 0100007F:<port hex> for 127.0.0.1; state 01 is ESTABLISHED.
+    let remote = format!("0100007F:{port:04X}");
+    std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 9
+                && fields[2] == remote
+                && fields[3] == "01"
+                && inodes.contains(fields[9])
+        })
+        .count()
+}
+
+/// Lists `api` (retrying while RBAC settles) and returns the list's resourceVersion.
+pub async fn wait_list<T>(api: &kube::Api<T>) -> String
+where
+    T: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.list(&Default::default()).await {
+            Ok(list) => return list.metadata.resource_version.unwrap_or_default(),
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("list not allowed yet: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("cannot list: {error}"),
+        }
+    }
+}
