@@ -287,6 +287,26 @@ pub struct SyncArgs {
     #[arg(long, env = "XCC_PLUMBER_NAMESPACE", default_value = "plumber-system")]
     pub plumber_namespace: String,
 
+    /// API projection, service-cluster side (projection.apiresources.multicluster.x-tanzu.vmware.com):
+    /// an UpstreamClusterLink gets a ServiceAccount and a kubeconfig Secret `<link>-kubeconfig`
+    /// for it; an APIExportRoleBinding binds a ClusterRole to that ServiceAccount. Needs the RBAC
+    /// of manifests/agent/projection.yaml. Off in standalone mode.
+    #[arg(
+        long = "api-projection",
+        env = "XCC_API_PROJECTION",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub api_projection: bool,
+
+    /// API server URL written into the kubeconfig Secrets of UpstreamClusterLinks (the address
+    /// workload clusters reach this cluster at). Default: the URL this agent's own client uses.
+    #[arg(long, env = "XCC_PROJECTION_ADVERTISE_URL", value_name = "URL")]
+    pub projection_advertise_url: Option<String>,
+
     /// Run the sync reconcilers only on the replica holding the Lease `--lease-name` in
     /// `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record feed
     /// run on every replica; readiness never depends on leading. The Lease is released on
@@ -422,6 +442,24 @@ mod tests {
                 .unwrap();
         assert!(!args.sync.plumber);
         assert_eq!(args.sync.plumber_namespace, "ops");
+    }
+
+    #[test]
+    fn api_projection_is_on_by_default_and_can_be_switched_off() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert!(args.sync.api_projection);
+        assert_eq!(args.sync.projection_advertise_url, None);
+        let args = Args::try_parse_from([
+            "xcc-agent",
+            "--api-projection=false",
+            "--projection-advertise-url=https://services.example:6443",
+        ])
+        .unwrap();
+        assert!(!args.sync.api_projection);
+        assert_eq!(
+            args.sync.projection_advertise_url.as_deref(),
+            Some("https://services.example:6443")
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod core;
 mod explain;
 mod metrics;
 mod plumber;
+mod projection;
 mod records;
 mod replication;
 mod run;

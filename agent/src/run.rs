@@ -13,7 +13,7 @@ use crate::{
     args::{Args, KubeArgs, LogArgs, LogFormat},
     clusterregistry,
     metrics::Metrics,
-    plumber,
+    plumber, projection,
     records::{Loader, RecordsFeed},
     replication,
     slices::{self, SliceIndex},
@@ -39,6 +39,7 @@ pub fn print_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
         .into_iter()
         .chain(clusterregistry::crds())
         .chain(plumber::crds())
+        .chain(projection::crds())
     {
         match dir {
             Some(dir) => {
@@ -186,8 +187,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let leading = Arc::new(AtomicBool::new(false));
     let sync = match &feed {
         Feed::Slices(client)
-            if args.sync.secret_replication || args.sync.resource_sync || args.sync.plumber =>
+            if args.sync.secret_replication
+                || args.sync.resource_sync
+                || args.sync.plumber
+                || args.sync.api_projection =>
         {
+            let projection_advertise_url = if args.sync.api_projection {
+                advertise_url(&args.sync.projection_advertise_url, &args.kube).await
+            } else {
+                String::new()
+            };
             let reconcilers = Reconcilers {
                 client: client.clone(),
                 instance: args.kube.pod_name.clone(),
@@ -196,6 +205,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 group_sync: args.sync.group_sync,
                 plumber: args.sync.plumber,
                 plumber_namespace: args.sync.plumber_namespace.clone(),
+                api_projection: args.sync.api_projection,
+                projection_advertise_url,
                 peers,
                 metrics: metrics.sync.clone(),
             };
@@ -282,6 +293,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         secret_replication = sync.is_some() && args.sync.secret_replication,
         resource_sync = sync.is_some() && args.sync.resource_sync,
         plumber = sync.is_some() && args.sync.plumber,
+        api_projection = sync.is_some() && args.sync.api_projection,
         leader_elect = args.sync.leader_elect,
         "xcc-agent serving"
     );
@@ -310,6 +322,9 @@ struct Reconcilers {
     group_sync: bool,
     plumber: bool,
     plumber_namespace: String,
+    api_projection: bool,
+    /// The API server URL written into UpstreamClusterLinks' kubeconfig Secrets.
+    projection_advertise_url: String,
     peers: xcc_kube::PeerClients,
     metrics: crate::sync_metrics::SyncMetrics,
 }
@@ -352,6 +367,13 @@ impl Reconcilers {
                 stop.clone(),
             ))
         });
+        let projection = self.api_projection.then(|| {
+            tokio::spawn(projection::run(
+                core.clone(),
+                self.projection_advertise_url.clone(),
+                stop.clone(),
+            ))
+        });
         let resource_sync = self
             .resource_sync
             .then(|| tokio::spawn(clusterregistry::run(core, self.group_sync, stop.clone())));
@@ -359,6 +381,7 @@ impl Reconcilers {
             ("secret replication", replication),
             ("resource sync", resource_sync),
             ("plumber", plumber),
+            ("API projection", projection),
         ] {
             if let Some(task) = task
                 && let Err(error) = task.await
@@ -375,6 +398,39 @@ impl Reconcilers {
 enum Feed {
     Records(Loader),
     Slices(kube::Client),
+}
+
+/// The API server URL for UpstreamClusterLinks' kubeconfigs: `--projection-advertise-url`, or
+/// else the cluster URL of the agent's own client configuration.
+async fn advertise_url(flag: &Option<String>, args: &KubeArgs) -> String {
+    if let Some(url) = flag.as_ref().filter(|u| !u.is_empty()) {
+        return url.clone();
+    }
+    let config = match args.kubeconfig.as_deref() {
+        Some(path) => match kube::config::Kubeconfig::read_from(path) {
+            Ok(kubeconfig) => kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .ok(),
+            Err(_) => None,
+        },
+        None => kube::Config::infer().await.ok(),
+    };
+    match config {
+        Some(config) => config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string(),
+        None => {
+            tracing::warn!(
+                "no API server URL to advertise to workload clusters; set --projection-advertise-url"
+            );
+            String::new()
+        }
+    }
 }
 
 async fn kube_client(args: &KubeArgs) -> anyhow::Result<kube::Client> {
@@ -407,7 +463,8 @@ mod tests {
         let crds = super::replication::crds()
             .into_iter()
             .chain(super::clusterregistry::crds())
-            .chain(super::plumber::crds());
+            .chain(super::plumber::crds())
+            .chain(super::projection::crds());
         for crd in crds {
             let path = format!("{dir}/{}", super::crd_file_name(&crd));
             let on_disk = std::fs::read_to_string(&path).unwrap_or_default();

@@ -1,0 +1,390 @@
+//! APIExportRoleBinding: binds `spec.clusterRoleRef` to the ServiceAccount of the
+//! UpstreamClusterLink `spec.upstreamClusterLinkRef`.
+//!
+//! The APIExportRoleBinding is cluster-scoped and names a ClusterRole, so the agent applies
+//! ClusterRoleBinding `xcc-apiexport-<name>`, owned by it (deleting it removes the binding). The
+//! ClusterRoleBinding goes too when the link is gone, and is replaced when `clusterRoleRef`
+//! changes (a roleRef cannot be updated). One of that name the binding does not own is left
+//! alone (`Conflict`). A missing link or ClusterRole says so in `Ready`.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{controller::Action, events::Recorder},
+};
+use serde_json::json;
+
+use super::{
+    Error, Verdict,
+    api::{APIExportRoleBinding, ProjectionStatus, UpstreamClusterLink},
+    owned_by, publish, reason_of, write_status,
+};
+use crate::sink::{self, Counted};
+
+/// Longest wait between two reconciles (a ClusterRole created later is not watched).
+const RESYNC: Duration = Duration::from_secs(300);
+/// Requeue while the ClusterRole is missing.
+const ROLE_MISSING_REQUEUE: Duration = Duration::from_secs(30);
+
+pub mod reason {
+    pub const BOUND: &str = "Bound";
+    pub const LINK_NOT_FOUND: &str = "UpstreamClusterLinkNotFound";
+    pub const LINK_NOT_READY: &str = "UpstreamClusterLinkNotReady";
+    pub const CLUSTER_ROLE_NOT_FOUND: &str = "ClusterRoleNotFound";
+    pub const CONFLICT: &str = "Conflict";
+    pub const NAME_TOO_LONG: &str = "NameTooLong";
+    pub const BIND_FAILED: &str = "BindFailed";
+}
+
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub counted: Counted,
+}
+
+/// The ClusterRoleBinding of APIExportRoleBinding `binding`.
+pub fn cluster_role_binding_name(binding: &str) -> String {
+    format!("xcc-apiexport-{binding}")
+}
+
+pub async fn reconcile(
+    binding: Arc<APIExportRoleBinding>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let Some(uid) = binding.uid() else {
+        return Ok(Action::await_change());
+    };
+    let generation = binding.meta().generation;
+    let (verdict, requeue) = ensure(&binding, &uid, &ctx).await?;
+    let old = binding.status.clone().unwrap_or_default();
+    let mut status = ProjectionStatus {
+        observed_generation: generation,
+        conditions: old.conditions.clone(),
+    };
+    verdict.set(&mut status.conditions, "Ready", generation);
+    if binding.status.as_ref() != Some(&status) {
+        let api: Api<APIExportRoleBinding> = Api::all(ctx.client.clone());
+        write_status(&api, binding.as_ref(), serde_json::to_value(&status)?).await?;
+    }
+    if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
+        tracing::info!(binding = %binding.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "APIExportRoleBinding status");
+        publish(&ctx.recorder, binding.as_ref(), "Bind", &verdict).await;
+    }
+    Ok(Action::requeue(requeue))
+}
+
+pub fn error_policy(
+    binding: Arc<APIExportRoleBinding>,
+    error: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(binding = %binding.name_any(), %error, "APIExportRoleBinding reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn ensure(
+    binding: &APIExportRoleBinding,
+    uid: &str,
+    ctx: &Context,
+) -> Result<(Verdict, Duration), Error> {
+    let name = cluster_role_binding_name(&binding.name_any());
+    if name.len() > 253 {
+        return Ok((
+            Verdict::not(
+                reason::NAME_TOO_LONG,
+                format!(
+                    "the name is too long for ClusterRoleBinding {name:?} (253 characters at most)"
+                ),
+            ),
+            RESYNC,
+        ));
+    }
+    let crb_api: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+    let current = crb_api.get_opt(&name).await?;
+    if let Some(crb) = &current
+        && !owned_by(&crb.metadata, uid)
+    {
+        return Ok((
+            Verdict::not(
+                reason::CONFLICT,
+                format!(
+                    "ClusterRoleBinding {name} exists and is not this binding's; it is left alone"
+                ),
+            ),
+            RESYNC,
+        ));
+    }
+    // Takes back the binding while the link or role is missing, so that nothing keeps a grant
+    // its APIExportRoleBinding no longer backs.
+    let withdraw = |verdict: Verdict, requeue: Duration| {
+        let current = current.clone();
+        let crb_api = crb_api.clone();
+        let name = name.clone();
+        async move {
+            if let Some(crb) = current {
+                sink::delete_exact(&crb_api, &name, crb.uid(), None, &ctx.counted).await?;
+            }
+            Ok::<_, Error>((verdict, requeue))
+        }
+    };
+
+    let link_ref = &binding.spec.upstream_cluster_link_ref;
+    let link = Api::<UpstreamClusterLink>::namespaced(ctx.client.clone(), &link_ref.namespace)
+        .get_opt(&link_ref.name)
+        .await?;
+    let Some(link) = link else {
+        return withdraw(
+            Verdict::not(
+                reason::LINK_NOT_FOUND,
+                format!(
+                    "UpstreamClusterLink {}/{} does not exist",
+                    link_ref.namespace, link_ref.name
+                ),
+            ),
+            RESYNC,
+        )
+        .await;
+    };
+    let Some(service_account) = link
+        .status
+        .as_ref()
+        .and_then(|s| s.service_account.as_ref())
+        .map(|sa| sa.name.clone())
+    else {
+        return withdraw(
+            Verdict::not(
+                reason::LINK_NOT_READY,
+                format!(
+                    "UpstreamClusterLink {}/{} has no ServiceAccount yet",
+                    link_ref.namespace, link_ref.name
+                ),
+            ),
+            RESYNC,
+        )
+        .await;
+    };
+    let role = &binding.spec.cluster_role_ref.name;
+    if Api::<ClusterRole>::all(ctx.client.clone())
+        .get_opt(role)
+        .await?
+        .is_none()
+    {
+        return withdraw(
+            Verdict::not(
+                reason::CLUSTER_ROLE_NOT_FOUND,
+                format!("ClusterRole {role} does not exist"),
+            ),
+            ROLE_MISSING_REQUEUE,
+        )
+        .await;
+    }
+
+    // A roleRef cannot change: a binding to another role is deleted first.
+    if let Some(crb) = &current
+        && crb.role_ref.name != *role
+    {
+        sink::delete_exact(&crb_api, &name, crb.uid(), None, &ctx.counted).await?;
+    }
+    let desired = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": name,
+            "labels": { super::MANAGED_BY.0: super::MANAGED_BY.1 },
+            "ownerReferences": [serde_json::to_value(binding.controller_owner_ref(&()))?],
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role,
+        },
+        "subjects": [{
+            "kind": "ServiceAccount",
+            "name": service_account,
+            "namespace": link_ref.namespace,
+        }],
+    });
+    let up_to_date = match &current {
+        Some(crb) if crb.role_ref.name == *role => {
+            sink::up_to_date(&serde_json::to_value(crb)?, &desired)
+        }
+        _ => false,
+    };
+    if !up_to_date {
+        match sink::apply_whole(&crb_api, &name, desired, &ctx.counted).await {
+            Ok(_) => {}
+            // Forbidden: the agent may not bind this role (escalation check, or RBAC narrowed).
+            Err(kube::Error::Api(error)) if error.code == 403 || error.code == 422 => {
+                return Ok((
+                    Verdict::not(
+                        reason::BIND_FAILED,
+                        format!(
+                            "cannot bind ClusterRole {role}: {}",
+                            xcc_kube::bounded(&error)
+                        ),
+                    ),
+                    ROLE_MISSING_REQUEUE,
+                ));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok((
+        Verdict::ok(
+            reason::BOUND,
+            format!(
+                "ClusterRoleBinding {name} binds ClusterRole {role} to ServiceAccount {}/{service_account}",
+                link_ref.namespace
+            ),
+        ),
+        RESYNC,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::projection::testing::{api_server, body, echo, lines, not_found, with_status};
+    use kube::runtime::events::Reporter;
+    use serde_json::Value;
+
+    const CRB_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/xcc-apiexport-fish-sauce-cluster-1-a";
+    const LINK_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/namespaces/project-alpha/upstreamclusterlinks/fish-sauce";
+    const STATUS_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/apiexportrolebindings/fish-sauce-cluster-1-a/status";
+
+    fn binding() -> Arc<APIExportRoleBinding> {
+        let text =
+            include_str!("../../../manifests/examples/projection-apiexport-role-binding.yaml");
+        let mut binding: APIExportRoleBinding = serde_yaml::from_str(text).unwrap();
+        binding.metadata.uid = Some("binding-uid".into());
+        binding.metadata.generation = Some(2);
+        Arc::new(binding)
+    }
+
+    fn binding_json() -> Value {
+        serde_json::to_value(binding().as_ref()).unwrap()
+    }
+
+    fn context(client: Client) -> Arc<Context> {
+        Arc::new(Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "xcc-agent".into(),
+                    instance: None,
+                },
+            ),
+            client,
+            counted: Counted {
+                metrics: crate::sync_metrics::SyncMetrics::register(
+                    &mut prometheus_client::registry::Registry::default(),
+                ),
+                reconciler: "test",
+            },
+        })
+    }
+
+    fn ready(seen: &crate::projection::testing::Seen) -> Value {
+        let status = body(seen, &format!("PATCH {STATUS_PATH}"))["status"].clone();
+        assert_eq!(status["observedGeneration"], 2);
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone()
+    }
+
+    #[tokio::test]
+    async fn a_binding_without_its_link_says_so() {
+        let (client, seen) = api_server(|method, path, body| match (method, path) {
+            ("GET", CRB_PATH) | ("GET", LINK_PATH) => not_found(),
+            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
+            ("POST", p) if p.ends_with("/events") => echo(body),
+            _ => (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
+            ),
+        });
+        reconcile(binding(), context(client)).await.unwrap();
+        let ready = ready(&seen);
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], reason::LINK_NOT_FOUND);
+        assert!(
+            ready["message"]
+                .as_str()
+                .unwrap()
+                .contains("project-alpha/fish-sauce")
+        );
+        assert!(
+            !lines(&seen)
+                .iter()
+                .any(|l| l.starts_with("PATCH /apis/rbac"))
+        );
+    }
+
+    fn link() -> (u16, Value) {
+        (
+            200,
+            json!({"apiVersion": "projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1",
+                   "kind": "UpstreamClusterLink",
+                   "metadata": {"name": "fish-sauce", "namespace": "project-alpha", "uid": "l"},
+                   "spec": {"downstream": {"name": "w"}},
+                   "status": {"serviceAccount": {"name": "xcc-upstream-fish-sauce"}}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_binding_without_its_cluster_role_says_so() {
+        let (client, seen) = api_server(|method, path, body| match (method, path) {
+            ("GET", CRB_PATH) => not_found(),
+            ("GET", LINK_PATH) => link(),
+            ("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-1-a") => not_found(),
+            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
+            ("POST", p) if p.ends_with("/events") => echo(body),
+            _ => (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
+            ),
+        });
+        let action = reconcile(binding(), context(client)).await.unwrap();
+        assert_eq!(action, Action::requeue(ROLE_MISSING_REQUEUE));
+        let ready = ready(&seen);
+        assert_eq!(ready["reason"], reason::CLUSTER_ROLE_NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_binding_binds_the_cluster_role_to_the_links_service_account() {
+        let (client, seen) = api_server(|method, path, body| match (method, path) {
+            ("GET", CRB_PATH) => not_found(),
+            ("GET", LINK_PATH) => link(),
+            ("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-1-a") => (
+                200,
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                       "metadata": {"name": "cluster-1-a"}, "rules": []}),
+            ),
+            ("PATCH", CRB_PATH) => echo(body),
+            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
+            ("POST", p) if p.ends_with("/events") => echo(body),
+            _ => (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
+            ),
+        });
+        reconcile(binding(), context(client)).await.unwrap();
+        let crb = body(&seen, &format!("PATCH {CRB_PATH}"));
+        assert_eq!(crb["roleRef"]["name"], "cluster-1-a");
+        assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
+        assert_eq!(
+            crb["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "xcc-upstream-fish-sauce", "namespace": "project-alpha"}])
+        );
+        assert_eq!(crb["metadata"]["ownerReferences"][0]["uid"], "binding-uid");
+        let ready = ready(&seen);
+        assert_eq!(ready["status"], "True");
+        assert_eq!(ready["reason"], reason::BOUND);
+    }
+}

@@ -1,0 +1,577 @@
+//! UpstreamClusterLink: the ServiceAccount a workload cluster acts as, and a ready-to-use
+//! kubeconfig for it.
+//!
+//! For link `L` in namespace `N` the agent applies ServiceAccount `xcc-upstream-L` and Secret
+//! `L-kubeconfig` (key `kubeconfig`), both in `N` and owned by the link, so that deleting the link
+//! removes them. The kubeconfig holds the advertised API server URL, the cluster CA from ConfigMap
+//! `kube-root-ca.crt` of `N`, and a token from the TokenRequest API (valid [`TOKEN_SECONDS`],
+//! renewed once less than a third of its life remains, or when the ServiceAccount was replaced).
+//! An object of either name that the link does not own is left alone (`...Conflict`). Tokens are
+//! never logged.
+
+use std::{sync::Arc, time::Duration};
+
+use base64::Engine as _;
+use k8s_openapi::{
+    api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{ConfigMap, Secret, ServiceAccount},
+    },
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::PostParams,
+    runtime::{controller::Action, events::Recorder},
+};
+use serde_json::{Value, json};
+
+use super::{
+    Error, Verdict,
+    api::{ObjectName, UpstreamClusterLink},
+    owned_by, publish, reason_of, write_status,
+};
+use crate::sink::{self, Counted};
+
+/// Lifetime asked for each token: a day.
+pub const TOKEN_SECONDS: i64 = 24 * 3600;
+/// When the token in the Secret was issued (RFC 3339).
+pub const ISSUED_ANNOTATION: &str = "xcc.test/token-issued";
+/// When the token in the Secret expires (RFC 3339).
+pub const EXPIRES_ANNOTATION: &str = "xcc.test/token-expires";
+/// The UID of the ServiceAccount the token was issued for.
+pub const SERVICE_ACCOUNT_UID_ANNOTATION: &str = "xcc.test/service-account-uid";
+/// The Secret's key holding the kubeconfig.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// The ConfigMap of every namespace holding the cluster CA.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// Longest wait between two reconciles of a link (drift of what it made).
+const RESYNC: Duration = Duration::from_secs(600);
+/// Shortest requeue.
+const MIN_REQUEUE: Duration = Duration::from_secs(30);
+
+pub mod reason {
+    pub const LINKED: &str = "Linked";
+    pub const CREATED: &str = "ServiceAccountCreated";
+    pub const NAME_TOO_LONG: &str = "NameTooLong";
+    pub const SERVICE_ACCOUNT_CONFLICT: &str = "ServiceAccountConflict";
+    pub const SERVICE_ACCOUNT_NOT_READY: &str = "ServiceAccountNotReady";
+    pub const SECRET_CONFLICT: &str = "SecretConflict";
+    pub const CA_NOT_FOUND: &str = "ClusterCANotFound";
+    pub const TOKEN_REQUEST_FAILED: &str = "TokenRequestFailed";
+    pub const NO_SERVER_URL: &str = "NoServerURL";
+}
+
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    /// The API server URL written into the kubeconfigs.
+    pub advertise_url: String,
+    /// Lifetime asked for each token, in seconds.
+    pub token_seconds: i64,
+    pub counted: Counted,
+}
+
+/// The ServiceAccount of link `link`.
+pub fn service_account_name(link: &str) -> String {
+    format!("xcc-upstream-{link}")
+}
+
+/// The kubeconfig Secret of link `link`.
+pub fn secret_name(link: &str) -> String {
+    format!("{link}-kubeconfig")
+}
+
+/// What a reconcile decided: the two conditions and when to look again.
+struct Outcome {
+    service_account: Verdict,
+    ready: Verdict,
+    requeue: Duration,
+}
+
+pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (Some(namespace), Some(uid)) = (link.namespace(), link.uid()) else {
+        return Ok(Action::await_change());
+    };
+    let name = link.name_any();
+    let generation = link.meta().generation;
+    let outcome = ensure(&link, &namespace, &uid, &ctx).await?;
+
+    let old = link.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    outcome
+        .service_account
+        .set(&mut status.conditions, "ServiceAccountReady", generation);
+    outcome
+        .ready
+        .set(&mut status.conditions, "Ready", generation);
+    status.service_account = outcome.service_account.ready.then(|| ObjectName {
+        name: service_account_name(&name),
+    });
+    status.observed_generation = generation;
+    if link.status.as_ref() != Some(&status) {
+        let api: Api<UpstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
+        write_status(&api, link.as_ref(), serde_json::to_value(&status)?).await?;
+    }
+    if reason_of(&old.conditions, "Ready") != Some(outcome.ready.reason) {
+        tracing::info!(%namespace, link = %name, ready = outcome.ready.ready, reason = outcome.ready.reason, message = %outcome.ready.message, "UpstreamClusterLink status");
+        publish(&ctx.recorder, link.as_ref(), "Link", &outcome.ready).await;
+    }
+    Ok(Action::requeue(outcome.requeue))
+}
+
+pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        namespace = %link.namespace().unwrap_or_default(),
+        link = %link.name_any(),
+        %error,
+        "UpstreamClusterLink reconcile failed"
+    );
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn labels() -> Value {
+    json!({ super::MANAGED_BY.0: super::MANAGED_BY.1 })
+}
+
+async fn ensure(
+    link: &UpstreamClusterLink,
+    namespace: &str,
+    uid: &str,
+    ctx: &Context,
+) -> Result<Outcome, Error> {
+    let name = link.name_any();
+    let sa_name = service_account_name(&name);
+    let secret_name = secret_name(&name);
+    let not = |sa: Verdict, ready: Verdict| Outcome {
+        service_account: sa,
+        ready,
+        requeue: RESYNC,
+    };
+    if sa_name.len() > 253 || secret_name.len() > 253 {
+        let verdict = Verdict::not(
+            reason::NAME_TOO_LONG,
+            format!(
+                "the link's name is too long for ServiceAccount {sa_name:?} and Secret {secret_name:?} (253 characters at most)"
+            ),
+        );
+        return Ok(not(verdict.clone(), verdict));
+    }
+    let owner = serde_json::to_value(link.controller_owner_ref(&()))?;
+
+    // The ServiceAccount.
+    let sa_api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
+    let current = sa_api.get_opt(&sa_name).await?;
+    if let Some(sa) = &current
+        && !owned_by(&sa.metadata, uid)
+    {
+        let verdict = Verdict::not(
+            reason::SERVICE_ACCOUNT_CONFLICT,
+            format!("ServiceAccount {sa_name} exists and is not this link's; it is left alone"),
+        );
+        return Ok(not(verdict.clone(), verdict));
+    }
+    let desired = json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": sa_name,
+            "namespace": namespace,
+            "labels": labels(),
+            "ownerReferences": [owner],
+        },
+    });
+    let sa = match current {
+        Some(sa) if sink::up_to_date(&serde_json::to_value(&sa)?, &desired) => sa,
+        _ => sink::apply_whole(&sa_api, &sa_name, desired, &ctx.counted).await?,
+    };
+    let Some(sa_uid) = sa.uid() else {
+        let verdict = Verdict::not(
+            reason::SERVICE_ACCOUNT_NOT_READY,
+            format!("ServiceAccount {sa_name} has no UID yet"),
+        );
+        return Ok(not(verdict.clone(), verdict));
+    };
+    let sa_ok = Verdict::ok(
+        reason::CREATED,
+        format!("ServiceAccount {sa_name} is the workload cluster's identity"),
+    );
+
+    // The kubeconfig Secret.
+    if ctx.advertise_url.is_empty() {
+        return Ok(not(
+            sa_ok,
+            Verdict::not(
+                reason::NO_SERVER_URL,
+                "no API server URL to advertise (--projection-advertise-url)",
+            ),
+        ));
+    }
+    let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let current = secret_api.get_opt(&secret_name).await?;
+    if let Some(secret) = &current
+        && !owned_by(&secret.metadata, uid)
+    {
+        return Ok(not(
+            sa_ok,
+            Verdict::not(
+                reason::SECRET_CONFLICT,
+                format!("Secret {secret_name} exists and is not this link's; it is left alone"),
+            ),
+        ));
+    }
+    let ca = Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(ROOT_CA_CONFIGMAP)
+        .await?
+        .and_then(|cm| cm.data?.remove("ca.crt"))
+        .filter(|ca| !ca.trim().is_empty());
+    let Some(ca) = ca else {
+        return Ok(not(
+            sa_ok,
+            Verdict::not(
+                reason::CA_NOT_FOUND,
+                format!("ConfigMap {ROOT_CA_CONFIGMAP} of namespace {namespace} has no ca.crt"),
+            ),
+        ));
+    };
+
+    let now = Timestamp::now().as_second();
+    let kept = current
+        .as_ref()
+        .and_then(|secret| still_valid(secret, &sa_uid, now));
+    let token = match kept {
+        Some(token) => token,
+        None => {
+            let request = TokenRequest {
+                spec: TokenRequestSpec {
+                    audiences: vec![],
+                    expiration_seconds: Some(ctx.token_seconds),
+                    bound_object_ref: None,
+                },
+                ..Default::default()
+            };
+            match sa_api
+                .create_token_request(&sa_name, &PostParams::default(), &request)
+                .await
+            {
+                Ok(TokenRequest {
+                    status: Some(status),
+                    ..
+                }) if !status.token.is_empty() => Token {
+                    token: status.token,
+                    issued: now,
+                    expires: status.expiration_timestamp.0.as_second(),
+                },
+                Ok(_) => {
+                    return Ok(not(
+                        sa_ok,
+                        Verdict::not(
+                            reason::TOKEN_REQUEST_FAILED,
+                            "the TokenRequest was answered without a token",
+                        ),
+                    ));
+                }
+                Err(kube::Error::Api(error)) => {
+                    return Ok(Outcome {
+                        requeue: MIN_REQUEUE,
+                        ..not(
+                            sa_ok,
+                            Verdict::not(
+                                reason::TOKEN_REQUEST_FAILED,
+                                format!(
+                                    "TokenRequest for ServiceAccount {sa_name}: {}",
+                                    xcc_kube::bounded(&error)
+                                ),
+                            ),
+                        )
+                    });
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    };
+    let config = kubeconfig(&ctx.advertise_url, &ca, &sa_name, &token.token, namespace)?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let desired = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name,
+            "namespace": namespace,
+            "labels": labels(),
+            "annotations": {
+                ISSUED_ANNOTATION: ts(token.issued),
+                EXPIRES_ANNOTATION: ts(token.expires),
+                SERVICE_ACCOUNT_UID_ANNOTATION: sa_uid,
+            },
+            "ownerReferences": [owner],
+        },
+        "data": { KUBECONFIG_KEY: b64.encode(config) },
+    });
+    let fresh = match &current {
+        Some(secret) => !sink::up_to_date(&serde_json::to_value(secret)?, &desired),
+        None => true,
+    };
+    if fresh {
+        sink::apply_whole(&secret_api, &secret_name, desired, &ctx.counted).await?;
+    }
+    let renew_in = (token.renew_at() - now).max(0) as u64;
+    Ok(Outcome {
+        service_account: sa_ok,
+        ready: Verdict::ok(
+            reason::LINKED,
+            format!(
+                "Secret {secret_name} (key {KUBECONFIG_KEY}) holds a kubeconfig for ServiceAccount {sa_name} at {}",
+                ctx.advertise_url
+            ),
+        ),
+        requeue: Duration::from_secs(renew_in).clamp(MIN_REQUEUE, RESYNC),
+    })
+}
+
+/// A token and its life, in Unix seconds.
+struct Token {
+    token: String,
+    issued: i64,
+    expires: i64,
+}
+
+impl Token {
+    /// When a third of its life remains.
+    fn renew_at(&self) -> i64 {
+        self.issued + (self.expires - self.issued) * 2 / 3
+    }
+}
+
+fn ts(seconds: i64) -> String {
+    Timestamp::from_second(seconds)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// The token of `secret` if it was issued for ServiceAccount `sa_uid` and more than a third of its
+/// life remains.
+fn still_valid(secret: &Secret, sa_uid: &str, now: i64) -> Option<Token> {
+    let annotations = secret.metadata.annotations.as_ref()?;
+    if annotations.get(SERVICE_ACCOUNT_UID_ANNOTATION)? != sa_uid {
+        return None;
+    }
+    let time = |key: &str| {
+        annotations
+            .get(key)?
+            .parse::<Timestamp>()
+            .ok()
+            .map(|t| t.as_second())
+    };
+    let (issued, expires) = (time(ISSUED_ANNOTATION)?, time(EXPIRES_ANNOTATION)?);
+    let config = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
+    let config: Value = serde_yaml::from_slice(&config.0).ok()?;
+    let token = config["users"][0]["user"]["token"].as_str()?.to_string();
+    let token = Token {
+        token,
+        issued,
+        expires,
+    };
+    (expires > issued && token.renew_at() > now).then_some(token)
+}
+
+/// A kubeconfig for ServiceAccount `user` with `token` at `server`, trusting `ca` (PEM).
+pub fn kubeconfig(
+    server: &str,
+    ca: &str,
+    user: &str,
+    token: &str,
+    namespace: &str,
+) -> Result<String, serde_yaml::Error> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    serde_yaml::to_string(&json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "upstream", "cluster": {
+            "server": server,
+            "certificate-authority-data": b64.encode(ca),
+        }}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "upstream", "context": {
+            "cluster": "upstream",
+            "user": user,
+            "namespace": namespace,
+        }}],
+        "current-context": "upstream",
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::projection::testing::{api_server, body, echo, lines, not_found, with_status};
+    use kube::runtime::events::Reporter;
+
+    const SA_PATH: &str =
+        "/api/v1/namespaces/services-toolkit/serviceaccounts/xcc-upstream-workload-3c";
+    const SECRET_PATH: &str = "/api/v1/namespaces/services-toolkit/secrets/workload-3c-kubeconfig";
+    const STATUS_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/namespaces/services-toolkit/upstreamclusterlinks/workload-3c/status";
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    fn link() -> Arc<UpstreamClusterLink> {
+        Arc::new(serde_json::from_value(link_json()).unwrap())
+    }
+
+    fn link_json() -> Value {
+        json!({
+                "apiVersion": "projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1",
+                "kind": "UpstreamClusterLink",
+                "metadata": {"name": "workload-3c", "namespace": "services-toolkit",
+                             "uid": "link-uid", "generation": 1},
+                "spec": {"downstream": {"name": "workload-3c"}},
+        })
+    }
+
+    fn context(client: Client) -> Arc<Context> {
+        Arc::new(Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "xcc-agent".into(),
+                    instance: None,
+                },
+            ),
+            client,
+            advertise_url: "https://services.example:6443".into(),
+            token_seconds: TOKEN_SECONDS,
+            counted: Counted {
+                metrics: crate::sync_metrics::SyncMetrics::register(
+                    &mut prometheus_client::registry::Registry::default(),
+                ),
+                reconciler: "test",
+            },
+        })
+    }
+
+    #[tokio::test]
+    async fn a_link_makes_its_service_account_kubeconfig_secret_and_status() {
+        let (client, seen) = api_server(|method, path, body| match (method, path) {
+            ("GET", SA_PATH) | ("GET", SECRET_PATH) => not_found(),
+            ("PATCH", SA_PATH) | ("PATCH", SECRET_PATH) => echo(body),
+            ("PATCH", STATUS_PATH) => with_status(link_json(), body),
+            ("GET", "/api/v1/namespaces/services-toolkit/configmaps/kube-root-ca.crt") => (
+                200,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "kube-root-ca.crt", "namespace": "services-toolkit"},
+                       "data": {"ca.crt": CA}}),
+            ),
+            ("POST", p) if p == format!("{SA_PATH}/token") => {
+                let expires =
+                    Timestamp::from_second(Timestamp::now().as_second() + 86_400).unwrap();
+                assert_eq!(body["spec"]["expirationSeconds"], 86_400);
+                (
+                    201,
+                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                           "spec": body["spec"],
+                           "status": {"token": "t0k3n", "expirationTimestamp": expires.to_string()}}),
+                )
+            }
+            ("POST", p) if p.ends_with("/events") => echo(body),
+            _ => (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
+            ),
+        });
+        let action = reconcile(link(), context(client)).await.unwrap();
+        assert_eq!(action, Action::requeue(RESYNC));
+        let seen_lines = lines(&seen);
+        assert!(!seen_lines.iter().any(|l| l.contains("unexpected")));
+
+        let sa = body(&seen, &format!("PATCH {SA_PATH}"));
+        assert_eq!(sa["metadata"]["ownerReferences"][0]["uid"], "link-uid");
+        assert_eq!(sa["metadata"]["ownerReferences"][0]["controller"], true);
+
+        let secret = body(&seen, &format!("PATCH {SECRET_PATH}"));
+        assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "link-uid");
+        assert_eq!(
+            secret["metadata"]["annotations"][SERVICE_ACCOUNT_UID_ANNOTATION],
+            "uid-of-written"
+        );
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let config = b64
+            .decode(secret["data"][KUBECONFIG_KEY].as_str().unwrap())
+            .unwrap();
+        let config: Value = serde_yaml::from_slice(&config).unwrap();
+        assert_eq!(
+            config["clusters"][0]["cluster"]["server"],
+            "https://services.example:6443"
+        );
+        assert_eq!(
+            config["clusters"][0]["cluster"]["certificate-authority-data"],
+            b64.encode(CA)
+        );
+        assert_eq!(config["users"][0]["user"]["token"], "t0k3n");
+        assert_eq!(
+            config["contexts"][0]["context"]["namespace"],
+            "services-toolkit"
+        );
+
+        let status = &body(&seen, &format!("PATCH {STATUS_PATH}"))["status"];
+        assert_eq!(status["serviceAccount"]["name"], "xcc-upstream-workload-3c");
+        assert_eq!(status["observedGeneration"], 1);
+        let conditions = status["conditions"].as_array().unwrap();
+        let ready = conditions
+            .iter()
+            .find(|c| c["type"] == "ServiceAccountReady")
+            .unwrap();
+        assert_eq!(ready["status"], "True");
+        let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(
+            (&ready["status"], &ready["reason"]),
+            (&json!("True"), &json!(reason::LINKED))
+        );
+        assert_eq!(ready["observedGeneration"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_service_account_of_someone_else_is_left_alone() {
+        let (client, seen) = api_server(|method, path, body| match (method, path) {
+            ("GET", SA_PATH) => (
+                200,
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": "xcc-upstream-workload-3c", "namespace": "services-toolkit", "uid": "theirs"}}),
+            ),
+            ("PATCH", STATUS_PATH) => with_status(link_json(), body),
+            ("POST", p) if p.ends_with("/events") => echo(body),
+            _ => (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
+            ),
+        });
+        reconcile(link(), context(client)).await.unwrap();
+        assert!(!lines(&seen).contains(&format!("PATCH {SA_PATH}")));
+        let status = &body(&seen, &format!("PATCH {STATUS_PATH}"))["status"];
+        assert!(status.get("serviceAccount").is_none());
+        for condition in status["conditions"].as_array().unwrap() {
+            assert_eq!(condition["status"], "False");
+            assert_eq!(condition["reason"], reason::SERVICE_ACCOUNT_CONFLICT);
+        }
+    }
+
+    #[test]
+    fn a_token_is_kept_until_a_third_of_its_life_remains_and_only_for_its_service_account() {
+        let config = kubeconfig("https://x:6443", CA, "sa", "t0k3n", "ns").unwrap();
+        let secret = |sa_uid: &str| -> Secret {
+            serde_json::from_value(json!({
+                "metadata": {"name": "l-kubeconfig", "annotations": {
+                    ISSUED_ANNOTATION: ts(1_000),
+                    EXPIRES_ANNOTATION: ts(1_000 + 3_000),
+                    SERVICE_ACCOUNT_UID_ANNOTATION: sa_uid,
+                }},
+                "data": {KUBECONFIG_KEY: base64::engine::general_purpose::STANDARD.encode(&config)},
+            }))
+            .unwrap()
+        };
+        let kept = still_valid(&secret("u1"), "u1", 2_999).unwrap();
+        assert_eq!(kept.token, "t0k3n");
+        assert_eq!(kept.renew_at(), 3_000);
+        assert!(still_valid(&secret("u1"), "u1", 3_000).is_none());
+        assert!(still_valid(&secret("u1"), "u2", 1_500).is_none());
+    }
+}

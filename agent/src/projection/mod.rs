@@ -1,0 +1,446 @@
+//! API projection, service-cluster side (`projection.apiresources.multicluster.x-tanzu.vmware.com`).
+//!
+//! ```text
+//!  service cluster (this one)
+//!  UpstreamClusterLink L ──► ServiceAccount xcc-upstream-L   (owned by L)
+//!                       └──► Secret L-kubeconfig             (owned by L; TokenRequest token,
+//!                                                             renewed when a third remains)
+//!  APIExportRoleBinding B ─► ClusterRoleBinding xcc-apiexport-B (owned by B): spec.clusterRoleRef
+//!                            to the ServiceAccount of spec.upstreamClusterLinkRef
+//! ```
+//!
+//! The workload-cluster kinds (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)
+//! have CRDs but no reconciler yet: nothing writes their status.
+//!
+//! Both controllers read one shared watch of UpstreamClusterLinks ([`Typed`]); a link's change
+//! wakes the bindings that name it. Everything else is read with a GET per reconcile and
+//! written through the sink ([`crate::sink::apply_whole`], [`crate::sink::delete_exact`]).
+
+pub mod api;
+pub mod binding;
+pub mod link;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{
+    Api, CustomResourceExt, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller,
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        reflector::ObjectRef,
+    },
+};
+use serde_json::json;
+use xcc_kube::{ConditionStatus, set_condition};
+
+use crate::{
+    core::Core,
+    sink::{Counted, FIELD_MANAGER},
+    sources::Typed,
+};
+use api::{
+    APIExportRoleBinding, APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink,
+    UpstreamClusterLink,
+};
+
+/// The CRDs of this module: the five kinds of the projection API.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![
+        UpstreamClusterLink::crd(),
+        APIExportRoleBinding::crd(),
+        DownstreamClusterLink::crd(),
+        ClusterAPIGroupImport::crd(),
+        APIResourceImport::crd(),
+    ]
+}
+
+/// Label on every object the projection reconcilers make.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "xcc-agent");
+
+/// What a reconcile can fail with (and retry).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot encode: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("cannot encode the kubeconfig: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// One condition as decided by a reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn ok(reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            ready: true,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn not(reason: &'static str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            ready: false,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn status(&self) -> ConditionStatus {
+        if self.ready {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+
+    /// Sets condition `type_` from this verdict.
+    pub fn set(&self, conditions: &mut Vec<Condition>, type_: &str, generation: Option<i64>) {
+        set_condition(
+            conditions,
+            type_,
+            self.status(),
+            self.reason,
+            self.message.clone(),
+            generation,
+        );
+    }
+}
+
+/// The reason of condition `type_`, if set.
+pub fn reason_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.reason.as_str())
+}
+
+/// Writes `status` (a serializable status) on its subresource with a server-side apply.
+pub async fn write_status<K>(api: &Api<K>, obj: &K, status: serde_json::Value) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Publishes an Event about `obj` (Warning unless `verdict` is ready); a failure is only logged.
+pub async fn publish<K>(recorder: &Recorder, obj: &K, action: &str, verdict: &Verdict)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let event = KubeEvent {
+        type_: if verdict.ready {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: verdict.reason.into(),
+        note: Some(verdict.message.clone()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::debug!(%error, "could not publish an Event");
+    }
+}
+
+/// Whether `obj` has an ownerReference to `uid`.
+pub fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.uid == uid)
+}
+
+/// Runs the UpstreamClusterLink and APIExportRoleBinding controllers until `stop` is raised.
+/// `advertise_url` is the API server URL written into the kubeconfig Secrets.
+pub async fn run(core: Core, advertise_url: String, stop: tokio::sync::watch::Receiver<bool>) {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let recorder = Recorder::new(
+        core.client.clone(),
+        Reporter {
+            controller: "xcc-agent".into(),
+            instance: core.instance.clone(),
+        },
+    );
+    let links = Typed::<UpstreamClusterLink>::new();
+    let bindings = Typed::<APIExportRoleBinding>::new();
+
+    let link_ctx = Arc::new(link::Context {
+        client: core.client.clone(),
+        recorder: recorder.clone(),
+        advertise_url,
+        token_seconds: link::TOKEN_SECONDS,
+        counted: Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "projection-link",
+        },
+    });
+    let link_controller = Controller::for_shared_stream(links.subscribe(), links.store())
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(link::reconcile, link::error_policy, link_ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object, "UpstreamClusterLink reconciled"),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::warn!(object = %object, %error, "UpstreamClusterLink reconcile failed; retrying")
+                }
+                Err(error) => tracing::debug!(%error, "UpstreamClusterLink controller"),
+            }
+        });
+
+    let binding_ctx = Arc::new(binding::Context {
+        client: core.client.clone(),
+        recorder,
+        counted: Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "projection-binding",
+        },
+    });
+    let binding_controller = Controller::for_shared_stream(bindings.subscribe(), bindings.store());
+    let binding_store = binding_controller.store();
+    let binding_controller = binding_controller
+        .watches_shared_stream(links.subscribe(), move |link: Arc<UpstreamClusterLink>| {
+            let namespace = link.namespace().unwrap_or_default();
+            let name = link.name_any();
+            binding_store
+                .state()
+                .into_iter()
+                .filter(|b| {
+                    b.spec.upstream_cluster_link_ref.name == name
+                        && b.spec.upstream_cluster_link_ref.namespace == namespace
+                })
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(binding::reconcile, binding::error_policy, binding_ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object, "APIExportRoleBinding reconciled"),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::warn!(object = %object, %error, "APIExportRoleBinding reconcile failed; retrying")
+                }
+                Err(error) => tracing::debug!(%error, "APIExportRoleBinding controller"),
+            }
+        });
+
+    let link_watch = tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone()));
+    let binding_watch =
+        tokio::spawn(bindings.run(Api::all(core.client.clone()), core.metrics.clone()));
+    tracing::info!("API projection running (UpstreamClusterLink, APIExportRoleBinding)");
+    futures::join!(link_controller, binding_controller);
+    link_watch.abort();
+    binding_watch.abort();
+}
+
+/// A fake API server for the reconcilers' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::{Arc, Mutex};
+
+    use kube::Client;
+    use serde_json::Value;
+
+    /// `(METHOD path, body)` of each request.
+    pub type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+    /// A client whose requests `answer` answers from `(method, path, body)`.
+    pub fn api_server(
+        answer: impl Fn(&str, &str, &Value) -> (u16, Value) + Send + 'static,
+    ) -> (Client, Seen) {
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let body = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let (status, reply) = answer(&method, &path, &body);
+                log.lock().unwrap().push((format!("{method} {path}"), body));
+                send.send_response(
+                    http::Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&reply).unwrap(),
+                        ))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    /// A 404 Status.
+    pub fn not_found() -> (u16, Value) {
+        (
+            404,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": "not found"}),
+        )
+    }
+
+    /// The body sent back with a UID and resourceVersion (what a patch or create returns).
+    pub fn echo(body: &Value) -> (u16, Value) {
+        let mut body = body.clone();
+        body["metadata"]["uid"] = "uid-of-written".into();
+        body["metadata"]["resourceVersion"] = "7".into();
+        (200, body)
+    }
+
+    /// `object` with the status of a status patch `body` (what a status patch returns).
+    pub fn with_status(mut object: Value, body: &Value) -> (u16, Value) {
+        object["status"] = body["status"].clone();
+        (200, object)
+    }
+
+    /// The requests seen, `METHOD path` only.
+    pub fn lines(seen: &Seen) -> Vec<String> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|(l, _)| l.clone())
+            .collect()
+    }
+
+    /// The body of the first request whose line is `line`.
+    pub fn body(seen: &Seen, line: &str) -> Value {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .find(|(l, _)| l == line)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_else(|| panic!("no request {line}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api::*;
+
+    fn example<K: serde::de::DeserializeOwned>(file: &str) -> K {
+        let path = format!(
+            "{}/../manifests/examples/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn the_references_examples_deserialize() {
+        let link: UpstreamClusterLink = example("projection-upstream-cluster-link.yaml");
+        assert_eq!(link.spec.downstream.name, "workload-3c");
+        let status = link.status.unwrap();
+        assert_eq!(
+            status.service_account.unwrap().name,
+            "managed-service-account"
+        );
+        assert_eq!(status.observed_generation, Some(1));
+        let types: Vec<_> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "ServiceAccountReady"]);
+
+        let binding: APIExportRoleBinding = example("projection-apiexport-role-binding.yaml");
+        assert_eq!(binding.spec.upstream_cluster_link_ref.name, "fish-sauce");
+        assert_eq!(
+            binding.spec.upstream_cluster_link_ref.namespace,
+            "project-alpha"
+        );
+        assert_eq!(binding.spec.cluster_role_ref.name, "cluster-1-a");
+
+        let down: DownstreamClusterLink = example("projection-downstream-cluster-link.yaml");
+        assert_eq!(down.spec.proxy.tls.secret_name, "omnia-isla");
+        assert_eq!(down.spec.upstream.kubeconfig.secret_name, "pumpkin-seeds");
+        assert_eq!(down.spec.upstream.name, "services-2b");
+        let proxy = down.status.as_ref().unwrap().proxy.clone().unwrap();
+        assert_eq!(proxy.ca_bundle.as_deref(), Some("facade0ff1cebadc0ffee..."));
+        let service = proxy.service_reference.unwrap();
+        assert_eq!(
+            (
+                service.name.as_str(),
+                service.namespace.as_str(),
+                service.port
+            ),
+            ("services-2b-proxy", "services-toolkit", Some(443))
+        );
+        assert_eq!(down.status.unwrap().conditions.len(), 6);
+
+        let group: ClusterAPIGroupImport = example("projection-cluster-api-group-import.yaml");
+        assert_eq!(group.spec.group, "rabbitmq.com");
+        assert_eq!(group.spec.version.as_deref(), Some("v1beta1"));
+        assert_eq!(group.spec.downstream_cluster_link_ref.name, "services-2b");
+        let types: Vec<_> = group
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .map(|c| c.type_.clone())
+            .collect();
+        assert_eq!(types, ["Ready", "APIServicesReady"]);
+
+        let resources: APIResourceImport = example("projection-api-resource-import.yaml");
+        assert_eq!(resources.spec.cluster_api_import_ref.name, "rabbitmq.com");
+        assert_eq!(resources.spec.resources, ["rabbitmqclusters"]);
+        assert_eq!(
+            resources.status.unwrap().conditions[1].type_,
+            "ResourcesAvailable"
+        );
+    }
+
+    #[test]
+    fn crds_have_the_references_scopes() {
+        let scopes: Vec<_> = super::crds()
+            .iter()
+            .map(|c| (c.spec.names.kind.clone(), c.spec.scope.clone()))
+            .collect();
+        assert_eq!(
+            scopes,
+            [
+                ("UpstreamClusterLink".to_string(), "Namespaced".to_string()),
+                ("APIExportRoleBinding".into(), "Cluster".into()),
+                ("DownstreamClusterLink".into(), "Namespaced".into()),
+                ("ClusterAPIGroupImport".into(), "Cluster".into()),
+                ("APIResourceImport".into(), "Namespaced".into()),
+            ]
+        );
+        for crd in super::crds() {
+            assert_eq!(
+                crd.spec.group,
+                "projection.apiresources.multicluster.x-tanzu.vmware.com"
+            );
+        }
+    }
+}
