@@ -56,6 +56,10 @@ pub async fn reconcile(
     let Some(uid) = binding.uid() else {
         return Ok(Action::await_change());
     };
+    if binding.metadata.deletion_timestamp.is_some() {
+        // Going: its ClusterRoleBinding goes with it.
+        return Ok(Action::await_change());
+    }
     let generation = binding.meta().generation;
     let (verdict, requeue) = ensure(&binding, &uid, &ctx).await?;
     let old = binding.status.clone().unwrap_or_default();

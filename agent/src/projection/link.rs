@@ -93,6 +93,10 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     let (Some(namespace), Some(uid)) = (link.namespace(), link.uid()) else {
         return Ok(Action::await_change());
     };
+    if link.metadata.deletion_timestamp.is_some() {
+        // Going: what it owns goes with it; nothing is made again.
+        return Ok(Action::await_change());
+    }
     let name = link.name_any();
     let generation = link.meta().generation;
     let outcome = ensure(&link, &namespace, &uid, &ctx).await?;

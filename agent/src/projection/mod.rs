@@ -39,8 +39,11 @@ use xcc_kube::{ConditionStatus, set_condition};
 use crate::{
     core::Core,
     sink::{Counted, FIELD_MANAGER},
-    sources::Typed,
+    sources::{SecretChange, Typed},
 };
+
+/// The apiVersion prefix of the projection kinds.
+const GROUP_PREFIX: &str = "projection.apiresources.multicluster.x-tanzu.vmware.com/";
 use api::{
     APIExportRoleBinding, APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink,
     UpstreamClusterLink,
@@ -198,7 +201,24 @@ pub async fn run(core: Core, advertise_url: String, stop: tokio::sync::watch::Re
             reconciler: "projection-link",
         },
     });
+    // A kubeconfig Secret deleted or edited wakes its link, from the process's one Secret watch.
+    let secret_wakes = core
+        .local_secrets
+        .changes()
+        .filter_map(|change| async move {
+            match change {
+                SecretChange::Applied(secret) | SecretChange::Deleted(secret) => {
+                    let namespace = secret.namespace()?;
+                    let owner = secret.owner_references().iter().find(|o| {
+                        o.kind == "UpstreamClusterLink" && o.api_version.starts_with(GROUP_PREFIX)
+                    })?;
+                    Some(ObjectRef::<UpstreamClusterLink>::new(&owner.name).within(&namespace))
+                }
+                SecretChange::Listed | SecretChange::Missed => None,
+            }
+        });
     let link_controller = Controller::for_shared_stream(links.subscribe(), links.store())
+        .reconcile_on(secret_wakes)
         .trigger_backoff(xcc_kube::Backoff::local())
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(link::reconcile, link::error_policy, link_ctx)
