@@ -15,6 +15,7 @@ mod mixed_fleet;
 mod moved_copies;
 mod peer_http2;
 mod plumber;
+mod projection;
 mod resource_sync;
 mod secrets;
 mod shared_watches;
