@@ -20,6 +20,9 @@ use crate::{
     sources::{LocalSecrets, Sources},
 };
 
+/// How long the sync reconcilers get to stop on SIGTERM (leader election adds the Lease release).
+const SYNC_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// One CRD as the YAML file checked in under `manifests/crds/`.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
     format!(
@@ -305,8 +308,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     dns.await.context("DNS server task")??;
     admin.await.context("admin server task")??;
     watcher.await.context("feed task")?;
-    if let Some(sync) = sync {
-        sync.await.context("sync reconcilers task")?;
+    if let Some(mut sync) = sync {
+        // With leader election the Lease side bounds this; without, a reconciler that does not
+        // stop must not keep the process from exiting.
+        if tokio::time::timeout(SYNC_STOP_GRACE, &mut sync)
+            .await
+            .is_err()
+        {
+            tracing::warn!("sync reconcilers did not stop within {SYNC_STOP_GRACE:?}; aborted");
+            sync.abort();
+        }
     }
     tracing::info!("stopped");
     Ok(())

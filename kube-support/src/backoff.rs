@@ -21,9 +21,11 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// then fails, and its stream adapter resets the backoff on any such event: a schedule reset at
 /// once would retry a peer answering 401 three times a second forever. So for peers a reset only
 /// takes effect once no delay was handed out for [`Backoff::quiet`], longer than any one delay:
-/// after a real recovery, not between two failures. The local schedule resets at once: right
-/// after its API server restarts, watches fail with `410 Expired` several times in a row while
-/// its caches warm up, and each retry must come quickly.
+/// after a real recovery, not between two failures. The local schedule resets the same way, but
+/// its top is low: right after its API server restarts, watches fail with `410 Expired` several
+/// times in a row while its caches warm up, and each retry still comes within seconds; a kind
+/// this process may not list (its optional RBAC not applied) is asked every 2–4 s, not three
+/// times a second.
 #[derive(Debug)]
 pub struct Backoff {
     inner: ExponentialBackoff,
@@ -46,7 +48,7 @@ impl Backoff {
 
     /// The schedule of watches of this process's own cluster.
     pub fn local() -> Backoff {
-        Self::up_to(Self::LOCAL_MAX, Duration::ZERO)
+        Self::up_to(Self::LOCAL_MAX, Self::LOCAL_MAX * 4)
     }
 
     fn up_to(max: Duration, quiet: Duration) -> Backoff {
@@ -64,8 +66,8 @@ impl Backoff {
         }
     }
 
-    /// How long without a failure before a reset takes effect: for peers four times the top
-    /// delay (which jitter may double), locally none.
+    /// How long without a failure before a reset takes effect: four times the top delay (which
+    /// jitter may double).
     pub fn quiet(&self) -> Duration {
         self.quiet
     }
@@ -127,9 +129,12 @@ mod tests {
         local.by_ref().take(5).for_each(drop);
         local.reset();
         assert!(
-            local.next().unwrap() < Backoff::MIN * 2,
-            "a local reset takes effect at once"
+            local.next().unwrap() >= Backoff::LOCAL_MAX,
+            "a local reset between two failures does not start over"
         );
+        local.last_delay = Some(Instant::now() - local.quiet());
+        local.reset();
+        assert!(local.next().unwrap() < Backoff::MIN * 2);
         let local: Vec<Duration> = Backoff::local().take(12).collect();
         assert!(
             local.iter().all(|d| *d <= Backoff::LOCAL_MAX * 2),

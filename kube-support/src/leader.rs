@@ -47,6 +47,8 @@ pub struct LeaseConfig {
 }
 
 /// Longest wait for the Lease to be released on shutdown.
+/// How long the sync reconcilers get to stop when leadership ends.
+const STOP_GRACE: Duration = Duration::from_secs(1);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs `work` whenever this replica holds the Lease, until `shutdown` is raised. `work` gets a
@@ -121,8 +123,17 @@ pub async fn run_while_leading<W, F>(
         };
         // The work stops before anyone else can start it: first here, then the Lease goes.
         let _ = stop_tx.send(true);
-        if let Err(error) = task.await {
-            tracing::error!(%error, "sync reconcilers ended abnormally");
+        // A reconciler that does not stop in time must not hold up the handover: it is
+        // aborted, and the Lease goes all the same.
+        let mut task = task;
+        match tokio::time::timeout(STOP_GRACE, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "sync reconcilers ended abnormally"),
+            Err(_) => {
+                tracing::warn!("sync reconcilers did not stop within {STOP_GRACE:?}; aborted");
+                task.abort();
+                let _ = task.await;
+            }
         }
         leading.store(false, Ordering::Release);
         if shut_down {
