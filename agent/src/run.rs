@@ -123,6 +123,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
+    let mut own_url = String::new();
     let feed = match args.records.file.clone() {
         Some(path) => {
             let feed = RecordsFeed::new(path, table.clone(), metrics.clone())
@@ -136,7 +137,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ready.store(true, std::sync::atomic::Ordering::Release);
             Feed::Records(feed)
         }
-        None => Feed::Slices(kube_client(&args.kube).await?),
+        None => {
+            let (client, url) = kube_client(&args.kube).await?;
+            own_url = url;
+            Feed::Slices(client)
+        }
     };
 
     let udp_sockets = if args.dns.udp_sockets == 0 {
@@ -195,11 +200,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 || args.sync.plumber
                 || args.sync.api_projection =>
         {
-            let projection_advertise_url = if args.sync.api_projection {
-                advertise_url(&args.sync.projection_advertise_url, &args.kube).await
-            } else {
-                String::new()
-            };
+            // For UpstreamClusterLinks' kubeconfigs: the flag, or this client's own URL.
+            let projection_advertise_url = args
+                .sync
+                .projection_advertise_url
+                .clone()
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| own_url.clone());
             let reconcilers = Reconcilers {
                 client: client.clone(),
                 instance: args.kube.pod_name.clone(),
@@ -411,41 +418,9 @@ enum Feed {
     Slices(kube::Client),
 }
 
-/// The API server URL for UpstreamClusterLinks' kubeconfigs: `--projection-advertise-url`, or
-/// else the cluster URL of the agent's own client configuration.
-async fn advertise_url(flag: &Option<String>, args: &KubeArgs) -> String {
-    if let Some(url) = flag.as_ref().filter(|u| !u.is_empty()) {
-        return url.clone();
-    }
-    let config = match args.kubeconfig.as_deref() {
-        Some(path) => match kube::config::Kubeconfig::read_from(path) {
-            Ok(kubeconfig) => kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .ok(),
-            Err(_) => None,
-        },
-        None => kube::Config::infer().await.ok(),
-    };
-    match config {
-        Some(config) => config
-            .cluster_url
-            .to_string()
-            .trim_end_matches('/')
-            .to_string(),
-        None => {
-            tracing::warn!(
-                "no API server URL to advertise to workload clusters; set --projection-advertise-url"
-            );
-            String::new()
-        }
-    }
-}
-
-async fn kube_client(args: &KubeArgs) -> anyhow::Result<kube::Client> {
-    xcc_kube::own_cluster_client(args.kubeconfig.as_deref())
+/// The agent's own client, and the URL of its API server.
+async fn kube_client(args: &KubeArgs) -> anyhow::Result<(kube::Client, String)> {
+    xcc_kube::own_cluster(args.kubeconfig.as_deref())
         .await
         .context("no cluster to read records from; for standalone mode give --records FILE")
 }

@@ -73,6 +73,13 @@ impl KubeconfigError {
 /// The client of a binary's own cluster: from the kubeconfig file `path` when given (its current
 /// context), else in-cluster or `$KUBECONFIG`.
 pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client, KubeconfigError> {
+    own_cluster(path).await.map(|(client, _)| client)
+}
+
+/// [`own_cluster_client`], and the API server URL it talks to (without a trailing `/`).
+pub async fn own_cluster(
+    path: Option<&std::path::Path>,
+) -> Result<(Client, String), KubeconfigError> {
     let (config, origin) = match path {
         Some(path) => {
             let origin = path.display().to_string();
@@ -96,5 +103,12 @@ pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client
             (config, "the inferred configuration".to_string())
         }
     };
-    crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })
+    let url = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let client =
+        crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+    Ok((client, url))
 }
