@@ -13,13 +13,13 @@ use futures::StreamExt as _;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, ObjectMeta, Preconditions},
+    api::ObjectMeta,
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
@@ -69,8 +69,8 @@ pub struct Seen {
 
 #[derive(Clone, Debug)]
 enum SeenState {
-    /// Listing: the object the list has delivered so far.
-    Listing(Option<Box<Secret>>),
+    /// Listing since the instant given: the object the list has delivered so far.
+    Listing(Option<Box<Secret>>, Instant),
     /// The watch is current: the remote Secret as it is (`None`: there is none).
     Known(Option<Box<Secret>>),
     /// The watch failed and is retrying: only a read tells.
@@ -106,6 +106,18 @@ impl Context {
                 Some(secret) => Remote::Found(secret.clone()),
                 None => Remote::NotFound,
             }),
+            _ => None,
+        }
+    }
+
+    /// Since when the import's current watch `identity` has been listing, if it is.
+    fn listing_since(&self, import: &ObjectRef<SecretImport>, identity: &str) -> Option<Instant> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get(import) {
+            Some(Seen {
+                identity: id,
+                state: SeenState::Listing(_, since),
+            }) if id == identity => Some(*since),
             _ => None,
         }
     }
@@ -189,6 +201,19 @@ pub fn classify(result: Result<Option<Secret>, kube::Error>) -> Remote {
 
 pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = import.namespace().unwrap_or_default();
+    // A new import: its watch of the remote Secret starts listing while the finalizer is being
+    // written, so that the reconcile which follows finds the remote Secret already listed.
+    if import.metadata.deletion_timestamp.is_none()
+        && !import.finalizers().iter().any(|f| f == FINALIZER)
+        && let Ok(peer) = peer_of(&import, &ctx).await
+        && !matches!(
+            ctx.peers.reach(&peer.server),
+            xcc_kube::Reach::Silent { .. }
+        )
+    {
+        let key = ObjectRef::from_obj(&*import);
+        watch_remote(&ctx, key, &peer, &namespace, &import.spec.secret.name);
+    }
     let api: Api<SecretImport> = Api::namespaced(ctx.client.clone(), &namespace);
     finalized(
         finalizer(&api, FINALIZER, import, |event| async {
@@ -225,7 +250,10 @@ async fn apply(
     if spec_changed {
         sweep_orphans(&namespace, ctx).await?;
     }
-    let verdict = replicate(import, ctx).await;
+    let verdict = match replicate(import, ctx).await {
+        Outcome::Settled(verdict) => verdict,
+        Outcome::AwaitList(wait) => return Ok(Action::requeue(wait)),
+    };
     let name = import.name_any();
     // The object a wake hands over can predate this reconciler's own last status write (a wake
     // by the copy it just wrote races the status event): what was last written is remembered,
@@ -264,63 +292,95 @@ async fn apply(
     Ok(Action::requeue(verdict.requeue()))
 }
 
-async fn replicate(import: &SecretImport, ctx: &Context) -> Verdict {
+/// What one look at an import settles.
+#[derive(Debug)]
+enum Outcome {
+    /// The status to give it.
+    Settled(Verdict),
+    /// Nothing yet: the import's own watch of the remote Secret is listing, and the end of that
+    /// list wakes the import (or, at the latest, this long from now it reads the Secret itself).
+    AwaitList(Duration),
+}
+
+/// How long a reconcile leaves the first list of an import's remote watch to finish before it
+/// reads the remote Secret itself: the list costs the service cluster one request, a read a
+/// second.
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(2);
+
+async fn replicate(import: &SecretImport, ctx: &Context) -> Outcome {
     let namespace = import.namespace().unwrap_or_default();
     let key = ObjectRef::from_obj(import);
     let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let kubeconfig_name = &import.spec.remote_kubeconfig.name;
     let source = &import.spec.secret.name;
+    let peer = match peer_of(import, ctx).await {
+        Ok(peer) => peer,
+        Err(verdict) => return Outcome::Settled(verdict),
+    };
+    watch_remote(ctx, key.clone(), &peer, &namespace, source);
+    // A server the prober found silent is not asked again here: the import says so at once and
+    // keeps its copy, and no reconcile slot waits out a deadline on it.
+    if let xcc_kube::Reach::Silent { error } = ctx.peers.reach(&peer.server) {
+        return Outcome::Settled(
+            Verdict::not_ready(
+                reason::REMOTE_UNREACHABLE,
+                unreachable_message(&namespace, kubeconfig_name, &error),
+            )
+            .through(&peer),
+        );
+    }
+    let identity = remote_identity(&peer, &namespace, source);
+    if let Some(since) = ctx.listing_since(&key, &identity) {
+        let waited = since.elapsed();
+        if waited < FIRST_LIST_WAIT {
+            return Outcome::AwaitList(FIRST_LIST_WAIT - waited);
+        }
+    }
+    Outcome::Settled(copy_from(import, ctx, &peer, local).await.through(&peer))
+}
 
+/// The client for the import's service cluster, from its kubeconfig Secret (through the peer
+/// cache), or the verdict that says why there is none; then the import's remote watch is
+/// stopped, and its copy left alone.
+async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Verdict> {
+    let namespace = import.namespace().unwrap_or_default();
+    let key = ObjectRef::from_obj(import);
+    let kubeconfig_name = &import.spec.remote_kubeconfig.name;
     let cached = ctx
         .local_meta(&namespace, kubeconfig_name)
         .and_then(|m| m.resource_version())
         .and_then(|version| ctx.peers.cached(&namespace, kubeconfig_name, &version));
-    let kubeconfig = match cached {
-        Some(_) => None,
-        None => Some(local.get_opt(kubeconfig_name).await),
-    };
-    let peer = match (cached, kubeconfig) {
-        (Some(peer), _) => Ok(peer),
-        (None, Some(Ok(Some(secret)))) => ctx.peers.client_for(&secret).await,
-        (None, None | Some(Ok(None))) => {
+    if let Some(peer) = cached {
+        return Ok(peer);
+    }
+    let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret = match local.get_opt(kubeconfig_name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
             ctx.peers.forget(&namespace, kubeconfig_name);
             ctx.remote.stop(&key);
             ctx.forget_remote(&key);
-            return Verdict::not_ready(
+            return Err(Verdict::not_ready(
                 reason::KUBECONFIG_MISSING,
                 format!(
                     "Secret {namespace}/{kubeconfig_name} (spec.remoteKubeconfig) does not exist; \
                      create it with a kubeconfig for the service cluster under key \"kubeconfig\""
                 ),
-            );
+            ));
         }
-        (None, Some(Err(error))) => {
-            return Verdict::not_ready(
+        Err(error) => {
+            return Err(Verdict::not_ready(
                 reason::WRITE_FAILED,
                 format!("cannot read Secret {namespace}/{kubeconfig_name}: {error}"),
-            );
+            ));
         }
     };
-    let peer = match peer {
-        Ok(peer) => peer,
-        Err(error) => {
-            // Whatever the cause (a refused kubeconfig among them), the copy is left alone.
-            ctx.remote.stop(&key);
-            ctx.forget_remote(&key);
-            return Verdict::not_ready(error.reason(), error.to_string());
-        }
-    };
-    watch_remote(ctx, key, &peer, &namespace, source);
-    // A server the prober found silent is not asked again here: the import says so at once and
-    // keeps its copy, and no reconcile slot waits out a deadline on it.
-    if let xcc_kube::Reach::Silent { error } = ctx.peers.reach(&peer.server) {
-        return Verdict::not_ready(
-            reason::REMOTE_UNREACHABLE,
-            unreachable_message(&namespace, kubeconfig_name, &error),
-        )
-        .through(&peer);
-    }
-    copy_from(import, ctx, &peer, local).await.through(&peer)
+    ctx.peers.client_for(&secret).await.map_err(|error| {
+        // Whatever the cause (a refused kubeconfig among them), the copy is left alone.
+        ctx.remote.stop(&key);
+        ctx.forget_remote(&key);
+        Verdict::not_ready(error.reason(), error.to_string())
+    })
 }
 
 fn unreachable_message(namespace: &str, kubeconfig_name: &str, error: &str) -> String {
@@ -530,19 +590,16 @@ async fn sweep_orphans(namespace: &str, ctx: &Context) -> Result<(), kube::Error
         if copy.namespace().as_deref() != Some(namespace) || claimed(&name, origin) {
             continue;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: copy.uid(),
-                resource_version: copy.resource_version(),
-            }),
-            ..Default::default()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                tracing::info!(%namespace, secret = %name, %origin, "no SecretImport writes this copy any more; deleted")
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e),
+        if sink::delete_exact(
+            &api,
+            &name,
+            copy.uid(),
+            copy.resource_version(),
+            &ctx.counted,
+        )
+        .await?
+        {
+            tracing::info!(%namespace, secret = %name, %origin, "no SecretImport writes this copy any more; deleted")
         }
     }
     Ok(())
@@ -582,6 +639,17 @@ fn watch_remote(
     let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let identity = remote_identity(peer, namespace, name);
+    {
+        // A watch about to start is listing: a reconcile leaves it that time.
+        let mut seen = ctx.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.get(&import).is_none_or(|s| s.identity != identity) {
+            let listing = Seen {
+                identity: identity.clone(),
+                state: SeenState::Listing(None, Instant::now()),
+            };
+            seen.insert(import.clone(), listing);
+        }
+    }
     let seen = ctx.seen.clone();
     let (key, id) = (import.clone(), identity.clone());
     let events = watcher(api, config)
@@ -623,11 +691,12 @@ fn record(
         event,
         std::mem::replace(&mut entry.state, SeenState::Unknown),
     ) {
-        (Ok(watcher::Event::Init), _) => SeenState::Listing(None),
-        (Ok(watcher::Event::InitApply(secret)), SeenState::Listing(_)) => {
-            SeenState::Listing(Some(Box::new(secret.clone())))
+        (Ok(watcher::Event::Init), SeenState::Listing(_, since)) => SeenState::Listing(None, since),
+        (Ok(watcher::Event::Init), _) => SeenState::Listing(None, Instant::now()),
+        (Ok(watcher::Event::InitApply(secret)), SeenState::Listing(_, since)) => {
+            SeenState::Listing(Some(Box::new(secret.clone())), since)
         }
-        (Ok(watcher::Event::InitDone), SeenState::Listing(listed)) => SeenState::Known(listed),
+        (Ok(watcher::Event::InitDone), SeenState::Listing(listed, _)) => SeenState::Known(listed),
         (Ok(watcher::Event::Apply(secret)), _) => SeenState::Known(Some(Box::new(secret.clone()))),
         (Ok(watcher::Event::Delete(_)), _) => SeenState::Known(None),
         // Out of order (never from kube's watcher) or failed: only a read tells.
@@ -671,7 +740,7 @@ mod tests {
                         format!("known {}", secret.resource_version().unwrap_or_default())
                     }
                     SeenState::Known(None) => "known absent".to_string(),
-                    SeenState::Listing(_) => "listing".to_string(),
+                    SeenState::Listing(..) => "listing".to_string(),
                     SeenState::Unknown => "unknown".to_string(),
                 })
         };
@@ -743,7 +812,10 @@ mod tests {
     }
 
     /// The reconcile's reads and writes against a mocked local API server, with a service
-    /// cluster that refuses connections: two reads, no write, no delete.
+    /// cluster that refuses connections. The first look waits for the import's own watch to list
+    /// (one local read: the kubeconfig Secret); once that watch has failed, a look reads the
+    /// remote Secret itself, says the service cluster is unreachable, and neither writes nor
+    /// deletes the copy.
     #[tokio::test]
     async fn an_unreachable_service_cluster_never_deletes_the_copy() {
         let (service, mut handle) = tower_test::mock::pair::<
@@ -806,26 +878,66 @@ mod tests {
             "energy-source/project-1/dumbo",
         );
 
-        let server = async {
+        // Answers `answers` in turn and tells which requests they answered.
+        async fn serve(
+            handle: &mut tower_test::mock::Handle<
+                http::Request<kube::client::Body>,
+                http::Response<kube::client::Body>,
+            >,
+            answers: Vec<http::Response<kube::client::Body>>,
+        ) -> Vec<String> {
             let mut seen = Vec::new();
-            for answer in [respond(&kubeconfig_secret), respond(&copy)] {
+            for answer in answers {
                 let (request, send) = handle.next_request().await.expect("a request");
                 seen.push(format!("{} {}", request.method(), request.uri().path()));
                 send.send_response(answer);
             }
             seen
-        };
+        }
+        let kubeconfig_read = "GET /api/v1/namespaces/project-1/secrets/energy-source";
         // Bounded, so that a reconciler that stops asking fails the test instead of hanging it.
-        let server = tokio::time::timeout(Duration::from_secs(30), server);
-        let (verdict, seen) = tokio::join!(replicate(&import, &ctx), server);
-        let seen = seen.expect("the reconciler made both requests");
+        let bound = Duration::from_secs(30);
+
+        let server =
+            tokio::time::timeout(bound, serve(&mut handle, vec![respond(&kubeconfig_secret)]));
+        let (outcome, seen) = tokio::join!(replicate(&import, &ctx), server);
+        assert!(matches!(outcome, Outcome::AwaitList(_)), "{outcome:?}");
+        assert_eq!(seen.expect("the kubeconfig read"), [kubeconfig_read]);
+
+        let key = ObjectRef::from_obj(&import);
+        let failed = async {
+            while ctx
+                .seen
+                .lock()
+                .unwrap()
+                .get(&key)
+                .is_none_or(|s| !matches!(s.state, SeenState::Unknown))
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(bound, failed)
+            .await
+            .expect("the remote watch fails against a closed port");
+
+        let server = tokio::time::timeout(
+            bound,
+            serve(
+                &mut handle,
+                vec![respond(&kubeconfig_secret), respond(&copy)],
+            ),
+        );
+        let (outcome, seen) = tokio::join!(replicate(&import, &ctx), server);
+        let Outcome::Settled(verdict) = outcome else {
+            panic!("a failed watch is not waited for: {outcome:?}");
+        };
         assert_eq!(verdict.reason, reason::REMOTE_UNREACHABLE, "{verdict:?}");
         assert!(verdict.message.contains("the local copy is kept"));
         assert_eq!(
-            seen,
+            seen.expect("the reconciler made both requests"),
             [
-                "GET /api/v1/namespaces/project-1/secrets/energy-source",
-                "GET /api/v1/namespaces/project-1/secrets/dumbo",
+                kubeconfig_read,
+                "GET /api/v1/namespaces/project-1/secrets/dumbo"
             ]
         );
         let more = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await;

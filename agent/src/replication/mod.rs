@@ -102,6 +102,13 @@ pub fn finalized(
         {
             Ok(kube::runtime::controller::Action::await_change())
         }
+        // The object handed over predates a change (typically the finalizer this reconciler
+        // added a moment ago, when another wake came before the watch delivered it): the
+        // patch's test fails; the new version, already on its way, wakes the object again.
+        Err(F::AddFinalizer(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
+            tracing::debug!(message = %s.message, "finalizer not added to an older version; waiting for the newer one");
+            Ok(kube::runtime::controller::Action::await_change())
+        }
         Err(error) => Err(Error::Finalizer(Box::new(error))),
     }
 }

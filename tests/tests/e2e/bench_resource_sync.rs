@@ -22,7 +22,7 @@ use kube::{
 };
 use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
 
-use crate::measure::{create_all, rss_mib};
+use crate::measure::{count_delta, create_all, request_counts, rss_mib};
 use crate::resource_sync::{NAMES, group};
 
 const OBJECTS: usize = 1000;
@@ -46,39 +46,10 @@ fn secrets(cluster: &Cluster) -> Api<Secret> {
 
 /// `apiserver_request_total` for Secrets on `cluster`, summed by verb.
 async fn secret_requests(cluster: &Cluster) -> BTreeMap<String, f64> {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a request");
-    let text = cluster.client.request_text(request).await.unwrap();
-    let mut by_verb = BTreeMap::new();
-    for line in text.lines() {
-        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        if !labels.contains("resource=\"secrets\"") || !labels.contains("subresource=\"\"") {
-            continue;
-        }
-        let verb = labels
-            .split("verb=\"")
-            .nth(1)
-            .and_then(|v| v.split('"').next())
-            .unwrap_or_default()
-            .to_string();
-        let count: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *by_verb.entry(verb).or_insert(0.0) += count;
-    }
-    by_verb
-}
-
-fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(verb, n)| (verb.clone(), n - before.get(verb).unwrap_or(&0.0)))
-        .filter(|(_, n)| *n > 0.0)
+    request_counts(cluster, |resource| resource == "secrets")
+        .await
+        .into_iter()
+        .filter_map(|(key, n)| Some((key.strip_suffix(" secrets")?.to_string(), n)))
         .collect()
 }
 
@@ -171,7 +142,7 @@ async fn resource_sync_benchmark() {
     }
     let converged = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut requests = delta(&secret_requests(second).await, &before);
+    let mut requests = count_delta(&secret_requests(second).await, &before);
     *requests.entry("LIST".into()).or_insert(0.0) -= lists;
     let total: f64 = requests.values().sum();
     eprintln!(
@@ -198,8 +169,8 @@ async fn resource_sync_benchmark() {
     }
     tokio::time::sleep(Duration::from_secs(15)).await;
     let written = [
-        writes(&delta(&secret_requests(second).await, &before[0])),
-        writes(&delta(&secret_requests(third).await, &before[1])),
+        writes(&count_delta(&secret_requests(second).await, &before[0])),
+        writes(&count_delta(&secret_requests(third).await, &before[1])),
     ];
     eprintln!(
         "resource-sync: restart of both agents, nothing changed: {} writes on second, {} on third (bar 0)",

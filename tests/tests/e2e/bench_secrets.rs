@@ -17,7 +17,9 @@ use kube::{
 use serde_json::json;
 use xcc_e2e::{Testbed, require_testbed, xcc::Agent};
 
-use crate::measure::{create_all, percentile, rss_mib, tcp_connections};
+use crate::measure::{
+    count_delta, cpu_time, create_all, percentile, request_counts, rss_mib, tcp_connections,
+};
 use crate::secrets::{NS, agent, create_namespace, kind, secret, secrets, value};
 
 const IMPORTS: usize = 1000;
@@ -56,7 +58,7 @@ async fn secret_replication_benchmark() {
         .await
         .unwrap();
     let (service, workload) = (bed.cluster("service"), bed.cluster("workload"));
-    let _service_agent = agent(service).await;
+    let service_agent = agent(service).await;
     let mut stopped = agent(workload).await;
     stopped.process.stop(Duration::from_secs(10));
     let reader = service
@@ -139,6 +141,22 @@ async fn secret_replication_benchmark() {
         .mint_kubeconfig("xcc-dns", "xcc-agent")
         .await
         .unwrap();
+    let replication = |resource: &str| {
+        ["secrets", "secretimports", "secretexports", "events"].contains(&resource)
+    };
+    let before = [
+        request_counts(service, replication).await,
+        request_counts(workload, replication).await,
+    ];
+    // Who spends the machine's CPU while the imports converge.
+    let etcd = bed.pids()[0];
+    let busy = [
+        ("workload API server", workload.apiserver_pid()),
+        ("service API server", service.apiserver_pid()),
+        ("etcd", etcd),
+        ("service agent", service_agent.process.pid()),
+    ];
+    let cpu_before: Vec<Duration> = busy.iter().map(|(_, pid)| cpu_time(*pid)).collect();
     let started = Instant::now();
     let workload_agent = Agent::start(
         &kubeconfig.path,
@@ -148,8 +166,13 @@ async fn secret_replication_benchmark() {
     .unwrap();
     let copies = secrets(workload);
     let v1 = |i: usize| format!("v1-{i}");
+    // When the first copy, a quarter, half, three quarters and all of them were there.
+    let mut milestones = Vec::new();
     loop {
         let done = converged(&copies, &v1).await;
+        while milestones.len() < 5 && done >= (IMPORTS * milestones.len() / 4).max(1) {
+            milestones.push(started.elapsed());
+        }
         if done == IMPORTS {
             break;
         }
@@ -160,6 +183,44 @@ async fn secret_replication_benchmark() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let converge = started.elapsed();
+    let mut cpu: Vec<String> = busy
+        .iter()
+        .zip(&cpu_before)
+        .map(|((who, pid), before)| {
+            format!(
+                "{who} {:.2} s",
+                cpu_time(*pid).saturating_sub(*before).as_secs_f64()
+            )
+        })
+        .collect();
+    cpu.push(format!(
+        "workload agent {:.2} s",
+        cpu_time(workload_agent.process.pid()).as_secs_f64()
+    ));
+    eprintln!(
+        "secrets: CPU used while converging ({:.2} s on 2 cores): {}",
+        converge.as_secs_f64(),
+        cpu.join(", ")
+    );
+    let requests = [
+        count_delta(&request_counts(service, replication).await, &before[0]),
+        count_delta(&request_counts(workload, replication).await, &before[1]),
+    ];
+    let at: Vec<String> = milestones
+        .iter()
+        .map(|t| format!("{:.2}", t.as_secs_f64()))
+        .collect();
+    eprintln!(
+        "secrets: copies there at (s): first {}, 25% {}, 50% {}, 75% {}, all {}",
+        at[0], at[1], at[2], at[3], at[4]
+    );
+    for (cluster, requests) in ["service", "workload"].iter().zip(&requests) {
+        let total: f64 = requests.values().sum();
+        eprintln!(
+            "secrets: requests on the {cluster} cluster while converging ({:.1} per import, the benchmark's own lists included): {requests:?}",
+            total / IMPORTS as f64
+        );
+    }
     let service_port: u16 = service
         .url
         .rsplit(':')

@@ -85,3 +85,77 @@ where
         }
     }
 }
+
+/// `apiserver_request_total` of `cluster`, summed by `"VERB resource[/subresource]"`, for the
+/// resources `wanted` accepts.
+pub async fn request_counts(
+    cluster: &xcc_e2e::Cluster,
+    wanted: impl Fn(&str) -> bool,
+) -> std::collections::BTreeMap<String, f64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let text = cluster.client.request_text(request).await.unwrap();
+    let label = |labels: &str, name: &str| {
+        labels
+            .split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let resource = label(labels, "resource");
+        if !wanted(&resource) {
+            continue;
+        }
+        let subresource = label(labels, "subresource");
+        let key = match subresource.as_str() {
+            "" => format!("{} {resource}", label(labels, "verb")),
+            sub => format!("{} {resource}/{sub}", label(labels, "verb")),
+        };
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *counts.entry(key).or_insert(0.0) += count;
+    }
+    counts
+}
+
+/// What `after` counts beyond `before` (only the keys that grew).
+pub fn count_delta(
+    after: &std::collections::BTreeMap<String, f64>,
+    before: &std::collections::BTreeMap<String, f64>,
+) -> std::collections::BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).unwrap_or(&0.0)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect()
+}
+
+/// CPU time (user + system) process `pid` has used so far (zero when it cannot be read).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces), from the third: utime is the 14th
+    // field of the line, stime the 15th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / hz)
+}
