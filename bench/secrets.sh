@@ -8,6 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/testbed/install.sh >/dev/null
-cargo build --release --quiet -p xcc-agent -p xcc-controller -p xcc-coredns-patcher
+cargo build --release --quiet -p xcc-agent -p xcc-controller -p xcc-coredns-patcher -p kubectl-xcc
 cargo test --release --quiet -p xcc-e2e --test e2e -- --ignored --exact --nocapture \
   bench_secrets::secret_replication_benchmark 2>&1 | grep -E '^secrets:|panicked|FAILED|test result'

@@ -226,16 +226,16 @@ where
                 }
             }
             Ownership::Absent => {
-                // Not forced: if someone made the object since `current` was read, their fields
-                // conflict and nothing of theirs is overwritten; then look again.
-                let params = PatchParams::apply(FIELD_MANAGER);
-                match self
-                    .api
-                    .patch(&desired.name_any(), &params, &Patch::Apply(desired))
-                    .await
-                {
+                // A create: if someone made the object since `current` was read, it fails and
+                // nothing of theirs is overwritten; then look again. (Cheaper for the API server
+                // than a server-side apply; later writes apply, and take the fields over.)
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                match self.api.create(&params, desired).await {
                     Ok(written) => {
-                        self.counted.wrote("apply");
+                        self.counted.wrote("create");
                         return Ok(Written::Applied(written.resource_version()));
                     }
                     Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -249,6 +249,12 @@ where
                 }
             }
         }
+        self.adopt(desired).await
+    }
+
+    /// Makes the local object `desired`, whoever it belongs to now: for a reconciler that has
+    /// decided the object is its own (a copy another writer of the same API left behind).
+    pub async fn adopt(&self, desired: &K) -> Result<Written, kube::Error> {
         let desired = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
         let written = apply_whole(&self.api, &name_of(&desired), desired, &self.counted).await?;
         Ok(Written::Applied(written.resource_version()))

@@ -11,7 +11,7 @@
 
 use futures::StreamExt as _;
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -58,6 +58,9 @@ pub struct Context {
     pub counted: crate::sink::Counted,
     /// Per import: what its watch of the remote Secret holds ([`Seen`]).
     pub seen: Arc<Mutex<HashMap<ObjectRef<SecretImport>, Seen>>>,
+    /// Peer API servers (by URL) that refused a streamed list (`sendInitialEvents`, Kubernetes
+    /// 1.32 and 1.34 on by default): their watches list first, one request more.
+    pub list_first: Arc<Mutex<HashSet<String>>>,
 }
 
 /// What an import's watch of its remote Secret holds, for the watch named `identity`.
@@ -120,6 +123,25 @@ impl Context {
             }) if id == identity => Some(*since),
             _ => None,
         }
+    }
+
+    /// Whether watches through `server` stream their first list.
+    fn streams_lists(&self, server: &str) -> bool {
+        !self
+            .list_first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(server)
+    }
+
+    /// Names the watch of remote Secret `namespace/name` through `peer` (and how it lists).
+    fn remote_identity(&self, peer: &PeerClient, namespace: &str, name: &str) -> String {
+        let listing = if self.streams_lists(&peer.server) {
+            "streamed"
+        } else {
+            "listed"
+        };
+        format!("{} {namespace}/{name} {listing}", peer.identity)
     }
 
     fn forget_remote(&self, import: &ObjectRef<SecretImport>) {
@@ -329,7 +351,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Outcome {
             .through(&peer),
         );
     }
-    let identity = remote_identity(&peer, &namespace, source);
+    let identity = ctx.remote_identity(&peer, &namespace, source);
     if let Some(since) = ctx.listing_since(&key, &identity) {
         let waited = since.elapsed();
         if waited < FIRST_LIST_WAIT {
@@ -405,7 +427,7 @@ async fn copy_from(
     let read = Api::<Secret>::namespaced(peer.client.clone(), &namespace);
     let watched = ctx.known_remote(
         &ObjectRef::from_obj(import),
-        &remote_identity(peer, &namespace, source),
+        &ctx.remote_identity(peer, &namespace, source),
     );
     let remote = match watched {
         Some(remote) => remote,
@@ -500,6 +522,7 @@ async fn copy_from(
             }
             // A copy written for this Secret through another kubeconfig Secret that no other
             // import uses any more (this import's spec.remoteKubeconfig was changed) is adopted.
+            let mut adopt = false;
             if let Some(copy) = &current
                 && let sink::Ownership::Foreign {
                     origin: Some(previous),
@@ -523,10 +546,14 @@ async fn copy_from(
                 };
                 if orphaned_copy(&previous, &namespace, source, &claims) {
                     tracing::info!(%namespace, secret = %source, %previous, "adopting a copy no other SecretImport claims");
-                    current = None;
+                    adopt = true;
                 }
             }
-            let written = writer.apply(&desired, current.as_ref()).await;
+            let written = if adopt {
+                writer.adopt(&desired).await
+            } else {
+                writer.apply(&desired, current.as_ref()).await
+            };
             if let Ok(Written::Applied(version) | Written::Unchanged(version)) = &written {
                 ctx.written().insert(
                     origin.clone(),
@@ -637,8 +664,13 @@ fn watch_remote(
     name: &str,
 ) {
     let api: Api<Secret> = Api::namespaced(peer.client.clone(), namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let identity = remote_identity(peer, namespace, name);
+    let streamed = ctx.streams_lists(&peer.server);
+    let mut config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    if streamed {
+        // One request instead of a list and a watch.
+        config = config.streaming_lists();
+    }
+    let identity = ctx.remote_identity(peer, namespace, name);
     {
         // A watch about to start is listing: a reconcile leaves it that time.
         let mut seen = ctx.seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -652,9 +684,20 @@ fn watch_remote(
     }
     let seen = ctx.seen.clone();
     let (key, id) = (import.clone(), identity.clone());
+    let (list_first, server) = (ctx.list_first.clone(), peer.server.clone());
     let events = watcher(api, config)
         .backoff(xcc_kube::Backoff::peer())
-        .inspect(move |event| record(&seen, &key, &id, event));
+        .inspect(move |event| {
+            if streamed && refuses_streamed_lists(event) {
+                // The failure wakes the import, whose reconcile then starts a listing watch.
+                tracing::info!(%server, "the service cluster does not stream lists; its watches list first");
+                list_first
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(server.clone());
+            }
+            record(&seen, &key, &id, event)
+        });
     ctx.remote.ensure(
         import,
         identity,
@@ -663,9 +706,14 @@ fn watch_remote(
     );
 }
 
-/// Names the watch of remote Secret `namespace/name` through `peer`.
-fn remote_identity(peer: &PeerClient, namespace: &str, name: &str) -> String {
-    format!("{} {namespace}/{name}", peer.identity)
+/// Whether a watch's failure says that its API server does not stream lists: it rejects the
+/// request's `sendInitialEvents` (older servers reject its `resourceVersionMatch` in a watch).
+fn refuses_streamed_lists(event: &Result<watcher::Event<Secret>, watcher::Error>) -> bool {
+    matches!(
+        event,
+        Err(watcher::Error::WatchStartFailed(kube::Error::Api(status)))
+            if status.code == 400 || status.code == 422
+    )
 }
 
 /// Keeps what the watch `identity` of `import`'s remote Secret holds, before its event wakes the
@@ -836,6 +884,7 @@ mod tests {
             ),
             remote: Wakers::new(tx),
             seen: Default::default(),
+            list_first: Default::default(),
             local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
             written: Default::default(),
             local_listed: Default::default(),
@@ -967,6 +1016,21 @@ mod tests {
             code,
             ..Status::failure(&format!("code {code}"), "Forbidden")
         }))
+    }
+
+    #[test]
+    fn a_watch_rejected_as_invalid_falls_back_to_list_and_watch() {
+        let failed = |error: kube::Error| Err(watcher::Error::WatchStartFailed(error));
+        // What an API server without streamed lists answers: 422 (or 400 from a proxy).
+        assert!(refuses_streamed_lists(&failed(api_error(422))));
+        assert!(refuses_streamed_lists(&failed(api_error(400))));
+        // A refusal of the Secret itself, an outage, or a failed list say nothing about it.
+        assert!(!refuses_streamed_lists(&failed(api_error(403))));
+        assert!(!refuses_streamed_lists(&failed(api_error(503))));
+        assert!(!refuses_streamed_lists(&Err(
+            watcher::Error::InitialListFailed(api_error(422))
+        )));
+        assert!(!refuses_streamed_lists(&Ok(watcher::Event::Init)));
     }
 
     #[test]
