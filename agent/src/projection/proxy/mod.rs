@@ -76,12 +76,15 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 pub struct Certs(RwLock<HashMap<String, Arc<CertifiedKey>>>);
 
 impl ResolvesServerCert for Certs {
+    /// The certificate of the name asked for; without a known name (kube-aggregator's
+    /// availability check dials the cluster IP without SNI and without verifying), any one:
+    /// certificates are public, and a client that verifies refuses a wrong one.
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let name = hello.server_name()?;
-        self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
+        let certs = self.0.read().unwrap_or_else(|e| e.into_inner());
+        hello
+            .server_name()
+            .and_then(|name| certs.get(name))
+            .or_else(|| certs.values().next())
             .cloned()
     }
 }
