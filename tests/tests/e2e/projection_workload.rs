@@ -414,6 +414,79 @@ spec:
     assert_eq!(there.data["spec"]["replicas"], 3);
     assert_eq!(there.data["spec"]["image"], "rabbitmq:4.0");
 
+    // The scale and status subresources, and server-side apply.
+    workload
+        .kubectl(&[
+            "scale",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--replicas=5",
+        ])
+        .await
+        .unwrap();
+    workload
+        .kubectl(&[
+            "patch",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"replicas":5}}"#,
+        ])
+        .await
+        .unwrap();
+    let applied = workload.dir().join("rabbit-apply.yaml");
+    std::fs::write(&applied, RABBIT.replace("replicas: 1", "replicas: 7")).unwrap();
+    workload
+        .kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=e2e",
+            "-f",
+            &applied.display().to_string(),
+        ])
+        .await
+        .unwrap();
+    let there = upstream.get("hello").await.unwrap();
+    assert_eq!(there.data["spec"]["replicas"], 7);
+    assert_eq!(there.data["status"]["replicas"], 5);
+    assert!(
+        there
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some("e2e") && f.operation.as_deref() == Some("Apply")),
+        "server-side apply reached the service cluster"
+    );
+
+    // Straight to the agent's port: no client certificate means 401 whatever the headers say;
+    // nothing is forwarded.
+    let forged = tokio::process::Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "X-Remote-User: system:admin",
+            "-H",
+            "X-Remote-Group: system:masters",
+            &format!("https://127.0.0.1:{port}/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&forged.stdout), "401");
+
     // A watch through the workload cluster sees an object created afterwards.
     let listed = here.list(&ListParams::default()).await.unwrap();
     let version = listed.metadata.resource_version.clone().unwrap();
