@@ -1,20 +1,26 @@
-//! API projection, service-cluster side (`projection.apiresources.multicluster.x-tanzu.vmware.com`).
+//! API projection (`projection.apiresources.multicluster.x-tanzu.vmware.com`), both sides.
 //!
 //! ```text
-//!  service cluster (this one)
+//!  service cluster
 //!  UpstreamClusterLink L ──► ServiceAccount xcc-upstream-L   (owned by L)
 //!                       └──► Secret L-kubeconfig             (owned by L; TokenRequest token,
 //!                                                             renewed when a third remains)
 //!  APIExportRoleBinding B ─► ClusterRoleBinding xcc-apiexport-B (owned by B): spec.clusterRoleRef
 //!                            to the ServiceAccount of spec.upstreamClusterLinkRef
+//!
+//!  workload cluster
+//!  DownstreamClusterLink D ─► client from its kubeconfig Secret (trust gate), TLS Secret,
+//!                             Service D-proxy (+ EndpointSlice) → the agent's aggregated server
+//!  ClusterAPIGroupImport G ─► APIService <version>.<group> per version (owned by G, finalizer)
+//!  APIResourceImport R ─────► which resources of G the proxy forwards in R's namespace
 //! ```
 //!
-//! The workload-cluster kinds (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)
-//! have CRDs but no reconciler yet: nothing writes their status.
-//!
-//! Both controllers read one shared watch of UpstreamClusterLinks ([`Typed`]); a link's change
-//! wakes the bindings that name it. Everything else is read with a GET per reconcile and
-//! written through the sink ([`crate::sink::apply_whole`], [`crate::sink::delete_exact`]).
+//! The service-side controllers read one shared watch of UpstreamClusterLinks ([`Typed`]); a
+//! link's change wakes the bindings that name it. The workload side shares one watch per kind
+//! the same way; the aggregated API server ([`proxy`]) reads the import stores directly and
+//! gets each link's client and certificate from the DownstreamClusterLink reconciler. Everything
+//! else is read with a GET per reconcile and written through the sink
+//! ([`crate::sink::apply_whole`], [`crate::sink::delete_exact`]).
 
 pub mod api;
 pub mod binding;
