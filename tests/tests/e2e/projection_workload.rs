@@ -365,6 +365,20 @@ spec:
     )
     .await;
 
+    // OpenAPI v3 of the imported group only: kubectl explain knows the projected kind.
+    wait_for(
+        "kubectl explain rabbitmqclusters.spec",
+        Duration::from_secs(30),
+        || async {
+            let out = workload
+                .kubectl(&["explain", "rabbitmqclusters.spec"])
+                .await
+                .ok()?;
+            (out.contains("replicas") && out.contains("image")).then_some(())
+        },
+    )
+    .await;
+
     // Create, read, patch through the workload cluster; the objects live upstream.
     workload.apply_yaml(RABBIT).await.unwrap();
     let upstream: Api<DynamicObject> =

@@ -414,6 +414,16 @@ impl Proxy {
         };
         match target {
             Target::Unserved => not_found("the server could not find the requested resource"),
+            Target::OpenApiIndex => self.openapi_index().await,
+            Target::OpenApiGroup { group } => {
+                let path = request
+                    .uri()
+                    .path_and_query()
+                    .map(|p| p.as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                self.discovery(&group, &path).await
+            }
             Target::Group { group } => self.discovery(&group, request.uri().path()).await,
             Target::Version { group, .. } => self.discovery(&group, request.uri().path()).await,
             Target::Resource(resource) => self.resource(&user, resource, request).await,
@@ -455,43 +465,35 @@ impl Proxy {
         Ok(client)
     }
 
-    /// `/apis/<group>` or `/apis/<group>/<version>`: upstream's answer, or the last good one.
+    /// `/apis/<group>`, `/apis/<group>/<version>` or `/openapi/v3/apis/<group>/<version>`:
+    /// upstream's answer, or the last good one.
     async fn discovery(&self, group: &str, path: &str) -> Response<Body> {
         let Some(import) = self.import_of(group) else {
             return not_found("the server could not find the requested resource");
         };
-        let cached = || {
-            self.discovery
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(path)
-                .cloned()
-        };
-        let client = match self.client_of(&import) {
+        let client = self.client_of(&import);
+        self.cached_get(client, path).await
+    }
+
+    fn cached(&self, key: &str) -> Option<Bytes> {
+        self.discovery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// GET `path` (with its query) upstream as JSON; kept as the last good copy.
+    async fn cached_get(
+        &self,
+        client: Result<PeerClient, Box<Response<Body>>>,
+        path: &str,
+    ) -> Response<Body> {
+        let client = match client {
             Ok(client) => client,
-            Err(answer) => return cached().map(json_body).unwrap_or(*answer),
+            Err(answer) => return self.cached(path).map(json_body).unwrap_or(*answer),
         };
-        let fetched = async {
-            let request = Request::get(path)
-                .header(header::ACCEPT, "application/json")
-                .body(kube::client::Body::empty())
-                .ok()?;
-            let response = tokio::time::timeout(UPSTREAM_DEADLINE, client.client.send(request))
-                .await
-                .ok()?
-                .ok()?;
-            if response.status() != StatusCode::OK {
-                return None;
-            }
-            let body = Limited::new(response.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .ok()?
-                .to_bytes();
-            serde_json::from_slice::<serde_json::Value>(&body).ok()?;
-            Some(body)
-        };
-        match fetched.await {
+        match upstream_json(&client, path).await {
             Some(body) => {
                 self.discovery
                     .lock()
@@ -499,10 +501,62 @@ impl Proxy {
                     .insert(path.to_string(), body.clone());
                 json_body(body)
             }
-            None => cached()
+            None => self
+                .cached(path)
                 .map(json_body)
                 .unwrap_or_else(|| unavailable("the service cluster's discovery did not answer")),
         }
+    }
+
+    /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
+    /// only (so the workload cluster's OpenAPI gains nothing else of theirs).
+    async fn openapi_index(&self) -> Response<Body> {
+        let mut paths = serde_json::Map::new();
+        let mut by_link: BTreeMap<String, (Arc<ClusterAPIGroupImport>, Vec<String>)> =
+            BTreeMap::new();
+        for import in self.imports.state() {
+            if import.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let link = &import.spec.downstream_cluster_link_ref;
+            by_link
+                .entry(format!("{}/{}", link.namespace, link.name))
+                .or_insert_with(|| (import.clone(), Vec::new()))
+                .1
+                .push(import.spec.group.clone());
+        }
+        for (link, (import, groups)) in by_link {
+            let key = format!("/openapi/v3 {link}");
+            let index = match self.client_of(&import) {
+                Ok(client) => match upstream_json(&client, "/openapi/v3").await {
+                    Some(body) => {
+                        self.discovery
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key, body.clone());
+                        Some(body)
+                    }
+                    None => self.cached(&key),
+                },
+                Err(_) => self.cached(&key),
+            };
+            let Some(index) =
+                index.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            else {
+                continue;
+            };
+            for (path, entry) in index["paths"].as_object().into_iter().flatten() {
+                let imported = groups.iter().any(|g| {
+                    path.strip_prefix("apis/")
+                        .and_then(|p| p.strip_prefix(g.as_str()))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+                });
+                if imported {
+                    paths.insert(path.clone(), entry.clone());
+                }
+            }
+        }
+        json_body(Bytes::from(json!({ "paths": paths }).to_string()))
     }
 
     /// A resource request: imported here, allowed here, then forwarded with the link's identity.
@@ -674,6 +728,28 @@ impl Proxy {
             )
         })
     }
+}
+
+/// GET `path` upstream as JSON: the body of a 200 that parses, else `None`.
+async fn upstream_json(client: &PeerClient, path: &str) -> Option<Bytes> {
+    let request = Request::get(path)
+        .header(header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .ok()?;
+    let response = tokio::time::timeout(UPSTREAM_DEADLINE, client.client.send(request))
+        .await
+        .ok()?
+        .ok()?;
+    if response.status() != StatusCode::OK {
+        return None;
+    }
+    let body = Limited::new(response.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .ok()?
+        .to_bytes();
+    serde_json::from_slice::<serde_json::Value>(&body).ok()?;
+    Some(body)
 }
 
 /// The TLS identity of a connection.

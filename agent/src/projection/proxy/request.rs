@@ -18,7 +18,11 @@ pub enum Target {
     Version { group: String, version: String },
     /// A request on resources of `/apis/<group>/<version>/...`.
     Resource(ResourceRequest),
-    /// A path this server does not serve (`/apis`, `/openapi/...`, `/api/...`): 404.
+    /// `GET /openapi/v3`.
+    OpenApiIndex,
+    /// `GET /openapi/v3/apis/<group>[/<version>]`.
+    OpenApiGroup { group: String },
+    /// A path this server does not serve (`/apis`, `/openapi/v2`, `/api/...`): 404.
     Unserved,
 }
 
@@ -46,6 +50,21 @@ pub enum Refusal {
 
 /// Reads `method path?query`.
 pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Result<Target, Refusal> {
+    if path == "/openapi/v3" || path == "/openapi/v3/" {
+        return Ok(openapi(method, Target::OpenApiIndex));
+    }
+    if let Some(rest) = path.strip_prefix("/openapi/v3/apis/") {
+        let segments: Vec<&str> = rest.split('/').collect();
+        if !(1..=2).contains(&segments.len()) {
+            return Ok(Target::Unserved);
+        }
+        for segment in &segments {
+            check_segment(segment)?;
+            lowercase(segment)?;
+        }
+        let group = segments[0].to_string();
+        return Ok(openapi(method, Target::OpenApiGroup { group }));
+    }
     let Some(rest) = path.strip_prefix("/apis/") else {
         return Ok(Target::Unserved);
     };
@@ -58,18 +77,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Result<Target,
     for segment in &segments {
         check_segment(segment)?;
     }
-    let lower = |s: &str| -> Result<String, Refusal> {
-        if s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        {
-            Ok(s.to_string())
-        } else {
-            Err(Refusal::BadSegment(
-                s.to_string(),
-                "only lowercase letters, digits, '-' and '.' are allowed here",
-            ))
-        }
-    };
+    let lower = lowercase;
     match segments.as_slice() {
         [group] => Ok(Target::Group {
             group: lower(group)?,
@@ -105,6 +113,30 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Result<Target,
             }))
         }
         _ => Ok(Target::Unserved),
+    }
+}
+
+/// OpenAPI is only read.
+fn openapi(method: &Method, target: Target) -> Target {
+    if method == Method::GET {
+        target
+    } else {
+        Target::Unserved
+    }
+}
+
+/// `s` when it holds only lowercase letters, digits, '-' and '.' (groups, versions, resources,
+/// namespaces).
+fn lowercase(s: &str) -> Result<String, Refusal> {
+    if s.bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        Ok(s.to_string())
+    } else {
+        Err(Refusal::BadSegment(
+            xcc_kube::bounded(&s),
+            "only lowercase letters, digits, '-' and '.' are allowed here",
+        ))
     }
 }
 
@@ -240,7 +272,30 @@ mod tests {
                 version: "v1beta1".into()
             }
         );
-        for path in ["/apis", "/api/v1", "/openapi/v2", "/healthz", "/"] {
+        assert_eq!(
+            parse(&Method::GET, "/openapi/v3", None).unwrap(),
+            Target::OpenApiIndex
+        );
+        assert_eq!(
+            parse(
+                &Method::GET,
+                "/openapi/v3/apis/rabbitmq.com/v1beta1",
+                Some("hash=AB")
+            )
+            .unwrap(),
+            Target::OpenApiGroup {
+                group: "rabbitmq.com".into()
+            }
+        );
+        assert!(parse(&Method::GET, "/openapi/v3/apis/../v1", None).is_err());
+        for path in [
+            "/apis",
+            "/api/v1",
+            "/openapi/v2",
+            "/healthz",
+            "/",
+            "/openapi/v3/api/v1",
+        ] {
             assert_eq!(
                 parse(&Method::GET, path, None).unwrap(),
                 Target::Unserved,
