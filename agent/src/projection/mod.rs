@@ -254,6 +254,7 @@ async fn run_workload_side(
         core.peers.clone(),
         groups.store(),
         resources.store(),
+        core.metrics.clone(),
     ));
     let server = match tokio::net::TcpListener::bind(settings.proxy_listen).await {
         Ok(listener) => {

@@ -271,7 +271,7 @@ spec:
             .unwrap();
     }
     let port = free_port().to_string();
-    let _workload_agent = start_agent_with(
+    let workload_agent = start_agent_with(
         workload,
         "xcc-agent.log",
         &[
@@ -500,6 +500,21 @@ spec:
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&forged.stdout), "401");
+
+    // Requests counted by link, verb and code; upstream latency per link.
+    let metrics = tokio::process::Command::new("curl")
+        .args(["-s", &format!("http://{}/metrics", workload_agent.admin)])
+        .output()
+        .await
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    for line in [
+        r#"projection_proxy_requests_total{link="services-toolkit/services-2b",verb="create",code="201"}"#,
+        r#"projection_proxy_requests_total{link="",verb="unknown",code="401"}"#,
+        r#"projection_proxy_upstream_seconds_count{link="services-toolkit/services-2b"}"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in the metrics");
+    }
 
     // A watch through the workload cluster sees an object created afterwards.
     let listed = here.list(&ListParams::default()).await.unwrap();

@@ -51,6 +51,7 @@ use serde_json::json;
 use xcc_kube::{PeerClient, PeerClients, Reach};
 
 use super::api::{APIResourceImport, ClusterAPIGroupImport};
+use crate::sync_metrics::SyncMetrics;
 use front::{FrontProxy, User};
 use request::{ResourceRequest, Target};
 
@@ -118,6 +119,7 @@ pub struct Proxy {
     links: RwLock<HashMap<String, PeerClient>>,
     imports: Store<ClusterAPIGroupImport>,
     resources: Store<APIResourceImport>,
+    metrics: SyncMetrics,
     /// The last good discovery answer of each path.
     discovery: Mutex<HashMap<String, Bytes>>,
     /// Where the server listens, once it does.
@@ -130,6 +132,7 @@ impl Proxy {
         peers: PeerClients,
         imports: Store<ClusterAPIGroupImport>,
         resources: Store<APIResourceImport>,
+        metrics: SyncMetrics,
     ) -> Proxy {
         Proxy {
             local,
@@ -140,6 +143,7 @@ impl Proxy {
             links: RwLock::default(),
             imports,
             resources,
+            metrics,
             discovery: Mutex::default(),
             listening: Mutex::new(None),
         }
@@ -361,12 +365,29 @@ impl Proxy {
         refresher.abort();
     }
 
-    /// Answers one request.
+    /// Answers one request, counted by link, verb and code.
     async fn handle(
         &self,
         front: &FrontProxy,
         caller: &Caller,
         request: Request<Incoming>,
+    ) -> Response<Body> {
+        let mut label = Label {
+            link: String::new(),
+            verb: "unknown",
+        };
+        let response = self.answer(front, caller, request, &mut label).await;
+        self.metrics
+            .proxy_request(&label.link, label.verb, response.status().as_u16());
+        response
+    }
+
+    async fn answer(
+        &self,
+        front: &FrontProxy,
+        caller: &Caller,
+        request: Request<Incoming>,
+        label: &mut Label,
     ) -> Response<Body> {
         match caller {
             Caller::FrontProxy => {}
@@ -414,7 +435,10 @@ impl Proxy {
         };
         match target {
             Target::Unserved => not_found("the server could not find the requested resource"),
-            Target::OpenApiIndex => self.openapi_index().await,
+            Target::OpenApiIndex => {
+                label.verb = "openapi";
+                self.openapi_index().await
+            }
             Target::OpenApiGroup { group } => {
                 let path = request
                     .uri()
@@ -422,11 +446,18 @@ impl Proxy {
                     .map(|p| p.as_str())
                     .unwrap_or_default()
                     .to_string();
-                self.discovery(&group, &path).await
+                label.verb = "openapi";
+                self.discovery(&group, &path, label).await
             }
-            Target::Group { group } => self.discovery(&group, request.uri().path()).await,
-            Target::Version { group, .. } => self.discovery(&group, request.uri().path()).await,
-            Target::Resource(resource) => self.resource(&user, resource, request).await,
+            Target::Group { group } | Target::Version { group, .. } => {
+                label.verb = "discovery";
+                let path = request.uri().path().to_string();
+                self.discovery(&group, &path, label).await
+            }
+            Target::Resource(resource) => {
+                label.verb = resource.verb;
+                self.resource(&user, resource, request, label).await
+            }
         }
     }
 
@@ -448,8 +479,9 @@ impl Proxy {
     }
 
     /// The link client that serves `import`, or the answer saying why there is none.
-    fn client_of(&self, import: &ClusterAPIGroupImport) -> Result<PeerClient, Box<Response<Body>>> {
+    fn client_of(&self, import: &ClusterAPIGroupImport) -> Result<Upstream, Box<Response<Body>>> {
         let link = &import.spec.downstream_cluster_link_ref;
+        let key = format!("{}/{}", link.namespace, link.name);
         let Some(client) = self.link(&link.namespace, &link.name) else {
             return Err(Box::new(unavailable(&format!(
                 "DownstreamClusterLink {}/{} is not ready",
@@ -462,15 +494,17 @@ impl Proxy {
                 link.namespace, link.name
             ))));
         }
-        Ok(client)
+        Ok(Upstream { client, link: key })
     }
 
     /// `/apis/<group>`, `/apis/<group>/<version>` or `/openapi/v3/apis/<group>/<version>`:
     /// upstream's answer, or the last good one.
-    async fn discovery(&self, group: &str, path: &str) -> Response<Body> {
+    async fn discovery(&self, group: &str, path: &str, label: &mut Label) -> Response<Body> {
         let Some(import) = self.import_of(group) else {
             return not_found("the server could not find the requested resource");
         };
+        let link = &import.spec.downstream_cluster_link_ref;
+        label.link = format!("{}/{}", link.namespace, link.name);
         let client = self.client_of(&import);
         self.cached_get(client, path).await
     }
@@ -486,14 +520,14 @@ impl Proxy {
     /// GET `path` (with its query) upstream as JSON; kept as the last good copy.
     async fn cached_get(
         &self,
-        client: Result<PeerClient, Box<Response<Body>>>,
+        client: Result<Upstream, Box<Response<Body>>>,
         path: &str,
     ) -> Response<Body> {
         let client = match client {
             Ok(client) => client,
             Err(answer) => return self.cached(path).map(json_body).unwrap_or(*answer),
         };
-        match upstream_json(&client, path).await {
+        match self.upstream_json(&client, path).await {
             Some(body) => {
                 self.discovery
                     .lock()
@@ -506,6 +540,30 @@ impl Proxy {
                 .map(json_body)
                 .unwrap_or_else(|| unavailable("the service cluster's discovery did not answer")),
         }
+    }
+
+    /// GET `path` upstream as JSON: the body of a 200 that parses, else `None`.
+    async fn upstream_json(&self, upstream: &Upstream, path: &str) -> Option<Bytes> {
+        let request = Request::get(path)
+            .header(header::ACCEPT, "application/json")
+            .body(kube::client::Body::empty())
+            .ok()?;
+        let started = std::time::Instant::now();
+        let sent =
+            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
+        self.metrics
+            .proxy_upstream(&upstream.link, started.elapsed());
+        let response = sent.ok()?.ok()?;
+        if response.status() != StatusCode::OK {
+            return None;
+        }
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .ok()?
+            .to_bytes();
+        serde_json::from_slice::<serde_json::Value>(&body).ok()?;
+        Some(body)
     }
 
     /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
@@ -528,7 +586,7 @@ impl Proxy {
         for (link, (import, groups)) in by_link {
             let key = format!("/openapi/v3 {link}");
             let index = match self.client_of(&import) {
-                Ok(client) => match upstream_json(&client, "/openapi/v3").await {
+                Ok(client) => match self.upstream_json(&client, "/openapi/v3").await {
                     Some(body) => {
                         self.discovery
                             .lock()
@@ -565,10 +623,13 @@ impl Proxy {
         user: &User,
         resource: ResourceRequest,
         request: Request<Incoming>,
+        label: &mut Label,
     ) -> Response<Body> {
         let Some(import) = self.import_of(&resource.group) else {
             return not_found("the server could not find the requested resource");
         };
+        let link = &import.spec.downstream_cluster_link_ref;
+        label.link = format!("{}/{}", link.namespace, link.name);
         if import
             .spec
             .version
@@ -648,7 +709,7 @@ impl Proxy {
     }
 
     /// Sends `request` upstream with the link's identity and answers with upstream's answer.
-    async fn forward(&self, client: &PeerClient, request: Request<Incoming>) -> Response<Body> {
+    async fn forward(&self, upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let body = match Limited::new(body, MAX_BODY).collect().await {
             Ok(body) => body.to_bytes(),
@@ -672,7 +733,7 @@ impl Proxy {
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or("/");
-        let mut upstream = Request::builder().method(parts.method.clone()).uri(path);
+        let mut builder = Request::builder().method(parts.method.clone()).uri(path);
         for name in [
             header::ACCEPT,
             header::CONTENT_TYPE,
@@ -680,25 +741,29 @@ impl Proxy {
             header::USER_AGENT,
         ] {
             for value in parts.headers.get_all(&name) {
-                upstream = upstream.header(&name, value);
+                builder = builder.header(&name, value);
             }
         }
-        let Ok(upstream) = upstream.body(kube::client::Body::from(body.to_vec())) else {
+        let Ok(request) = builder.body(kube::client::Body::from(body.to_vec())) else {
             return status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
                 "the request is malformed",
             );
         };
-        let response =
-            match tokio::time::timeout(UPSTREAM_DEADLINE, client.client.send(upstream)).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(error)) => {
-                    tracing::debug!(error = %xcc_kube::bounded(&error), "upstream request failed");
-                    return unavailable("the service cluster did not answer");
-                }
-                Err(_) => return unavailable("the service cluster did not answer in time"),
-            };
+        let started = std::time::Instant::now();
+        let sent =
+            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
+        self.metrics
+            .proxy_upstream(&upstream.link, started.elapsed());
+        let response = match sent {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
+                tracing::debug!(error = %xcc_kube::bounded(&error), "upstream request failed");
+                return unavailable("the service cluster did not answer");
+            }
+            Err(_) => return unavailable("the service cluster did not answer in time"),
+        };
         let (parts, body) = response.into_parts();
         let mut answer = Response::builder().status(parts.status);
         for name in [
@@ -730,26 +795,17 @@ impl Proxy {
     }
 }
 
-/// GET `path` upstream as JSON: the body of a 200 that parses, else `None`.
-async fn upstream_json(client: &PeerClient, path: &str) -> Option<Bytes> {
-    let request = Request::get(path)
-        .header(header::ACCEPT, "application/json")
-        .body(kube::client::Body::empty())
-        .ok()?;
-    let response = tokio::time::timeout(UPSTREAM_DEADLINE, client.client.send(request))
-        .await
-        .ok()?
-        .ok()?;
-    if response.status() != StatusCode::OK {
-        return None;
-    }
-    let body = Limited::new(response.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .ok()?
-        .to_bytes();
-    serde_json::from_slice::<serde_json::Value>(&body).ok()?;
-    Some(body)
+/// The service cluster of one link.
+struct Upstream {
+    client: PeerClient,
+    /// `namespace/name` of the DownstreamClusterLink.
+    link: String,
+}
+
+/// What a request is counted as.
+struct Label {
+    link: String,
+    verb: &'static str,
 }
 
 /// The TLS identity of a connection.
