@@ -572,6 +572,88 @@ spec:
             .is_empty()
     );
 
+    // A link whose ClusterRole lacks delete: the service cluster's 403 reaches the user.
+    workload
+        .apply_yaml(&RABBIT.replace("name: hello", "name: third"))
+        .await
+        .unwrap();
+    services
+        .kubectl(&[
+            "patch",
+            "clusterrole",
+            "rabbitmq-user",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/rules/0/verbs","value":["get","list","watch","create"]}]"#,
+        ])
+        .await
+        .unwrap();
+    let refused = wait_for(
+        "the upstream 403 for delete",
+        Duration::from_secs(20),
+        || async {
+            match here.delete("third", &Default::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 403 => Some(e),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert!(
+        refused.message.contains("xcc-upstream-workload-3c"),
+        "the service cluster's refusal, naming the link's identity: {}",
+        refused.message
+    );
+    assert!(upstream.get("third").await.is_ok());
+
+    // A hostile kubeconfig (exec) never becomes a client: the link says so.
+    workload
+        .apply_yaml(
+            "apiVersion: v1
+kind: Secret
+metadata:
+  name: hostile-kubeconfig
+  namespace: services-toolkit
+stringData:
+  kubeconfig: |
+    apiVersion: v1
+    kind: Config
+    clusters: [{name: c, cluster: {server: https://127.0.0.1:1}}]
+    users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'touch /tmp/pwned']}}}]
+    contexts: [{name: c, context: {cluster: c, user: u}}]
+    current-context: c
+---
+apiVersion: projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1
+kind: DownstreamClusterLink
+metadata:
+  name: hostile
+  namespace: services-toolkit
+spec:
+  proxy:
+    TLS:
+      secretName: hostile-tls
+  upstream:
+    kubeconfig:
+      secretName: hostile-kubeconfig
+    name: hostile
+",
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "a hostile kubeconfig is rejected",
+        Duration::from_secs(30),
+        || async {
+            let link = links.get("hostile").await.ok()?;
+            (condition(&link, "ServiceAccountReady")?
+                == ("False".into(), "KubeconfigRejected".into())
+                && condition(&link, "Ready")?.0 == "False")
+                .then_some(())
+        },
+    )
+    .await;
+
     // A group this cluster serves already is refused and left alone.
     workload
         .apply_yaml(&RABBITMQ_CRD.replace("rabbitmq.com", "local.example.com"))
