@@ -1,7 +1,11 @@
 //! Command-line flags. Every flag can also be set through the environment variable named in
 //! `--help`.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use clap::{Args as ArgGroup, Parser, Subcommand};
 
@@ -306,6 +310,32 @@ pub struct SyncArgs {
     /// workload clusters reach this cluster at). Default: the URL this agent's own client uses.
     #[arg(long, env = "XCC_PROJECTION_ADVERTISE_URL", value_name = "URL")]
     pub projection_advertise_url: Option<String>,
+
+    /// API projection, workload-cluster side: where the aggregated API server that serves the
+    /// imported API groups listens (HTTPS; on the replica running the reconcilers). Each
+    /// DownstreamClusterLink's Service leads here.
+    #[arg(
+        long,
+        env = "XCC_PROJECTION_PROXY_LISTEN",
+        default_value = "0.0.0.0:9443",
+        value_name = "ADDR"
+    )]
+    pub projection_proxy_listen: SocketAddr,
+
+    /// Port of each DownstreamClusterLink's Service `<link>-proxy` (the port its APIServices
+    /// name, `status.proxy.serviceReference.port`).
+    #[arg(
+        long,
+        env = "XCC_PROJECTION_PROXY_SERVICE_PORT",
+        default_value_t = 443,
+        value_name = "PORT"
+    )]
+    pub projection_proxy_service_port: u16,
+
+    /// Address of this agent written into the EndpointSlice of each `<link>-proxy` Service (the
+    /// pod IP, from the downward API). Without it the Service gets no EndpointSlice from xcc.
+    #[arg(long, env = "XCC_PROJECTION_PROXY_ADDRESS", value_name = "IP")]
+    pub projection_proxy_address: Option<IpAddr>,
 
     /// Run the sync reconcilers only on the replica holding the Lease `--lease-name` in
     /// `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record feed

@@ -216,7 +216,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 plumber: args.sync.plumber,
                 plumber_namespace: args.sync.plumber_namespace.clone(),
                 api_projection: args.sync.api_projection,
-                projection_advertise_url,
+                projection: projection::Settings {
+                    advertise_url: projection_advertise_url,
+                    proxy_listen: args.sync.projection_proxy_listen,
+                    endpoint: projection::downstream::Endpoint {
+                        service_port: i32::from(args.sync.projection_proxy_service_port),
+                        address: args.sync.projection_proxy_address,
+                    },
+                },
                 peers,
                 metrics: metrics.sync.clone(),
             };
@@ -341,8 +348,8 @@ struct Reconcilers {
     plumber: bool,
     plumber_namespace: String,
     api_projection: bool,
-    /// The API server URL written into UpstreamClusterLinks' kubeconfig Secrets.
-    projection_advertise_url: String,
+    /// The advertised URL and the aggregated API server's endpoint.
+    projection: projection::Settings,
     peers: xcc_kube::PeerClients,
     metrics: crate::sync_metrics::SyncMetrics,
 }
@@ -388,7 +395,7 @@ impl Reconcilers {
         let projection = self.api_projection.then(|| {
             tokio::spawn(projection::run(
                 core.clone(),
-                self.projection_advertise_url.clone(),
+                self.projection.clone(),
                 stop.clone(),
             ))
         });

@@ -40,6 +40,18 @@ struct WriteLabels {
     verb: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProxyLabels {
+    link: String,
+    verb: &'static str,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkLabels {
+    link: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~33 s.
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -58,6 +70,8 @@ pub struct SyncMetrics {
     reconciles: Family<ResultLabels, Counter>,
     duration: Family<ReconcilerLabels, Histogram>,
     writes: Family<WriteLabels, Counter>,
+    proxy_requests: Family<ProxyLabels, Counter>,
+    proxy_upstream: Family<LinkLabels, Histogram>,
 }
 
 impl SyncMetrics {
@@ -71,6 +85,8 @@ impl SyncMetrics {
             reconciles: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             writes: Family::default(),
+            proxy_requests: Family::default(),
+            proxy_upstream: Family::new_with_constructor(duration_histogram),
         };
         registry.register(
             "sync_watch_state",
@@ -114,7 +130,39 @@ impl SyncMetrics {
             "Writes to the local cluster per reconciler and verb (apply, replace, status, delete)",
             metrics.writes.clone(),
         );
+        registry.register(
+            "projection_proxy_requests",
+            "Requests answered by the aggregated API server of API projection, per \
+             DownstreamClusterLink (namespace/name; empty before one is known), verb and code",
+            metrics.proxy_requests.clone(),
+        );
+        registry.register(
+            "projection_proxy_upstream_seconds",
+            "Time until the service cluster answered a forwarded request with its headers, per \
+             DownstreamClusterLink",
+            metrics.proxy_upstream.clone(),
+        );
         metrics
+    }
+
+    /// The aggregated API server answered `code` to a `verb` request for `link`.
+    pub fn proxy_request(&self, link: &str, verb: &'static str, code: u16) {
+        self.proxy_requests
+            .get_or_create(&ProxyLabels {
+                link: link.to_string(),
+                verb,
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// The service cluster of `link` answered a forwarded request after `took`.
+    pub fn proxy_upstream(&self, link: &str, took: Duration) {
+        self.proxy_upstream
+            .get_or_create(&LinkLabels {
+                link: link.to_string(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     fn watch(cluster: &str, kind: &str) -> WatchLabels {

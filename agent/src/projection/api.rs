@@ -3,8 +3,7 @@
 //! users' YAML applies as is.
 //!
 //! On the service cluster: [`UpstreamClusterLink`] and [`APIExportRoleBinding`]. On the workload
-//! cluster: [`DownstreamClusterLink`], [`ClusterAPIGroupImport`] and [`APIResourceImport`] (their
-//! CRDs are installed; nothing reconciles them yet).
+//! cluster: [`DownstreamClusterLink`], [`ClusterAPIGroupImport`] and [`APIResourceImport`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;

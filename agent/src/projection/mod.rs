@@ -1,24 +1,33 @@
-//! API projection, service-cluster side (`projection.apiresources.multicluster.x-tanzu.vmware.com`).
+//! API projection (`projection.apiresources.multicluster.x-tanzu.vmware.com`), both sides.
 //!
 //! ```text
-//!  service cluster (this one)
+//!  service cluster
 //!  UpstreamClusterLink L ──► ServiceAccount xcc-upstream-L   (owned by L)
 //!                       └──► Secret L-kubeconfig             (owned by L; TokenRequest token,
 //!                                                             renewed when a third remains)
 //!  APIExportRoleBinding B ─► ClusterRoleBinding xcc-apiexport-B (owned by B): spec.clusterRoleRef
 //!                            to the ServiceAccount of spec.upstreamClusterLinkRef
+//!
+//!  workload cluster
+//!  DownstreamClusterLink D ─► client from its kubeconfig Secret (trust gate), TLS Secret,
+//!                             Service D-proxy (+ EndpointSlice) → the agent's aggregated server
+//!  ClusterAPIGroupImport G ─► APIService <version>.<group> per version (owned by G, finalizer)
+//!  APIResourceImport R ─────► which resources of G the proxy forwards in R's namespace
 //! ```
 //!
-//! The workload-cluster kinds (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)
-//! have CRDs but no reconciler yet: nothing writes their status.
-//!
-//! Both controllers read one shared watch of UpstreamClusterLinks ([`Typed`]); a link's change
-//! wakes the bindings that name it. Everything else is read with a GET per reconcile and
-//! written through the sink ([`crate::sink::apply_whole`], [`crate::sink::delete_exact`]).
+//! The service-side controllers read one shared watch of UpstreamClusterLinks ([`Typed`]); a
+//! link's change wakes the bindings that name it. The workload side shares one watch per kind
+//! the same way; the aggregated API server ([`proxy`]) reads the import stores directly and
+//! gets each link's client and certificate from the DownstreamClusterLink reconciler. Everything
+//! else is read with a GET per reconcile and written through the sink
+//! ([`crate::sink::apply_whole`], [`crate::sink::delete_exact`]).
 
 pub mod api;
 pub mod binding;
+pub mod downstream;
+pub mod import;
 pub mod link;
+pub mod proxy;
 
 use std::sync::Arc;
 
@@ -74,6 +83,8 @@ pub enum Error {
     Encode(#[from] serde_json::Error),
     #[error("cannot encode the kubeconfig: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    #[error("cannot make a certificate: {0}")]
+    Certificate(String),
 }
 
 /// One condition as decided by a reconcile.
@@ -175,9 +186,216 @@ pub fn owned_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.uid == uid)
 }
 
-/// Runs the UpstreamClusterLink and APIExportRoleBinding controllers until `stop` is raised.
-/// `advertise_url` is the API server URL written into the kubeconfig Secrets.
-pub async fn run(core: Core, advertise_url: String, stop: tokio::sync::watch::Receiver<bool>) {
+/// What the projection reconcilers are told by flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The API server URL written into UpstreamClusterLinks' kubeconfig Secrets.
+    pub advertise_url: String,
+    /// Where the aggregated API server listens.
+    pub proxy_listen: std::net::SocketAddr,
+    /// How DownstreamClusterLinks' Services reach it.
+    pub endpoint: downstream::Endpoint,
+}
+
+/// Runs the controllers of both sides, and the aggregated API server, until `stop` is raised.
+pub async fn run(core: Core, settings: Settings, stop: tokio::sync::watch::Receiver<bool>) {
+    let workload = tokio::spawn(run_workload_side(
+        core.clone(),
+        settings.clone(),
+        stop.clone(),
+    ));
+    run_service_side(core, settings.advertise_url, stop).await;
+    if let Err(error) = workload.await {
+        tracing::error!(%error, "API projection (workload side) ended abnormally");
+    }
+}
+
+/// Logs the outcome of one reconcile of `kind`.
+fn log_result<K: Resource, E: std::fmt::Display>(
+    kind: &'static str,
+    result: Result<
+        (ObjectRef<K>, kube::runtime::controller::Action),
+        kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+    >,
+) where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    match result {
+        Ok((object, _)) => tracing::debug!(object = %object, "{kind} reconciled"),
+        Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+            tracing::warn!(object = %object, %error, "{kind} reconcile failed; retrying")
+        }
+        Err(error) => tracing::debug!(%error, "{kind} controller"),
+    }
+}
+
+/// The workload-cluster side: DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport
+/// and the aggregated API server that serves the imports.
+async fn run_workload_side(
+    core: Core,
+    settings: Settings,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let recorder = Recorder::new(
+        core.client.clone(),
+        Reporter {
+            controller: "xcc-agent".into(),
+            instance: core.instance.clone(),
+        },
+    );
+    let links = Typed::<DownstreamClusterLink>::new();
+    let groups = Typed::<ClusterAPIGroupImport>::new();
+    let resources = Typed::<APIResourceImport>::new();
+    let proxy = Arc::new(proxy::Proxy::new(
+        core.client.clone(),
+        core.peers.clone(),
+        groups.store(),
+        resources.store(),
+        core.metrics.clone(),
+    ));
+    let server = match tokio::net::TcpListener::bind(settings.proxy_listen).await {
+        Ok(listener) => {
+            tracing::info!(listen = %settings.proxy_listen, "aggregated API server listening");
+            Some(tokio::spawn(
+                proxy.clone().serve(listener, stopped(stop.clone())),
+            ))
+        }
+        Err(error) => {
+            tracing::warn!(listen = %settings.proxy_listen, %error, "cannot listen: the aggregated API server is off (DownstreamClusterLinks say NotListening)");
+            None
+        }
+    };
+
+    let link_ctx = Arc::new(downstream::Context {
+        client: core.client.clone(),
+        recorder: recorder.clone(),
+        peers: core.peers.clone(),
+        proxy: proxy.clone(),
+        endpoint: settings.endpoint.clone(),
+        counted: Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "projection-downstream",
+        },
+    });
+    // A kubeconfig or TLS Secret of a link changed: wake that link.
+    let link_store = links.store();
+    let secret_wakes = core.local_secrets.changes().filter_map(move |change| {
+        let link_store = link_store.clone();
+        async move {
+            let secret = match change {
+                SecretChange::Applied(secret) | SecretChange::Deleted(secret) => secret,
+                SecretChange::Listed | SecretChange::Missed => return None,
+            };
+            let namespace = secret.namespace()?;
+            let name = secret.name_any();
+            link_store
+                .state()
+                .into_iter()
+                .find(|l| {
+                    l.namespace().as_deref() == Some(namespace.as_str())
+                        && (l.spec.upstream.kubeconfig.secret_name == name
+                            || l.spec.proxy.tls.secret_name == name)
+                })
+                .map(|l| ObjectRef::from_obj(l.as_ref()))
+        }
+    });
+    let link_controller = Controller::for_shared_stream(links.subscribe(), links.store())
+        .reconcile_on(secret_wakes)
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(downstream::reconcile, downstream::error_policy, link_ctx)
+        .for_each(|result| async move { log_result("DownstreamClusterLink", result) });
+
+    let import_ctx = Arc::new(import::Context {
+        client: core.client.clone(),
+        recorder,
+        proxy: proxy.clone(),
+        links: links.store(),
+        imports: groups.store(),
+        counted: Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "projection-import",
+        },
+    });
+    let group_controller = Controller::for_shared_stream(groups.subscribe(), groups.store());
+    let group_store = group_controller.store();
+    let group_controller = group_controller
+        .watches_shared_stream(
+            links.subscribe(),
+            move |link: Arc<DownstreamClusterLink>| {
+                let namespace = link.namespace().unwrap_or_default();
+                let name = link.name_any();
+                group_store
+                    .state()
+                    .into_iter()
+                    .filter(|g| {
+                        g.spec.downstream_cluster_link_ref.name == name
+                            && g.spec.downstream_cluster_link_ref.namespace == namespace
+                    })
+                    .map(|g| ObjectRef::from_obj(g.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(
+            import::reconcile_group,
+            import::error_policy_group,
+            import_ctx.clone(),
+        )
+        .for_each(|result| async move { log_result("ClusterAPIGroupImport", result) });
+
+    let resource_controller =
+        Controller::for_shared_stream(resources.subscribe(), resources.store());
+    let resource_store = resource_controller.store();
+    let resource_controller = resource_controller
+        .watches_shared_stream(
+            groups.subscribe(),
+            move |group: Arc<ClusterAPIGroupImport>| {
+                let name = group.name_any();
+                resource_store
+                    .state()
+                    .into_iter()
+                    .filter(|r| r.spec.cluster_api_import_ref.name == name)
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(
+            import::reconcile_resources,
+            import::error_policy_resources,
+            import_ctx,
+        )
+        .for_each(|result| async move { log_result("APIResourceImport", result) });
+
+    let watches = [
+        tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone())),
+        tokio::spawn(groups.run(Api::all(core.client.clone()), core.metrics.clone())),
+        tokio::spawn(resources.run(Api::all(core.client.clone()), core.metrics.clone())),
+    ];
+    tracing::info!(
+        "API projection running (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)"
+    );
+    futures::join!(link_controller, group_controller, resource_controller);
+    for watch in watches {
+        watch.abort();
+    }
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+}
+
+/// The service-cluster side: UpstreamClusterLink and APIExportRoleBinding.
+async fn run_service_side(
+    core: Core,
+    advertise_url: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };

@@ -16,6 +16,7 @@ mod moved_copies;
 mod peer_http2;
 mod plumber;
 mod projection;
+mod projection_workload;
 mod resource_sync;
 mod secrets;
 mod shared_watches;

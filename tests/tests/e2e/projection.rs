@@ -24,7 +24,7 @@ fn api(kind: &str) -> ApiResource {
 }
 
 /// The Ready condition of `object`, once its status observed its generation.
-fn ready(object: &DynamicObject) -> Option<(String, String)> {
+pub(crate) fn ready(object: &DynamicObject) -> Option<(String, String)> {
     let status = &object.data["status"];
     if status["observedGeneration"].as_i64() != object.metadata.generation {
         return None;
@@ -41,7 +41,7 @@ fn ready(object: &DynamicObject) -> Option<(String, String)> {
 
 /// The test bed runs no kube-controller-manager: the root CA ConfigMap it would publish in
 /// every namespace is written here, from the admin kubeconfig's CA.
-async fn publish_root_ca(cluster: &Cluster) {
+pub(crate) async fn publish_root_ca(cluster: &Cluster) {
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
     let ca = kubeconfig.clusters[0]
         .cluster

@@ -1,0 +1,986 @@
+//! The aggregated API server of the workload cluster: serves the imported API groups of the
+//! service clusters, as registered by ClusterAPIGroupImports' APIServices.
+//!
+//! ```text
+//!  kubectl ─► kube-apiserver ──(front-proxy client cert, X-Remote-User/Group/Extra)──► this server
+//!                                                                      │ 1. cert: front-proxy CA,
+//!                                                                      │    allowed names
+//!                                                                      │ 2. path checked; resource
+//!                                                                      │    imported in namespace?
+//!                                                                      │    (APIResourceImport) else 404
+//!                                                                      │ 3. SubjectAccessReview on
+//!                                                                      │    this cluster, else 403
+//!                                                                      ▼ 4. same request, the link's
+//!                                                   service cluster ◄──   identity (its kubeconfig)
+//! ```
+//!
+//! One HTTPS listener serves every DownstreamClusterLink: the certificate is chosen by the name
+//! the API server asks for (`<link>-proxy.<namespace>.svc`). Discovery (`/apis/<group>`,
+//! `/apis/<group>/<version>`) is forwarded too and its last good answer kept, so that the
+//! cluster's discovery keeps working while the service cluster is unreachable; data requests then
+//! get 503 with `Retry-After`. Upstream answers pass through unchanged (status, `resourceVersion`,
+//! `uid`, Table output, watch streams) except that the message of an error Status is cut to
+//! bounded text.
+
+pub mod front;
+pub mod request;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use k8s_openapi::api::{
+    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+    core::v1::ConfigMap,
+};
+use kube::{Api, Client, ResourceExt, api::PostParams, runtime::reflector::Store};
+use rustls::{
+    ServerConfig,
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use serde_json::json;
+use xcc_kube::{PeerClient, PeerClients, Reach};
+
+use super::api::{APIResourceImport, ClusterAPIGroupImport};
+use crate::sync_metrics::SyncMetrics;
+use front::{FrontProxy, User};
+use request::{ResourceRequest, Target};
+
+/// Largest request body accepted (kube-apiserver's own limit is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Largest error body read from upstream before it is answered as a Status.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// How long upstream may take to answer a request with its headers.
+pub const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+/// How often the front proxy's settings are read again.
+const FRONT_PROXY_REFRESH: Duration = Duration::from_secs(30);
+/// What a 503 asks the client to wait, in seconds.
+const RETRY_AFTER: &str = "1";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body of every answer: a whole one, or upstream's stream.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The serving certificates, by the server name a client asks for.
+#[derive(Debug, Default)]
+pub struct Certs(RwLock<HashMap<String, Arc<CertifiedKey>>>);
+
+impl ResolvesServerCert for Certs {
+    /// The certificate of the name asked for; without a known name (kube-aggregator's
+    /// availability check dials the cluster IP without SNI and without verifying), any one:
+    /// certificates are public, and a client that verifies refuses a wrong one.
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let certs = self.0.read().unwrap_or_else(|e| e.into_inner());
+        hello
+            .server_name()
+            .and_then(|name| certs.get(name))
+            .or_else(|| certs.values().next())
+            .cloned()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("no certificate in tls.crt")]
+    NoCertificate,
+    #[error("tls.crt: {0}")]
+    Certificate(String),
+    #[error("tls.key: {0}")]
+    Key(String),
+}
+
+/// The front proxy's settings and the TLS configuration made from them.
+struct Front {
+    settings: FrontProxy,
+    tls: Arc<ServerConfig>,
+}
+
+/// The aggregated API server's state, shared by its connections and the reconcilers that feed it.
+pub struct Proxy {
+    /// This (workload) cluster: SubjectAccessReviews and the front proxy's settings.
+    local: Client,
+    peers: PeerClients,
+    certs: Arc<Certs>,
+    front: RwLock<Option<Arc<Front>>>,
+    /// Why there are no front-proxy settings, when there are none.
+    front_error: Mutex<Option<String>>,
+    /// The client of each DownstreamClusterLink (`namespace/name`), from the gate.
+    links: RwLock<HashMap<String, PeerClient>>,
+    imports: Store<ClusterAPIGroupImport>,
+    resources: Store<APIResourceImport>,
+    metrics: SyncMetrics,
+    /// The last good discovery answer of each path.
+    discovery: Mutex<HashMap<String, Bytes>>,
+    /// Where the server listens, once it does.
+    listening: Mutex<Option<SocketAddr>>,
+}
+
+impl Proxy {
+    pub fn new(
+        local: Client,
+        peers: PeerClients,
+        imports: Store<ClusterAPIGroupImport>,
+        resources: Store<APIResourceImport>,
+        metrics: SyncMetrics,
+    ) -> Proxy {
+        Proxy {
+            local,
+            peers,
+            certs: Arc::default(),
+            front: RwLock::new(None),
+            front_error: Mutex::new(Some("not read yet".into())),
+            links: RwLock::default(),
+            imports,
+            resources,
+            metrics,
+            discovery: Mutex::default(),
+            listening: Mutex::new(None),
+        }
+    }
+
+    /// Serves `name` (the Service's DNS name) with PEM `cert` (chain) and `key`.
+    pub fn set_cert(&self, name: &str, cert: &[u8], key: &[u8]) -> Result<(), CertError> {
+        let chain = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CertError::Certificate(xcc_kube::bounded(&e)))?;
+        if chain.is_empty() {
+            return Err(CertError::NoCertificate);
+        }
+        let key = PrivateKeyDer::from_pem_slice(key)
+            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
+        let provider = rustls::crypto::ring::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
+        let certified = CertifiedKey::new(chain, signing);
+        certified
+            .keys_match()
+            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
+        self.certs
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), Arc::new(certified));
+        Ok(())
+    }
+
+    /// Stops serving `name`.
+    pub fn drop_cert(&self, name: &str) {
+        self.certs
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
+    /// Forwards the imports of link `namespace/name` with `client`.
+    pub fn set_link(&self, namespace: &str, name: &str, client: PeerClient) {
+        self.links
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(format!("{namespace}/{name}"), client);
+    }
+
+    /// Link `namespace/name` has no usable client (any more).
+    pub fn drop_link(&self, namespace: &str, name: &str) {
+        self.links
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&format!("{namespace}/{name}"));
+    }
+
+    /// The client of link `namespace/name`, if it has one.
+    pub fn link(&self, namespace: &str, name: &str) -> Option<PeerClient> {
+        self.links
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+    }
+
+    /// `Ok` when the front proxy's settings are in use, else why not.
+    pub fn front_status(&self) -> Result<(), String> {
+        match &*self.front_error.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => Ok(()),
+            Some(error) => Err(error.clone()),
+        }
+    }
+
+    /// Where the server listens, once it does.
+    pub fn listening(&self) -> Option<SocketAddr> {
+        *self.listening.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the front proxy's settings again; keeps the last good ones on failure.
+    pub async fn refresh_front(&self) {
+        let (namespace, name) = front::AUTH_CONFIG_MAP;
+        let result = match Api::<ConfigMap>::namespaced(self.local.clone(), namespace)
+            .get(name)
+            .await
+        {
+            Ok(config_map) => FrontProxy::from_config_map(&config_map).map_err(|e| e.to_string()),
+            Err(error) => Err(format!(
+                "cannot read ConfigMap {namespace}/{name}: {}",
+                xcc_kube::bounded(&error)
+            )),
+        };
+        match result {
+            Ok(settings) => {
+                let unchanged = self
+                    .front
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .is_some_and(|f| {
+                        f.settings.ca_pem == settings.ca_pem
+                            && f.settings.allowed_names == settings.allowed_names
+                    });
+                if !unchanged {
+                    let mut tls = match ServerConfig::builder_with_provider(Arc::new(
+                        rustls::crypto::ring::default_provider(),
+                    ))
+                    .with_safe_default_protocol_versions()
+                    {
+                        Ok(builder) => builder
+                            .with_client_cert_verifier(settings.verifier.clone())
+                            .with_cert_resolver(self.certs.clone()),
+                        Err(error) => {
+                            *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(format!("TLS: {error}"));
+                            return;
+                        }
+                    };
+                    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                    tracing::info!(allowed_names = ?settings.allowed_names, "front-proxy settings in use");
+                    *self.front.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Arc::new(Front {
+                            settings,
+                            tls: Arc::new(tls),
+                        }));
+                }
+                *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "front-proxy settings");
+                *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+            }
+        }
+    }
+
+    /// Serves HTTPS on `listener` until `stop` resolves, reading the front proxy's settings
+    /// every [`FRONT_PROXY_REFRESH`].
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = listener.local_addr().ok();
+        let refresher = {
+            let proxy = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    proxy.refresh_front().await;
+                    tokio::time::sleep(FRONT_PROXY_REFRESH).await;
+                }
+            })
+        };
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let (stream, remote) = tokio::select! {
+                () = &mut stop => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::debug!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let front = self.front.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let Some(front) = front else {
+                tracing::debug!(%remote, "no front-proxy settings yet: connection closed");
+                continue;
+            };
+            let proxy = self.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let acceptor = tokio_rustls::TlsAcceptor::from(front.tls.clone());
+                let tls =
+                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%remote, %error, "TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                // The verifier checked the chain against the front-proxy CA; the name is ours
+                // to check.
+                let cn = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .map(|cert| front::common_name(cert.as_ref()));
+                let caller = match cn {
+                    Some(cn) if front.settings.allows(cn.as_deref()) => Caller::FrontProxy,
+                    Some(cn) => Caller::NotAllowed(cn),
+                    None => Caller::Anonymous,
+                };
+                let caller = Arc::new(caller);
+                let service = hyper::service::service_fn(move |request| {
+                    let proxy = proxy.clone();
+                    let front = front.clone();
+                    let caller = caller.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(
+                            proxy.handle(&front.settings, &caller, request).await,
+                        )
+                    }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                if let Err(error) = builder
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await
+                {
+                    tracing::debug!(%remote, %error, "connection ended");
+                }
+            });
+        }
+        refresher.abort();
+    }
+
+    /// Answers one request, counted by link, verb and code.
+    async fn handle(
+        &self,
+        front: &FrontProxy,
+        caller: &Caller,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        let mut label = Label {
+            link: String::new(),
+            verb: "unknown",
+        };
+        let response = self.answer(front, caller, request, &mut label).await;
+        self.metrics
+            .proxy_request(&label.link, label.verb, response.status().as_u16());
+        response
+    }
+
+    async fn answer(
+        &self,
+        front: &FrontProxy,
+        caller: &Caller,
+        request: Request<Incoming>,
+        label: &mut Label,
+    ) -> Response<Body> {
+        match caller {
+            Caller::FrontProxy => {}
+            Caller::Anonymous => {
+                return status(
+                    StatusCode::UNAUTHORIZED,
+                    "Unauthorized",
+                    "a client certificate signed by the front-proxy CA is required",
+                );
+            }
+            Caller::NotAllowed(cn) => {
+                return status(
+                    StatusCode::UNAUTHORIZED,
+                    "Unauthorized",
+                    &format!(
+                        "client certificate name {:?} is not in requestheader-allowed-names",
+                        xcc_kube::bounded(&cn.clone().unwrap_or_default())
+                    ),
+                );
+            }
+        }
+        let Some(user) = front.user(request.headers()) else {
+            return status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "the front proxy named no user",
+            );
+        };
+        let target = match request::parse(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ) {
+            Ok(target) => target,
+            Err(request::Refusal::Method(method)) => {
+                return status(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "MethodNotAllowed",
+                    &format!("method {method} is not supported"),
+                );
+            }
+            Err(refusal) => {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", &refusal.to_string());
+            }
+        };
+        match target {
+            Target::Unserved => not_found("the server could not find the requested resource"),
+            Target::OpenApiIndex => {
+                label.verb = "openapi";
+                self.openapi_index().await
+            }
+            Target::OpenApiGroup { group } => {
+                let path = request
+                    .uri()
+                    .path_and_query()
+                    .map(|p| p.as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                label.verb = "openapi";
+                self.discovery(&group, &path, label).await
+            }
+            Target::Group { group } | Target::Version { group, .. } => {
+                label.verb = "discovery";
+                let path = request.uri().path().to_string();
+                self.discovery(&group, &path, label).await
+            }
+            Target::Resource(resource) => {
+                label.verb = resource.verb;
+                self.resource(&user, resource, request, label).await
+            }
+        }
+    }
+
+    /// The import of `group`, unless it is going.
+    fn import_of(&self, group: &str) -> Option<Arc<ClusterAPIGroupImport>> {
+        self.imports.state().into_iter().find(|import| {
+            import.spec.group == group && import.metadata.deletion_timestamp.is_none()
+        })
+    }
+
+    /// Whether an APIResourceImport of `namespace` makes `resource` of import `import` available.
+    fn imported_in(&self, import: &str, namespace: &str, resource: &str) -> bool {
+        self.resources.state().iter().any(|r| {
+            r.namespace().as_deref() == Some(namespace)
+                && r.metadata.deletion_timestamp.is_none()
+                && r.spec.cluster_api_import_ref.name == import
+                && r.spec.resources.iter().any(|name| name == resource)
+        })
+    }
+
+    /// The link client that serves `import`, or the answer saying why there is none.
+    fn client_of(&self, import: &ClusterAPIGroupImport) -> Result<Upstream, Box<Response<Body>>> {
+        let link = &import.spec.downstream_cluster_link_ref;
+        let key = format!("{}/{}", link.namespace, link.name);
+        let Some(client) = self.link(&link.namespace, &link.name) else {
+            return Err(Box::new(unavailable(&format!(
+                "DownstreamClusterLink {}/{} is not ready",
+                link.namespace, link.name
+            ))));
+        };
+        if let Reach::Silent { .. } = self.peers.reach(&client.server) {
+            return Err(Box::new(unavailable(&format!(
+                "the service cluster of DownstreamClusterLink {}/{} does not answer",
+                link.namespace, link.name
+            ))));
+        }
+        Ok(Upstream { client, link: key })
+    }
+
+    /// `/apis/<group>`, `/apis/<group>/<version>` or `/openapi/v3/apis/<group>/<version>`:
+    /// upstream's answer, or the last good one.
+    async fn discovery(&self, group: &str, path: &str, label: &mut Label) -> Response<Body> {
+        let Some(import) = self.import_of(group) else {
+            return not_found("the server could not find the requested resource");
+        };
+        let link = &import.spec.downstream_cluster_link_ref;
+        label.link = format!("{}/{}", link.namespace, link.name);
+        let client = self.client_of(&import);
+        self.cached_get(client, path).await
+    }
+
+    fn cached(&self, key: &str) -> Option<Bytes> {
+        self.discovery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// GET `path` (with its query) upstream as JSON; kept as the last good copy.
+    async fn cached_get(
+        &self,
+        client: Result<Upstream, Box<Response<Body>>>,
+        path: &str,
+    ) -> Response<Body> {
+        let client = match client {
+            Ok(client) => client,
+            Err(answer) => return self.cached(path).map(json_body).unwrap_or(*answer),
+        };
+        match self.upstream_json(&client, path).await {
+            Some(body) => {
+                self.discovery
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(path.to_string(), body.clone());
+                json_body(body)
+            }
+            None => self
+                .cached(path)
+                .map(json_body)
+                .unwrap_or_else(|| unavailable("the service cluster's discovery did not answer")),
+        }
+    }
+
+    /// GET `path` upstream as JSON: the body of a 200 that parses, else `None`.
+    async fn upstream_json(&self, upstream: &Upstream, path: &str) -> Option<Bytes> {
+        let request = Request::get(path)
+            .header(header::ACCEPT, "application/json")
+            .body(kube::client::Body::empty())
+            .ok()?;
+        let started = std::time::Instant::now();
+        let sent =
+            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
+        self.metrics
+            .proxy_upstream(&upstream.link, started.elapsed());
+        let response = sent.ok()?.ok()?;
+        if response.status() != StatusCode::OK {
+            return None;
+        }
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .ok()?
+            .to_bytes();
+        serde_json::from_slice::<serde_json::Value>(&body).ok()?;
+        Some(body)
+    }
+
+    /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
+    /// only (so the workload cluster's OpenAPI gains nothing else of theirs).
+    async fn openapi_index(&self) -> Response<Body> {
+        let mut paths = serde_json::Map::new();
+        let mut by_link: BTreeMap<String, (Arc<ClusterAPIGroupImport>, Vec<String>)> =
+            BTreeMap::new();
+        for import in self.imports.state() {
+            if import.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let link = &import.spec.downstream_cluster_link_ref;
+            by_link
+                .entry(format!("{}/{}", link.namespace, link.name))
+                .or_insert_with(|| (import.clone(), Vec::new()))
+                .1
+                .push(import.spec.group.clone());
+        }
+        for (link, (import, groups)) in by_link {
+            let key = format!("/openapi/v3 {link}");
+            let index = match self.client_of(&import) {
+                Ok(client) => match self.upstream_json(&client, "/openapi/v3").await {
+                    Some(body) => {
+                        self.discovery
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key, body.clone());
+                        Some(body)
+                    }
+                    None => self.cached(&key),
+                },
+                Err(_) => self.cached(&key),
+            };
+            let Some(index) =
+                index.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            else {
+                continue;
+            };
+            for (path, entry) in index["paths"].as_object().into_iter().flatten() {
+                let imported = groups.iter().any(|g| {
+                    path.strip_prefix("apis/")
+                        .and_then(|p| p.strip_prefix(g.as_str()))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+                });
+                if imported {
+                    paths.insert(path.clone(), entry.clone());
+                }
+            }
+        }
+        json_body(Bytes::from(json!({ "paths": paths }).to_string()))
+    }
+
+    /// A resource request: imported here, allowed here, then forwarded with the link's identity.
+    async fn resource(
+        &self,
+        user: &User,
+        resource: ResourceRequest,
+        request: Request<Incoming>,
+        label: &mut Label,
+    ) -> Response<Body> {
+        let Some(import) = self.import_of(&resource.group) else {
+            return not_found("the server could not find the requested resource");
+        };
+        let link = &import.spec.downstream_cluster_link_ref;
+        label.link = format!("{}/{}", link.namespace, link.name);
+        if import
+            .spec
+            .version
+            .as_ref()
+            .is_some_and(|v| *v != resource.version)
+        {
+            return not_found("the server could not find the requested resource");
+        }
+        let Some(namespace) = resource.namespace.clone() else {
+            return not_found(&format!(
+                "{}.{} is imported per namespace (APIResourceImport): name a namespace",
+                resource.resource, resource.group
+            ));
+        };
+        if !self.imported_in(&import.name_any(), &namespace, &resource.resource) {
+            return not_found(&format!(
+                "{}.{} is not imported in namespace {namespace} (no APIResourceImport lists it)",
+                resource.resource, resource.group
+            ));
+        }
+        match self.authorize(user, &resource).await {
+            Ok(true) => {}
+            Ok(false) => return forbidden(user, &resource),
+            Err(error) => {
+                tracing::warn!(%error, "SubjectAccessReview failed");
+                return status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "the workload cluster could not authorize the request",
+                );
+            }
+        }
+        let client = match self.client_of(&import) {
+            Ok(client) => client,
+            Err(answer) => return *answer,
+        };
+        self.forward(&client, request).await
+    }
+
+    /// Asks this cluster whether `user` may do `resource`.
+    async fn authorize(
+        &self,
+        user: &User,
+        resource: &ResourceRequest,
+    ) -> Result<bool, kube::Error> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(user.name.clone()),
+                uid: user.uid.clone(),
+                groups: Some(user.groups.clone()),
+                extra: (!user.extra.is_empty()).then(|| {
+                    user.extra
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect::<BTreeMap<_, _>>()
+                }),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(resource.verb.to_string()),
+                    group: Some(resource.group.clone()),
+                    version: Some(resource.version.clone()),
+                    resource: Some(resource.resource.clone()),
+                    subresource: resource.subresource.clone(),
+                    namespace: resource.namespace.clone(),
+                    name: resource.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let review = Api::<SubjectAccessReview>::all(self.local.clone())
+            .create(&PostParams::default(), &review)
+            .await?;
+        Ok(review
+            .status
+            .is_some_and(|s| s.allowed && s.denied != Some(true)))
+    }
+
+    /// Sends `request` upstream with the link's identity and answers with upstream's answer.
+    async fn forward(&self, upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let body = match Limited::new(body, MAX_BODY).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return status(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "RequestEntityTooLarge",
+                    &format!("the request body is larger than {MAX_BODY} bytes"),
+                );
+            }
+            Err(_) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the request body could not be read",
+                );
+            }
+        };
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let mut builder = Request::builder().method(parts.method.clone()).uri(path);
+        for name in [
+            header::ACCEPT,
+            header::CONTENT_TYPE,
+            header::IF_NONE_MATCH,
+            header::USER_AGENT,
+        ] {
+            for value in parts.headers.get_all(&name) {
+                builder = builder.header(&name, value);
+            }
+        }
+        let Ok(request) = builder.body(kube::client::Body::from(body.to_vec())) else {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the request is malformed",
+            );
+        };
+        let started = std::time::Instant::now();
+        let sent =
+            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
+        self.metrics
+            .proxy_upstream(&upstream.link, started.elapsed());
+        let response = match sent {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
+                tracing::debug!(error = %xcc_kube::bounded(&error), "upstream request failed");
+                return unavailable("the service cluster did not answer");
+            }
+            Err(_) => return unavailable("the service cluster did not answer in time"),
+        };
+        let (parts, body) = response.into_parts();
+        let mut answer = Response::builder().status(parts.status);
+        for name in [
+            header::CONTENT_TYPE,
+            header::ETAG,
+            header::RETRY_AFTER,
+            header::WARNING,
+        ] {
+            for value in parts.headers.get_all(&name) {
+                answer = answer.header(&name, value);
+            }
+        }
+        if parts.status.is_client_error() || parts.status.is_server_error() {
+            let body = Limited::new(body, MAX_ERROR_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return upstream_error(parts.status, &body);
+        }
+        let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+        answer.body(body).unwrap_or_else(|_| {
+            status(
+                StatusCode::BAD_GATEWAY,
+                "InternalError",
+                "the service cluster's answer is malformed",
+            )
+        })
+    }
+}
+
+/// The service cluster of one link.
+struct Upstream {
+    client: PeerClient,
+    /// `namespace/name` of the DownstreamClusterLink.
+    link: String,
+}
+
+/// What a request is counted as.
+struct Label {
+    link: String,
+    verb: &'static str,
+}
+
+/// The TLS identity of a connection.
+enum Caller {
+    /// A client certificate of the front proxy.
+    FrontProxy,
+    /// A certificate signed by the front-proxy CA whose name is not allowed.
+    NotAllowed(Option<String>),
+    /// No client certificate.
+    Anonymous,
+}
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes)
+        .map_err(|never| -> BoxError { match never {} })
+        .boxed_unsync()
+}
+
+fn json_body(body: Bytes) -> Response<Body> {
+    let mut response = Response::new(full(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A `Status` object.
+fn status_value(code: StatusCode, reason: &str, message: &str) -> serde_json::Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    })
+}
+
+fn value_answer(code: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = json_body(Bytes::from(value.to_string()));
+    *response.status_mut() = code;
+    response
+}
+
+/// A `Status` answer.
+pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    value_answer(code, &status_value(code, reason, message))
+}
+
+fn not_found(message: &str) -> Response<Body> {
+    status(StatusCode::NOT_FOUND, "NotFound", message)
+}
+
+fn unavailable(message: &str) -> Response<Body> {
+    let mut response = status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        message,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+    response
+}
+
+/// The 403 kube-apiserver would give.
+fn forbidden(user: &User, r: &ResourceRequest) -> Response<Body> {
+    let what = match &r.name {
+        Some(name) => format!("{}.{} {:?}", r.resource, r.group, name),
+        None => format!("{}.{}", r.resource, r.group),
+    };
+    let resource = match &r.subresource {
+        Some(sub) => format!("{}/{sub}", r.resource),
+        None => r.resource.clone(),
+    };
+    let message = format!(
+        "{what} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}",
+        user.name,
+        r.verb,
+        r.group,
+        r.namespace.clone().unwrap_or_default()
+    );
+    let mut value = status_value(StatusCode::FORBIDDEN, "Forbidden", &message);
+    value["details"] =
+        json!({"name": r.name.clone().unwrap_or_default(), "group": r.group, "kind": r.resource});
+    value_answer(StatusCode::FORBIDDEN, &value)
+}
+
+/// Upstream's error as a Status with the same code, reason and details, its message bounded.
+fn upstream_error(code: StatusCode, body: &[u8]) -> Response<Body> {
+    let parsed = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .filter(|v| v["kind"] == "Status");
+    let mut value = match parsed {
+        Some(value) => value,
+        None => json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": code.canonical_reason().unwrap_or("Unknown").replace(' ', ""),
+            "code": code.as_u16(),
+            "message": String::from_utf8_lossy(body).to_string(),
+        }),
+    };
+    let message = value["message"].as_str().unwrap_or_default().to_string();
+    value["message"] = xcc_kube::bounded(&message).into();
+    let mut response = value_answer(code, &value);
+    if code == StatusCode::SERVICE_UNAVAILABLE || code == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_errors_keep_code_reason_and_details_with_bounded_text() {
+        let long = "x".repeat(10_000);
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "Forbidden", "code": 403, "message": long,
+            "details": {"name": "hello", "group": "rabbitmq.com", "kind": "rabbitmqclusters"}});
+        let response = upstream_error(StatusCode::FORBIDDEN, body.to_string().as_bytes());
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let body = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["reason"], "Forbidden");
+        assert_eq!(value["details"]["name"], "hello");
+        assert!(value["message"].as_str().unwrap().chars().count() <= 257);
+
+        let response = upstream_error(StatusCode::BAD_GATEWAY, b"<html>proxy</html>");
+        let body = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (value["kind"].as_str(), value["code"].as_u64()),
+            (Some("Status"), Some(502))
+        );
+    }
+
+    #[test]
+    fn a_forbidden_answer_reads_like_kube_apiservers() {
+        let user = User {
+            name: "bob".into(),
+            uid: None,
+            groups: vec![],
+            extra: Default::default(),
+        };
+        let request = ResourceRequest {
+            verb: "get",
+            group: "rabbitmq.com".into(),
+            version: "v1beta1".into(),
+            namespace: Some("team-1".into()),
+            resource: "rabbitmqclusters".into(),
+            name: Some("hello".into()),
+            subresource: None,
+        };
+        let response = forbidden(&user, &request);
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let body = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value["message"],
+            "rabbitmqclusters.rabbitmq.com \"hello\" is forbidden: User \"bob\" cannot get resource \"rabbitmqclusters\" in API group \"rabbitmq.com\" in the namespace \"team-1\""
+        );
+    }
+}

@@ -1,0 +1,733 @@
+//! API projection, both sides, end to end: two real API servers ("services", "workload"), each
+//! agent under our manifests' ServiceAccount (agent.yaml + projection.yaml). A RabbitMQ-like CRD
+//! exists on the service cluster only; the reference's DownstreamClusterLink,
+//! ClusterAPIGroupImport and APIResourceImport are applied unchanged on the workload cluster,
+//! whose kube-apiserver really aggregates to the agent's API server. `kubectl` and kube clients
+//! talk to the workload cluster only; the objects must live upstream.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api,
+    api::{
+        ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent,
+        WatchParams,
+    },
+};
+use serde_json::json;
+use xcc_e2e::{Cluster, Testbed, require_testbed};
+
+use crate::{
+    projection::{publish_root_ca, ready},
+    resource_sync::{manifest, repo, start_agent_with, wait_for},
+};
+
+const GROUP: &str = "projection.apiresources.multicluster.x-tanzu.vmware.com";
+const NS: &str = "services-toolkit";
+
+/// A small `rabbitmqclusters.rabbitmq.com`: status and scale subresources, printer columns.
+const RABBITMQ_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: rabbitmqclusters.rabbitmq.com
+spec:
+  group: rabbitmq.com
+  scope: Namespaced
+  names:
+    kind: RabbitmqCluster
+    listKind: RabbitmqClusterList
+    plural: rabbitmqclusters
+    singular: rabbitmqcluster
+    shortNames: [rmq]
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.replicas
+        statusReplicasPath: .status.replicas
+    additionalPrinterColumns:
+    - name: Replicas
+      type: integer
+      jsonPath: .spec.replicas
+    - name: Image
+      type: string
+      jsonPath: .spec.image
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer}
+              image: {type: string}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+";
+
+const RABBIT: &str = "apiVersion: rabbitmq.com/v1beta1
+kind: RabbitmqCluster
+metadata:
+  name: hello
+  namespace: team-1
+spec:
+  replicas: 1
+  image: rabbitmq:3.13
+";
+
+fn projection(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1alpha1", kind))
+}
+
+fn rabbits() -> ApiResource {
+    let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "rabbitmq.com",
+        "v1beta1",
+        "RabbitmqCluster",
+    ));
+    resource.plural = "rabbitmqclusters".into();
+    resource
+}
+
+/// `(status, reason)` of condition `type_` of `object`, once its status observed its generation.
+fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
+    let status = &object.data["status"];
+    if status["observedGeneration"].as_i64() != object.metadata.generation {
+        return None;
+    }
+    let found = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    Some((
+        found["status"].as_str()?.to_string(),
+        found["reason"].as_str()?.to_string(),
+    ))
+}
+
+/// A free local port (the egress proxy of the test bed connects Service port P to 127.0.0.1:P).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn install(cluster: &Cluster) {
+    cluster
+        .install_crds(&repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    for file in [
+        "manifests/agent/agent.yaml",
+        "manifests/agent/projection.yaml",
+    ] {
+        cluster
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+}
+
+fn status_code(result: Result<impl Sized, kube::Error>) -> Option<u16> {
+    match result {
+        Ok(_) => None,
+        Err(kube::Error::Api(e)) => Some(e.code),
+        Err(other) => panic!("not an API error: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_cluster() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["services", "workload"])
+        .await
+        .unwrap();
+    let (services, workload) = (&bed.clusters[0], &bed.clusters[1]);
+
+    // The service cluster: the API, its namespace, the link and what the link may do.
+    install(services).await;
+    services.apply_yaml(RABBITMQ_CRD).await.unwrap();
+    services
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/rabbitmqclusters.rabbitmq.com",
+        ])
+        .await
+        .unwrap();
+    publish_root_ca(services).await;
+    for ns in ["team-1", "team-2"] {
+        services
+            .kubectl(&["create", "namespace", ns])
+            .await
+            .unwrap();
+    }
+    services
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("manifests/examples/projection-upstream-cluster-link.yaml"),
+        ])
+        .await
+        .unwrap();
+    services
+        .kubectl(&[
+            "create",
+            "clusterrole",
+            "rabbitmq-user",
+            "--verb=get,list,watch,create,update,patch,delete,deletecollection",
+            "--resource=rabbitmqclusters.rabbitmq.com,rabbitmqclusters.rabbitmq.com/status,rabbitmqclusters.rabbitmq.com/scale",
+        ])
+        .await
+        .unwrap();
+    services
+        .apply_yaml(
+            "apiVersion: projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1
+kind: APIExportRoleBinding
+metadata:
+  name: workload-3c-rabbitmq
+spec:
+  upstreamClusterLinkRef:
+    name: workload-3c
+    namespace: services-toolkit
+  clusterRoleRef:
+    name: rabbitmq-user
+",
+        )
+        .await
+        .unwrap();
+    let services_port = free_port().to_string();
+    let _services_agent = start_agent_with(
+        services,
+        "xcc-agent.log",
+        &[
+            "--secret-replication=false",
+            "--resource-sync=false",
+            "--plumber=false",
+            &format!("--projection-proxy-listen=127.0.0.1:{services_port}"),
+        ],
+    )
+    .await;
+    let upstream_links: Api<DynamicObject> = Api::namespaced_with(
+        services.client.clone(),
+        NS,
+        &projection("UpstreamClusterLink"),
+    );
+    wait_for(
+        "UpstreamClusterLink Ready",
+        Duration::from_secs(30),
+        || async {
+            let link = upstream_links.get("workload-3c").await.ok()?;
+            (ready(&link)? == ("True".into(), "Linked".into())).then_some(())
+        },
+    )
+    .await;
+    let kubeconfig = Api::<Secret>::namespaced(services.client.clone(), NS)
+        .get("workload-3c-kubeconfig")
+        .await
+        .unwrap()
+        .data
+        .unwrap()
+        .remove("kubeconfig")
+        .unwrap();
+
+    // The workload cluster: the copied kubeconfig Secret, then the reference's objects.
+    install(workload).await;
+    for ns in ["team-1", "team-2"] {
+        workload
+            .kubectl(&["create", "namespace", ns])
+            .await
+            .unwrap();
+    }
+    let pumpkin_seeds: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "pumpkin-seeds", "namespace": NS},
+        "data": {"kubeconfig": kubeconfig},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(workload.client.clone(), NS)
+        .create(&PostParams::default(), &pumpkin_seeds)
+        .await
+        .unwrap();
+    for file in [
+        "manifests/examples/projection-downstream-cluster-link.yaml",
+        "manifests/examples/projection-cluster-api-group-import.yaml",
+        "manifests/examples/projection-api-resource-import.yaml",
+    ] {
+        workload
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    let port = free_port().to_string();
+    let workload_agent = start_agent_with(
+        workload,
+        "xcc-agent.log",
+        &[
+            "--secret-replication=false",
+            "--resource-sync=false",
+            "--plumber=false",
+            &format!("--projection-proxy-listen=127.0.0.1:{port}"),
+            &format!("--projection-proxy-service-port={port}"),
+            // A placeholder for the EndpointSlice (Kubernetes refuses loopback endpoints, and the
+            // availability check wants one); the egress proxy connects to 127.0.0.1:<port>.
+            "--projection-proxy-address=192.0.2.1",
+        ],
+    )
+    .await;
+
+    let links: Api<DynamicObject> = Api::namespaced_with(
+        workload.client.clone(),
+        NS,
+        &projection("DownstreamClusterLink"),
+    );
+    wait_for(
+        "DownstreamClusterLink Ready",
+        Duration::from_secs(60),
+        || async {
+            let link = links.get("services-2b").await.ok()?;
+            (condition(&link, "Ready")? == ("True".into(), "Ready".into())).then_some(())
+        },
+    )
+    .await;
+    let link = links.get("services-2b").await.unwrap();
+    for type_ in [
+        "ServiceAccountReady",
+        "ProxyDeploymentReady",
+        "ProxyServiceReady",
+        "ProxyConfigMapReady",
+        "ProxyServiceAccountReady",
+    ] {
+        assert_eq!(condition(&link, type_).unwrap().0, "True", "{type_}");
+    }
+    assert_eq!(
+        link.data["status"]["proxy"]["serviceReference"]["name"],
+        "services-2b-proxy"
+    );
+    assert!(
+        link.data["status"]["proxy"]["caBundle"]
+            .as_str()
+            .is_some_and(|ca| !ca.is_empty())
+    );
+
+    let imports: Api<DynamicObject> = Api::all_with(
+        workload.client.clone(),
+        &projection("ClusterAPIGroupImport"),
+    );
+    wait_for(
+        "ClusterAPIGroupImport Ready",
+        Duration::from_secs(60),
+        || async {
+            let import = imports.get("rabbitmq.com").await.ok()?;
+            (condition(&import, "APIServicesReady")?.0 == "True"
+                && condition(&import, "Ready")?.0 == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    let resource_imports: Api<DynamicObject> = Api::namespaced_with(
+        workload.client.clone(),
+        "team-1",
+        &projection("APIResourceImport"),
+    );
+    wait_for(
+        "APIResourceImport Ready",
+        Duration::from_secs(30),
+        || async {
+            let import = resource_imports.get("rabbitmq.com-import").await.ok()?;
+            (condition(&import, "ResourcesAvailable")?.0 == "True"
+                && condition(&import, "Ready")?.0 == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "kubectl api-resources lists rabbitmqclusters",
+        Duration::from_secs(30),
+        || async {
+            let out = workload
+                .kubectl(&["api-resources", "--api-group=rabbitmq.com"])
+                .await
+                .ok()?;
+            out.contains("rabbitmqclusters").then_some(())
+        },
+    )
+    .await;
+
+    // OpenAPI v3 of the imported group only: kubectl explain knows the projected kind.
+    wait_for(
+        "kubectl explain rabbitmqclusters.spec",
+        Duration::from_secs(30),
+        || async {
+            let out = workload
+                .kubectl(&["explain", "rabbitmqclusters.spec"])
+                .await
+                .ok()?;
+            (out.contains("replicas") && out.contains("image")).then_some(())
+        },
+    )
+    .await;
+
+    // Create, read, patch through the workload cluster; the objects live upstream.
+    workload.apply_yaml(RABBIT).await.unwrap();
+    let upstream: Api<DynamicObject> =
+        Api::namespaced_with(services.client.clone(), "team-1", &rabbits());
+    let there = upstream.get("hello").await.expect("created upstream");
+    let here: Api<DynamicObject> =
+        Api::namespaced_with(workload.client.clone(), "team-1", &rabbits());
+    let seen = here.get("hello").await.unwrap();
+    assert_eq!(seen.metadata.uid, there.metadata.uid);
+    let table = workload
+        .kubectl(&["get", "rabbitmqclusters", "-n", "team-1"])
+        .await
+        .unwrap();
+    assert!(
+        table.contains("REPLICAS") && table.contains("rabbitmq:3.13"),
+        "{table}"
+    );
+    workload
+        .kubectl(&[
+            "patch",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#,
+        ])
+        .await
+        .unwrap();
+    workload
+        .kubectl(&[
+            "patch",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/image","value":"rabbitmq:4.0"}]"#,
+        ])
+        .await
+        .unwrap();
+    let there = upstream.get("hello").await.unwrap();
+    assert_eq!(there.data["spec"]["replicas"], 3);
+    assert_eq!(there.data["spec"]["image"], "rabbitmq:4.0");
+
+    // The scale and status subresources, and server-side apply.
+    workload
+        .kubectl(&[
+            "scale",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--replicas=5",
+        ])
+        .await
+        .unwrap();
+    workload
+        .kubectl(&[
+            "patch",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"replicas":5}}"#,
+        ])
+        .await
+        .unwrap();
+    let applied = workload.dir().join("rabbit-apply.yaml");
+    std::fs::write(&applied, RABBIT.replace("replicas: 1", "replicas: 7")).unwrap();
+    workload
+        .kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=e2e",
+            "-f",
+            &applied.display().to_string(),
+        ])
+        .await
+        .unwrap();
+    let there = upstream.get("hello").await.unwrap();
+    assert_eq!(there.data["spec"]["replicas"], 7);
+    assert_eq!(there.data["status"]["replicas"], 5);
+    assert!(
+        there
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some("e2e") && f.operation.as_deref() == Some("Apply")),
+        "server-side apply reached the service cluster"
+    );
+
+    // Straight to the agent's port: no client certificate means 401 whatever the headers say;
+    // nothing is forwarded.
+    let forged = tokio::process::Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "X-Remote-User: system:admin",
+            "-H",
+            "X-Remote-Group: system:masters",
+            &format!("https://127.0.0.1:{port}/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&forged.stdout), "401");
+
+    // Requests counted by link, verb and code; upstream latency per link.
+    let metrics = tokio::process::Command::new("curl")
+        .args(["-s", &format!("http://{}/metrics", workload_agent.admin)])
+        .output()
+        .await
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    for line in [
+        r#"projection_proxy_requests_total{link="services-toolkit/services-2b",verb="create",code="201"}"#,
+        r#"projection_proxy_requests_total{link="",verb="unknown",code="401"}"#,
+        r#"projection_proxy_upstream_seconds_count{link="services-toolkit/services-2b"}"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in the metrics");
+    }
+
+    // A watch through the workload cluster sees an object created afterwards.
+    let listed = here.list(&ListParams::default()).await.unwrap();
+    let version = listed.metadata.resource_version.clone().unwrap();
+    let mut events = here
+        .watch(&WatchParams::default().timeout(60), &version)
+        .await
+        .unwrap()
+        .boxed();
+    let second = RABBIT.replace("name: hello", "name: second");
+    workload.apply_yaml(&second).await.unwrap();
+    let added = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = events.try_next().await.unwrap() {
+            if let WatchEvent::Added(object) = event
+                && object.metadata.name.as_deref() == Some("second")
+            {
+                return object;
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("the watch delivers the new object");
+    assert_eq!(added.metadata.namespace.as_deref(), Some("team-1"));
+
+    // A namespace without APIResourceImport: 404, nothing forwarded.
+    let other: Api<DynamicObject> =
+        Api::namespaced_with(workload.client.clone(), "team-2", &rabbits());
+    assert_eq!(
+        status_code(other.list(&ListParams::default()).await),
+        Some(404)
+    );
+    // A workload user without RBAC for it: 403 from the workload cluster.
+    let nobody = workload.mint_kubeconfig("team-1", "nobody").await.unwrap();
+    let theirs: Api<DynamicObject> =
+        Api::namespaced_with(nobody.client.clone(), "team-1", &rabbits());
+    assert_eq!(status_code(theirs.get("hello").await), Some(403));
+
+    // Delete one, then the rest of the namespace.
+    workload
+        .kubectl(&["delete", "rabbitmqcluster", "hello", "-n", "team-1"])
+        .await
+        .unwrap();
+    assert_eq!(status_code(upstream.get("hello").await), Some(404));
+    workload
+        .kubectl(&["delete", "rabbitmqclusters", "--all", "-n", "team-1"])
+        .await
+        .unwrap();
+    assert!(
+        upstream
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // A link whose ClusterRole lacks delete: the service cluster's 403 reaches the user.
+    workload
+        .apply_yaml(&RABBIT.replace("name: hello", "name: third"))
+        .await
+        .unwrap();
+    services
+        .kubectl(&[
+            "patch",
+            "clusterrole",
+            "rabbitmq-user",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/rules/0/verbs","value":["get","list","watch","create"]}]"#,
+        ])
+        .await
+        .unwrap();
+    let refused = wait_for(
+        "the upstream 403 for delete",
+        Duration::from_secs(20),
+        || async {
+            match here.delete("third", &Default::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 403 => Some(e),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert!(
+        refused.message.contains("xcc-upstream-workload-3c"),
+        "the service cluster's refusal, naming the link's identity: {}",
+        refused.message
+    );
+    assert!(upstream.get("third").await.is_ok());
+
+    // A hostile kubeconfig (exec) never becomes a client: the link says so.
+    workload
+        .apply_yaml(
+            "apiVersion: v1
+kind: Secret
+metadata:
+  name: hostile-kubeconfig
+  namespace: services-toolkit
+stringData:
+  kubeconfig: |
+    apiVersion: v1
+    kind: Config
+    clusters: [{name: c, cluster: {server: https://127.0.0.1:1}}]
+    users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'touch /tmp/pwned']}}}]
+    contexts: [{name: c, context: {cluster: c, user: u}}]
+    current-context: c
+---
+apiVersion: projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1
+kind: DownstreamClusterLink
+metadata:
+  name: hostile
+  namespace: services-toolkit
+spec:
+  proxy:
+    TLS:
+      secretName: hostile-tls
+  upstream:
+    kubeconfig:
+      secretName: hostile-kubeconfig
+    name: hostile
+",
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "a hostile kubeconfig is rejected",
+        Duration::from_secs(30),
+        || async {
+            let link = links.get("hostile").await.ok()?;
+            (condition(&link, "ServiceAccountReady")?
+                == ("False".into(), "KubeconfigRejected".into())
+                && condition(&link, "Ready")?.0 == "False")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // A group this cluster serves already is refused and left alone.
+    workload
+        .apply_yaml(&RABBITMQ_CRD.replace("rabbitmq.com", "local.example.com"))
+        .await
+        .unwrap();
+    workload
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/rabbitmqclusters.local.example.com",
+        ])
+        .await
+        .unwrap();
+    workload
+        .apply_yaml(
+            "apiVersion: projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1
+kind: ClusterAPIGroupImport
+metadata:
+  name: local.example.com
+spec:
+  downstreamClusterLinkRef:
+    name: services-2b
+    namespace: services-toolkit
+  group: local.example.com
+",
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "an import of a local group is refused",
+        Duration::from_secs(30),
+        || async {
+            let import = imports.get("local.example.com").await.ok()?;
+            (condition(&import, "Ready")? == ("False".into(), "GroupServedLocally".into()))
+                .then_some(())
+        },
+    )
+    .await;
+    let local = workload
+        .kubectl(&[
+            "get",
+            "apiservice",
+            "v1beta1.local.example.com",
+            "-o",
+            "jsonpath={.spec.service}",
+        ])
+        .await
+        .unwrap();
+    assert!(
+        local.is_empty(),
+        "the local APIService was changed: {local}"
+    );
+
+    // Deleting the import removes its APIServices (a finalizer: no garbage collector runs here).
+    workload
+        .kubectl(&[
+            "delete",
+            "clusterapigroupimport",
+            "rabbitmq.com",
+            "--timeout=30s",
+        ])
+        .await
+        .unwrap();
+    wait_for(
+        "the APIService is gone",
+        Duration::from_secs(30),
+        || async {
+            workload
+                .kubectl(&["get", "apiservice", "v1beta1.rabbitmq.com"])
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+}
