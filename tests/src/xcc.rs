@@ -66,6 +66,18 @@ impl Agent {
             "--threads=1".into(),
             "--udp-sockets=1".into(),
         ];
+        // The aggregated API server of API projection listens on a port of its own, on the
+        // loopback, unless the test chooses one (the default, 0.0.0.0:9443, is one port for
+        // every agent of the machine).
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--projection-proxy-listen"))
+        {
+            args.push(format!(
+                "--projection-proxy-listen=127.0.0.1:{}",
+                free_port()
+            ));
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let process = spawn("xcc-agent", &binary("xcc-agent"), &args, log)?;
         Ok(Agent {

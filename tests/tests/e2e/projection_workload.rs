@@ -17,7 +17,7 @@ use kube::{
     },
 };
 use serde_json::json;
-use xcc_e2e::{Cluster, Testbed, require_testbed};
+use xcc_e2e::{Cluster, Testbed, free_port, require_testbed};
 
 use crate::{
     projection::{publish_root_ca, ready},
@@ -110,15 +110,6 @@ fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
         found["status"].as_str()?.to_string(),
         found["reason"].as_str()?.to_string(),
     ))
-}
-
-/// A free local port (the egress proxy of the test bed connects Service port P to 127.0.0.1:P).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn install(cluster: &Cluster) {
