@@ -27,7 +27,7 @@ use crate::workload::CALL_TIMEOUT;
 use crate::{
     desired::{self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
     gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
-    workload::Workloads,
+    workload::{ClientError, Workloads},
 };
 
 /// Field manager of every write.
@@ -107,8 +107,13 @@ pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>)
 async fn list_clusters(ctx: &Context, namespace: &str) -> Result<Vec<ClusterInfo>, Error> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.clusters);
+    // resourceVersion 0: served from the API server's watch cache at once. A consistent LIST
+    // waits until that cache has caught up with etcd, which after a write elsewhere takes up to
+    // the server's 100 ms progress-notify tick: that wait was the whole of the propagation delay.
+    // The Cluster watch wakes this GatewayDNS again when a Cluster changes, so a list a moment
+    // behind is corrected by the next reconcile.
     let list = api
-        .list(&ListParams::default())
+        .list(&ListParams::default().match_any())
         .await
         .map_err(|source| Error::Clusters {
             namespace: namespace.to_string(),
@@ -131,8 +136,28 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let me = ObjectRef::from_obj(gateway);
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
     let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
-        Ok(api.list(&ListParams::default()).await?.items)
+        // From the watch cache, as the Clusters: a GatewayDNS created or changed wakes this one.
+        Ok(api.list(&ListParams::default().match_any()).await?.items)
     })?;
+    // One client per cluster of the namespace for the whole reconcile: the kubeconfig Secret is
+    // read once, and every cluster's at once.
+    let peers: HashMap<String, Result<Client, ClientError>> =
+        futures::future::join_all(clusters.iter().map(|cluster| async {
+            (
+                cluster.name.clone(),
+                ctx.workloads.client(&namespace, &cluster.name).await,
+            )
+        }))
+        .await
+        .into_iter()
+        .collect();
+    let peer = |cluster: &str| {
+        peers.get(cluster).cloned().unwrap_or_else(|| {
+            Err(ClientError::Unavailable(format!(
+                "cluster {cluster} is not known"
+            )))
+        })
+    };
 
     // The reconcile is on the path of every address change: independent calls go out together.
     let selected: Vec<&ClusterInfo> = clusters
@@ -140,8 +165,13 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         .filter(|c| desired::selects(&gateway.spec.cluster_selector, &c.labels))
         .collect();
     let seen = futures::future::join_all(selected.iter().map(|cluster| {
-        ctx.workloads
-            .observe(&namespace, &cluster.name, &gateway.spec.service, &me)
+        ctx.workloads.observe(
+            &namespace,
+            &cluster.name,
+            &gateway.spec.service,
+            &me,
+            peer(&cluster.name),
+        )
     }))
     .await;
     let mut observations = HashMap::new();
@@ -159,9 +189,16 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     });
 
     // Every cluster at once: one slow or unreachable cluster delays none of the others.
-    let writes = clusters
-        .iter()
-        .map(|cluster| write_cluster(ctx, &namespace, &cluster.name, &reference, &plan));
+    let writes = clusters.iter().map(|cluster| {
+        write_cluster(
+            ctx,
+            &namespace,
+            &cluster.name,
+            peer(&cluster.name),
+            &reference,
+            &plan,
+        )
+    });
     let outcomes = futures::future::join_all(writes).await;
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
@@ -268,6 +305,7 @@ async fn write_cluster(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
+    client: Result<Client, ClientError>,
     reference: &str,
     plan: &Plan,
 ) -> ClusterOutcome {
@@ -275,8 +313,16 @@ async fn write_cluster(
         cluster: cluster.to_string(),
         ..Default::default()
     };
-    if let Err(problem) =
-        write_cluster_into(ctx, namespace, cluster, reference, plan, &mut outcome).await
+    if let Err(problem) = write_cluster_into(
+        ctx,
+        namespace,
+        cluster,
+        client,
+        reference,
+        plan,
+        &mut outcome,
+    )
+    .await
     {
         outcome.problem = Some(problem);
     }
@@ -287,35 +333,31 @@ async fn write_cluster_into(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
+    client: Result<Client, ClientError>,
     reference: &str,
     plan: &Plan,
     outcome: &mut ClusterOutcome,
 ) -> Result<(), String> {
-    let client = ctx
-        .workloads
-        .client(namespace, cluster)
-        .await
-        .map_err(|e| format!("cluster {cluster}: {e}"))?;
-    let timed = |what: String| move |_| format!("cluster {cluster}: timed out {what}");
+    let client = client.map_err(|e| format!("cluster {cluster}: {e}"))?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    match tokio::time::timeout(CALL_TIMEOUT, namespaces.get_opt(SLICE_NAMESPACE))
-        .await
-        .map_err(timed("reading namespaces".into()))?
-    {
+    // The three reads are independent: they go out together (a GET of the namespace, the
+    // cached announcement, the slices from this cluster's watch).
+    let (found, agent, existing) = tokio::join!(
+        tokio::time::timeout(CALL_TIMEOUT, namespaces.get_opt(SLICE_NAMESPACE)),
+        ctx.workloads.announcement(namespace, cluster, &client),
+        ctx.workloads.slices(namespace, cluster, &client),
+    );
+    match found.map_err(|_| format!("cluster {cluster}: timed out reading namespaces"))? {
         Ok(Some(_)) => {}
         Ok(None) => {
             return Err(format!(
                 "cluster {cluster}: namespace {SLICE_NAMESPACE} does not exist (install xcc-agent there)"
             ));
         }
-        Err(e) => return Err(format!("cluster {cluster}: {e}")),
+        Err(e) => return Err(format!("cluster {cluster}: {}", xcc_kube::bounded(&e))),
     }
     // Unknown counts as "not announced": withholding is safe, sending is not.
-    let agent = match ctx
-        .workloads
-        .announcement(namespace, cluster, &client)
-        .await
-    {
+    let agent = match agent {
         Ok(agent) => agent,
         Err(error) => {
             tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
@@ -323,12 +365,8 @@ async fn write_cluster_into(
             None
         }
     };
+    let existing = existing.map_err(|e| format!("cluster {cluster}: {e}"))?;
     let slices: Api<EndpointSlice> = Api::namespaced(client, SLICE_NAMESPACE);
-    let existing = tokio::time::timeout(CALL_TIMEOUT, slices.list(&ListParams::default()))
-        .await
-        .map_err(timed("listing EndpointSlices".into()))?
-        .map_err(|e| format!("cluster {cluster}: cannot list EndpointSlices: {e}"))?
-        .items;
     let writes = desired::cluster_writes(plan, &existing, reference, agent.as_ref());
     if !writes.withheld.is_empty() {
         tracing::debug!(%cluster, gateway = %reference, withheld = ?writes.withheld, "no xcc-agent announced: slices the original XCC cannot read are withheld");
@@ -347,6 +385,7 @@ async fn write_cluster_into(
         .collect();
     for want in &writes.apply {
         let name = want.name_any();
+        ctx.workloads.writing(namespace, cluster, &name, Some(want));
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match tokio::time::timeout(
             CALL_TIMEOUT,
@@ -362,6 +401,7 @@ async fn write_cluster_into(
         }
     }
     for name in &writes.delete {
+        ctx.workloads.writing(namespace, cluster, name, None);
         match crate::workload::delete_slice(&slices, name).await {
             Ok(true) => {
                 tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
@@ -495,7 +535,7 @@ async fn update_status(
     if status == old {
         return Ok(());
     }
-    announce(ctx, gateway, &old, &status).await;
+    announce(ctx, gateway, &old, &status);
     let patch = serde_json::json!({
         "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
         "kind": "GatewayDNS",
@@ -511,12 +551,7 @@ async fn update_status(
 }
 
 /// Events for what changed: a cluster published, withdrawn or failing, and write problems.
-async fn announce(
-    ctx: &Context,
-    gateway: &GatewayDNS,
-    old: &GatewayDNSStatus,
-    new: &GatewayDNSStatus,
-) {
+fn announce(ctx: &Context, gateway: &GatewayDNS, old: &GatewayDNSStatus, new: &GatewayDNSStatus) {
     let mut events = Vec::new();
     for c in &new.clusters {
         let before = old.clusters.iter().find(|o| o.cluster == c.cluster);
@@ -579,19 +614,25 @@ async fn announce(
             events.push((kind, type_.to_string(), msg));
         }
     }
-    let reference = gateway.object_ref(&());
-    for (type_, reason, note) in events {
-        let event = KubeEvent {
-            type_,
-            reason,
-            note: Some(truncate(note, 1000)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, "could not publish an Event");
-        }
+    if events.is_empty() {
+        return;
     }
+    // Off the reconcile's path: the next change of this GatewayDNS need not wait for them.
+    let (reference, recorder) = (gateway.object_ref(&()), ctx.recorder.clone());
+    tokio::spawn(async move {
+        for (type_, reason, note) in events {
+            let event = KubeEvent {
+                type_,
+                reason,
+                note: Some(truncate(note, 1000)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "could not publish an Event");
+            }
+        }
+    });
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -624,7 +665,9 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     };
     let empty = Plan::default();
     for cluster in &clusters {
-        let outcome = write_cluster(ctx, &namespace, &cluster.name, &reference, &empty).await;
+        let client = ctx.workloads.client(&namespace, &cluster.name).await;
+        let outcome =
+            write_cluster(ctx, &namespace, &cluster.name, client, &reference, &empty).await;
         if let Some(problem) = outcome.problem {
             tracing::warn!(gateway = %reference, %problem, "could not withdraw records on deletion");
         }
