@@ -225,7 +225,7 @@ async fn fleet(binaries: &xcc_e2e::Binaries) -> Fleet {
         },
     )
     .await;
-    assert_eq!(features, "ipv6,fqdn");
+    assert_eq!(features, "ipv6,fqdn,global");
     cb.kubectl(&["create", "namespace", "xcc-dns"])
         .await
         .unwrap();
