@@ -4,10 +4,14 @@
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use k8s_openapi::{
+    api::{core::v1::Namespace, discovery::v1::EndpointSlice},
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
@@ -25,8 +29,10 @@ use xcc_kube::{
 
 use crate::workload::CALL_TIMEOUT;
 use crate::{
-    desired::{self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
-    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
+    desired::{self, ClusterInfo, HealthView, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
+    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
+    health,
+    settings::{self, InvalidField, Settings},
     workload::{ClientError, Workloads},
 };
 
@@ -50,6 +56,8 @@ pub struct Context {
     /// Backstop resync of every GatewayDNS (Service watches do the real work).
     pub resync: Duration,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Reachability of every workload cluster (the prober and the reconciles feed it).
+    pub health: Arc<crate::health::Tracker>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +143,14 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let reference = gateway_ref(gateway);
     let me = ObjectRef::from_obj(gateway);
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
+    let settings = match settings::read(&gateway.spec) {
+        Ok(settings) => settings,
+        Err(invalid) => {
+            tracing::warn!(gateway = %reference, %invalid, "GatewayDNS not applied: invalid field");
+            invalid_spec(&api, gateway, &invalid, ctx).await?;
+            return Ok(Action::requeue(ctx.resync));
+        }
+    };
     let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
         // From the watch cache, as the Clusters: a GatewayDNS created or changed wakes this one.
         Ok(api.list(&ListParams::default().match_any()).await?.items)
@@ -181,12 +197,21 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         used.insert((cluster.name.clone(), gateway.spec.service.clone()));
     }
     ctx.workloads.retain(&namespace, &me, &used);
-    let mut plan = desired::plan(gateway, &all, &clusters, &ctx.zone, |name| {
-        observations
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| Observation::Unreachable("not observed".into()))
-    });
+    let (views, recheck) = health_views(gateway, &namespace, &settings, &observations, ctx);
+    let mut plan = desired::plan_with_health(
+        gateway,
+        &all,
+        &clusters,
+        &ctx.zone,
+        &settings.global,
+        |name| {
+            observations
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Observation::Unreachable("not observed".into()))
+        },
+        |name| views.get(name).cloned().unwrap_or_default(),
+    );
 
     // Every cluster at once: one slow or unreachable cluster delays none of the others.
     let writes = clusters.iter().map(|cluster| {
@@ -208,14 +233,162 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         .collect();
     update_status(&api, gateway, &plan, &problems, &insecure, &mixed, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
-    // announces itself there, it gets the rest within the announcement TTL.
-    if mixed.withheld.is_some() {
-        Ok(Action::requeue(
-            ctx.resync.min(ctx.workloads.announcement_ttl()),
-        ))
-    } else {
-        Ok(Action::requeue(ctx.resync))
+    // announces itself there, it gets the rest within the announcement TTL. An unreachable
+    // cluster is looked at again the moment the stale-record policy withdraws it.
+    let mut next = ctx.resync;
+    if mixed.withheld.is_some() || outcomes.iter().any(|o| o.withheld_global) {
+        next = next.min(ctx.workloads.announcement_ttl());
     }
+    if let Some(recheck) = recheck {
+        next = next.min(recheck + Duration::from_millis(50));
+    }
+    Ok(Action::requeue(next))
+}
+
+/// What the health tracking and the stale-record policy say of each selected cluster, and when
+/// to look again (the first moment a cluster's time runs out).
+fn health_views(
+    gateway: &GatewayDNS,
+    namespace: &str,
+    settings: &Settings,
+    observations: &HashMap<String, Observation>,
+    ctx: &Context,
+) -> (HashMap<String, HealthView>, Option<Duration>) {
+    let now = SystemTime::now();
+    let old = gateway.status.clone().unwrap_or_default();
+    let mut recheck: Option<Duration> = None;
+    let mut views = HashMap::new();
+    for (cluster, observation) in observations {
+        let silent = ctx.workloads.silent(namespace, cluster);
+        let seen = match (observation, &silent) {
+            (Observation::KubeconfigRejected(_), _) => ctx.health.get(namespace, cluster),
+            (Observation::Unreachable(_), _) | (_, Some(_)) => {
+                ctx.health.unreachable(namespace, cluster, now)
+            }
+            _ => ctx.health.reachable(namespace, cluster, now),
+        };
+        let before = old.clusters.iter().find(|c| &c.cluster == cluster);
+        let was_withdrawn = before.is_some_and(|c| c.state == GatewayState::Withdrawn);
+        let decision = health::decide(&seen, was_withdrawn, settings.stale, now);
+        tracing::debug!(%cluster, ?seen, was_withdrawn, ?decision, silent = silent.is_some(), "health");
+        if let Some(after) = decision.recheck_in {
+            recheck = Some(recheck.map_or(after, |r| r.min(after)));
+        }
+        let ready = ctx
+            .workloads
+            .ready_endpoints(namespace, cluster, &gateway.spec.service);
+        let unreachable = seen.unreachable_since.is_some()
+            || matches!(observation, Observation::KubeconfigRejected(_));
+        let state = if unreachable {
+            Some(GatewayHealth::Unreachable)
+        } else {
+            match ready {
+                Some(0) => Some(GatewayHealth::NoReadyEndpoints),
+                Some(_) => Some(GatewayHealth::Healthy),
+                None => None,
+            }
+        };
+        // The status keeps the last-seen time it has while it is less than a minute old and
+        // nothing else changed: a fresh time on every health check would be a status write
+        // (and an Event-free, pointless watch event) every few seconds.
+        let last_seen = match (before.and_then(|c| c.last_seen.clone()), seen.last_seen) {
+            (Some(kept), Some(new))
+                if before.and_then(|c| c.health) == state
+                    && SystemTime::from(kept.0) + Duration::from_secs(60) > new =>
+            {
+                Some(kept)
+            }
+            (kept, new) => new.map(time).or(kept),
+        };
+        let withdrawn_because = match (seen.unreachable_since, settings.stale.withdraw_after) {
+            (Some(since), Some(after)) => format!(
+                "unreachable since {} (longer than spec.staleRecords.withdrawAfter, {}){}",
+                time(since).0,
+                humantime::format_duration(after),
+                silent.map(|why| format!("; {why}")).unwrap_or_default()
+            ),
+            _ => format!(
+                "reachable again, re-admitted after {} health checks in a row (spec.staleRecords.readmitAfter); {} so far",
+                settings.stale.readmit_after, seen.streak
+            ),
+        };
+        views.insert(
+            cluster.clone(),
+            HealthView {
+                health: state,
+                ready_endpoints: if unreachable { None } else { ready },
+                unreachable_since: seen.unreachable_since.map(time),
+                last_seen,
+                withdrawn: decision.withdrawn,
+                withdrawn_because,
+            },
+        );
+    }
+    (views, recheck)
+}
+
+/// A status time, to the second (what the API server keeps).
+fn time(at: SystemTime) -> Time {
+    let seconds = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    Time(
+        Timestamp::from_second(i64::try_from(seconds).unwrap_or(i64::MAX))
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// A field the controller cannot use: `Ready=False` (reason `InvalidSpec`, the message names
+/// the field) and a Warning Event; nothing is written to any cluster, nothing is withdrawn.
+async fn invalid_spec(
+    api: &Api<GatewayDNS>,
+    gateway: &GatewayDNS,
+    invalid: &InvalidField,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let old = gateway.status.clone().unwrap_or_default();
+    let mut status = GatewayDNSStatus {
+        observed_generation: gateway.metadata.generation,
+        ..old.clone()
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ConditionStatus::False,
+        "InvalidSpec",
+        truncate(invalid.to_string(), 1000),
+        gateway.metadata.generation,
+    );
+    if status == old {
+        return Ok(());
+    }
+    let recorder = ctx.recorder.clone();
+    let (reference, note) = (gateway.object_ref(&()), truncate(invalid.to_string(), 1000));
+    tokio::spawn(async move {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "InvalidSpec".into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "could not publish an Event");
+        }
+    });
+    let patch = serde_json::json!({
+        "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
+        "kind": "GatewayDNS",
+        "status": status,
+    });
+    api.patch_status(
+        &gateway.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
 }
 
 /// What one cluster of the namespace got.
@@ -230,6 +403,8 @@ pub(crate) struct ClusterOutcome {
     pub announcement_error: Option<String>,
     /// What went wrong writing; `None`: the cluster is as planned.
     pub problem: Option<String>,
+    /// The global name was not sent (no xcc-agent announced `global`).
+    pub withheld_global: bool,
 }
 
 /// What the status says about a fleet where some clusters may run the original XCC: the
@@ -367,7 +542,8 @@ async fn write_cluster_into(
     };
     let existing = existing.map_err(|e| format!("cluster {cluster}: {e}"))?;
     let slices: Api<EndpointSlice> = Api::namespaced(client, SLICE_NAMESPACE);
-    let writes = desired::cluster_writes(plan, &existing, reference, agent.as_ref());
+    let writes = desired::cluster_writes_for(plan, &existing, reference, agent.as_ref(), cluster);
+    outcome.withheld_global = writes.withheld_global;
     if !writes.withheld.is_empty() {
         tracing::debug!(%cluster, gateway = %reference, withheld = ?writes.withheld, "no xcc-agent announced: slices the original XCC cannot read are withheld");
     }
@@ -869,6 +1045,7 @@ mod tests {
             )),
             resync: Duration::from_secs(300),
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            health: Arc::default(),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();
@@ -911,5 +1088,69 @@ mod tests {
                 .any(|r| r.ends_with("/secrets/cluster-a-kubeconfig")),
             "the kubeconfig of the selected cluster is looked for: {seen:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_field_the_controller_cannot_use_is_named_in_the_ready_condition_and_nothing_is_written()
+     {
+        let gateway = serde_json::json!({
+            "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
+            "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
+                         "generation": 4, "resourceVersion": "4", "finalizers": [FINALIZER]},
+            "spec": {"service": "projectcontour/envoy",
+                     "staleRecords": {"withdrawAfter": "soon"}},
+        });
+        let Management {
+            client,
+            seen,
+            status,
+        } = management(gateway.clone());
+        let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            zone: "xcc.test".into(),
+            workloads: Workloads::new(
+                client.clone(),
+                xcc_kube::PeerClients::default(),
+                trigger,
+                Duration::from_secs(30),
+            ),
+            recorder: Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            clusters: ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta1",
+                "Cluster",
+            )),
+            resync: Duration::from_secs(300),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            health: Arc::default(),
+        });
+        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
+        reconcile(Arc::new(gateway), ctx).await.unwrap();
+        let status = status.lock().unwrap().clone().expect("a status");
+        let ready = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .expect("Ready");
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "InvalidSpec");
+        assert_eq!(ready["observedGeneration"], 4);
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("spec.staleRecords.withdrawAfter: \"soon\""),
+            "{message}"
+        );
+        // Not even the clusters were listed: nothing is decided on a spec that cannot be read.
+        let seen = seen.lock().unwrap().clone();
+        assert!(!seen.iter().any(|r| r.contains("/clusters")), "{seen:?}");
     }
 }

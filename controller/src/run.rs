@@ -153,7 +153,17 @@ async fn controller(
         clusters: clusters.clone(),
         resync: args.resync_interval,
         metrics,
+        health: Arc::default(),
     });
+    // Health checks of every workload cluster, for as long as this process leads.
+    let prober = ctx.clone();
+    let probe_interval = args.probe_interval;
+    let _prober = AbortOnDrop(tokio::spawn(async move {
+        prober
+            .workloads
+            .probe_forever(probe_interval, &prober.health)
+            .await
+    }));
     let gateways: Api<GatewayDNS> = Api::all(client.clone());
     // A reconcile ends with a status write, and a status write is a watch event: without this
     // filter every reconcile wakes its GatewayDNS once more, and a real change that arrives
@@ -208,6 +218,15 @@ async fn controller(
         .await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Stops a task when the controller stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The parts of a GatewayDNS whose change needs a reconcile: the spec (generation), the

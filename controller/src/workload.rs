@@ -29,7 +29,7 @@ use kube::{
 use tokio::sync::mpsc::UnboundedSender;
 
 use xcc_kube::{
-    Announcement, KubeconfigError, PeerClient, PeerClients,
+    Announcement, KubeconfigError, PROBE_DEADLINE, PeerClient, PeerClients, Reach,
     announcement::{ANNOUNCEMENT_NAME, ANNOUNCEMENT_NAMESPACE},
     bounded,
 };
@@ -37,6 +37,7 @@ use xcc_kube::{
 use crate::{
     desired::{Observation, SLICE_NAMESPACE},
     gatewaydns::GatewayDNS,
+    health::Tracker,
 };
 
 /// Key of the kubeconfig Secret, Cluster API's convention.
@@ -223,10 +224,29 @@ where
     }
 }
 
-/// The gateway Service of one cluster, and who wants to hear of its changes.
+/// The gateway Service of one cluster, its EndpointSlices (whether it has ready endpoints),
+/// and who wants to hear of their changes.
 struct ServiceWatch {
     service: Watched<Service>,
+    endpoints: Watched<EndpointSlice>,
     subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>>,
+}
+
+/// Ready endpoints in `slices`; an endpoint whose `ready` is unset counts as ready, as the API
+/// asks consumers to read it.
+pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) -> u32 {
+    let ready = slices
+        .into_iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .filter(|endpoint| {
+            endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true)
+        })
+        .count();
+    u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
 /// The EndpointSlices of namespace `xcc-dns` on one cluster: what the writes compare with,
@@ -253,6 +273,9 @@ pub struct Workloads {
     /// reconcile that wrote it knows. Recorded before the write, so the event cannot overtake it.
     written: Arc<Mutex<HashMap<SliceKey, EndpointSlice>>>,
 }
+
+/// A cluster as the prober sees it: (namespace, cluster), its server, who to wake.
+type Probed = ((String, String), String, Vec<ObjectRef<GatewayDNS>>);
 
 /// (namespace of the GatewayDNS, cluster, slice name).
 type SliceKey = (String, String, String);
@@ -440,7 +463,7 @@ impl Workloads {
     ) -> ServiceWatch {
         let subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>> = Arc::default();
         let (task_subscribers, trigger) = (subscribers.clone(), self.trigger.clone());
-        let wake = move || {
+        let wake = Arc::new(move || {
             let subscribers = task_subscribers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -448,16 +471,118 @@ impl Workloads {
             for gateway in subscribers {
                 let _ = trigger.send(gateway);
             }
-        };
+        });
+        let wake_too = wake.clone();
         let service = watch(
-            Api::namespaced(client, svc_ns),
+            Api::namespaced(client.clone(), svc_ns),
             watcher::Config::default().fields(&format!("metadata.name={svc_name}")),
             format!("Service {svc_ns}/{svc_name} on cluster {cluster}"),
             move |_: Option<Change<'_, Service>>| wake(),
         );
+        let endpoints = watch(
+            Api::namespaced(client, svc_ns),
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={svc_name}")),
+            format!("EndpointSlices of Service {svc_ns}/{svc_name} on cluster {cluster}"),
+            move |_: Option<Change<'_, EndpointSlice>>| wake_too(),
+        );
         ServiceWatch {
             service,
+            endpoints,
             subscribers,
+        }
+    }
+
+    /// Ready endpoints behind `service` on `cluster`, once its EndpointSlice watch has listed.
+    pub fn ready_endpoints(&self, namespace: &str, cluster: &str, service: &str) -> Option<u32> {
+        let clusters = self.lock();
+        let watch = clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?
+            .services
+            .get(service)?;
+        watch
+            .endpoints
+            .health
+            .healthy
+            .load(Ordering::Acquire)
+            .then(|| ready_endpoints(watch.endpoints.store.state().iter().map(|s| &**s)))
+    }
+
+    /// Whether the prober found `cluster`'s API server silent.
+    pub fn silent(&self, namespace: &str, cluster: &str) -> Option<String> {
+        let server = self
+            .lock()
+            .get(&(namespace.to_string(), cluster.to_string()))?
+            .peer
+            .server
+            .clone();
+        match self.peers.reach(&server) {
+            Reach::Silent { error } => Some(format!("its API server does not answer: {error}")),
+            _ => None,
+        }
+    }
+
+    /// Asks every workload cluster's API server for its version every `interval`, forever,
+    /// tells `tracker`, and wakes the GatewayDNS of a cluster that turned silent or counts
+    /// towards being re-admitted.
+    pub async fn probe_forever(&self, interval: Duration, tracker: &Tracker) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Servers the last round found silent.
+        let mut silent: HashSet<String> = HashSet::new();
+        loop {
+            ticks.tick().await;
+            self.peers.probe_all(PROBE_DEADLINE.min(interval)).await;
+            let now = std::time::SystemTime::now();
+            let clusters: Vec<Probed> = self
+                .lock()
+                .iter()
+                .map(|(key, entry)| {
+                    let subscribers = entry
+                        .services
+                        .values()
+                        .flat_map(|w| {
+                            w.subscribers
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .iter()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    (key.clone(), entry.peer.server.clone(), subscribers)
+                })
+                .collect();
+            for ((namespace, cluster), server, subscribers) in clusters {
+                let reach = self.peers.reach(&server);
+                let seen = match reach {
+                    Reach::Unknown => continue,
+                    Reach::Answers => tracker.probed(&namespace, &cluster, true, now),
+                    Reach::Silent { .. } => tracker.probed(&namespace, &cluster, false, now),
+                };
+                let back = match reach {
+                    Reach::Silent { .. } => {
+                        silent.insert(server.clone());
+                        false
+                    }
+                    _ => silent.remove(&server),
+                };
+                if back {
+                    // The first answer after a silence: its watches may sit in a backoff of up
+                    // to half a minute; new ones list at once (the next reconcile starts them).
+                    if let Some(entry) = self.lock().get_mut(&(namespace.clone(), cluster.clone()))
+                    {
+                        tracing::info!(%namespace, %cluster, "workload cluster answers again; restarting its watches");
+                        entry.services.clear();
+                        entry.slices = None;
+                    }
+                }
+                let counts = seen.was_down && seen.streak <= crate::health::MAX_READMIT_AFTER;
+                if seen.unreachable_since.is_some() || counts {
+                    for gateway in subscribers {
+                        let _ = self.trigger.send(gateway);
+                    }
+                }
+            }
         }
     }
 
