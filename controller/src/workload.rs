@@ -525,12 +525,13 @@ impl Workloads {
     /// tells `tracker`, and wakes the GatewayDNS of a cluster that turned silent or counts
     /// towards being re-admitted.
     pub async fn probe_forever(&self, interval: Duration, tracker: &Tracker) {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Servers the last round found silent.
         let mut silent: HashSet<String> = HashSet::new();
         loop {
-            ticks.tick().await;
+            // A pause after each round, not a fixed tick: a round that waited on a silent
+            // server must not be followed at once by the next, or two checks would count
+            // towards re-admission a moment apart.
+            tokio::time::sleep(interval).await;
             self.peers.probe_all(PROBE_DEADLINE.min(interval)).await;
             let now = std::time::SystemTime::now();
             let clusters: Vec<Probed> = self
