@@ -31,6 +31,8 @@ use crate::metrics::Metrics;
 
 /// Annotation naming the host name a slice answers for (`*.gateway.<cluster>.<ns>.clusters.<zone>`).
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
+/// Longest TTL a slice may ask for (one day).
+const MAX_TTL: u32 = 86_400;
 /// Annotation naming the GatewayDNS (`<ns>/<name>`) that made a slice.
 pub const REF_ANNOTATION: &str = "connectivity.tanzu.vmware.com/gateway-dns-ref";
 
@@ -180,6 +182,13 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
     if records.addresses.is_empty() && records.cname.is_none() {
         return Ok(Some(Vec::new()));
     }
+    // A TTL the controller chose for these answers (global names); one that does not parse or
+    // is out of range is ignored: the zone's TTL is always a safe answer.
+    records.ttl = slice
+        .annotations()
+        .get(xcc_kube::announcement::TTL_ANNOTATION)
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|t| *t <= MAX_TTL);
     let mut entries = vec![(name.clone(), records.clone())];
     if name.is_wildcard() {
         entries.push((name.base_name(), records));
@@ -564,5 +573,30 @@ mod tests {
             ),
             ["10.0.0.3"]
         );
+    }
+
+    #[test]
+    fn a_slice_may_carry_the_ttl_of_its_answers() {
+        let mut global = slice(
+            "dev-team-cluster-a-global",
+            Some("*.gateway.dev-team.global.xcc.test"),
+            "IPv4",
+            &["10.0.0.1"],
+        );
+        let ttl_of = |s: &EndpointSlice| records_of(s).unwrap().unwrap()[0].1.ttl;
+        assert_eq!(ttl_of(&global), None, "no annotation: the zone's TTL");
+        let annotations = global.metadata.annotations.as_mut().unwrap();
+        annotations.insert(xcc_kube::announcement::TTL_ANNOTATION.into(), "5".into());
+        assert_eq!(ttl_of(&global), Some(5));
+        // Nonsense or more than a day is ignored, never an error.
+        for bad in ["-1", "soon", "86401"] {
+            global
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(xcc_kube::announcement::TTL_ANNOTATION.into(), bad.into());
+            assert_eq!(ttl_of(&global), None, "{bad}");
+        }
     }
 }

@@ -42,6 +42,11 @@ pub struct Args {
     #[arg(long, env = "XCC_ANNOUNCEMENT_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub announcement_ttl: Duration,
 
+    /// How often every workload cluster's API server is asked for its version: the health
+    /// check behind `Unreachable`, and the unit of `spec.staleRecords.readmitAfter`.
+    #[arg(long, env = "XCC_PROBE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub probe_interval: Duration,
+
     /// Undo what xcc-controller did, then exit (run it with the controller stopped, before going
     /// back to the original XCC): remove xcc's finalizer from every GatewayDNS and delete the
     /// EndpointSlices xcc-controller wrote on every workload cluster. Slices the original

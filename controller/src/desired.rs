@@ -28,9 +28,19 @@ use k8s_openapi::api::{
 };
 use kube::{ResourceExt, api::ObjectMeta};
 
-use xcc_kube::{Announcement, Feature};
+use xcc_kube::{
+    Announcement, Feature,
+    announcement::{GLOBAL_ANNOTATION, TTL_ANNOTATION},
+};
 
-use crate::gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::{
+    gatewaydns::{
+        ClusterGatewayStatus, GatewayDNS, GatewayHealth, GatewayState, GlobalStrategy, NoneHealthy,
+    },
+    settings::Global,
+};
 
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
 pub const REF_ANNOTATION: &str = "connectivity.tanzu.vmware.com/gateway-dns-ref";
@@ -115,10 +125,54 @@ pub struct Plan {
     pub clusters: Vec<ClusterGatewayStatus>,
     /// The selected cluster each slice name stands for (slice name → cluster).
     pub sources: BTreeMap<String, String>,
+    /// The global name's slices of each selected cluster that may answer it (cluster → slices).
+    pub global: BTreeMap<String, Vec<EndpointSlice>>,
+    /// Which of those each cluster of the namespace is sent.
+    pub global_members: GlobalMembers,
+}
+
+/// Whose gateways the global name answers with, per asking cluster.
+#[derive(Debug, Default, PartialEq)]
+pub enum GlobalMembers {
+    /// The same clusters for every asking cluster (`roundRobin`, `failover`, or the
+    /// `whenNoneHealthy` fallback).
+    Everyone(Vec<String>),
+    /// `localFirst`: the asking cluster's own gateway if it is healthy, else the healthy ones,
+    /// else `fallback`.
+    LocalFirst {
+        healthy: Vec<String>,
+        fallback: Vec<String>,
+    },
+    /// Nothing yet (a plan without the global name).
+    #[default]
+    Nobody,
 }
 
 impl Plan {
-    /// Whether an owned slice named `name` should be deleted.
+    /// The global-name slices cluster `target` is to have.
+    pub fn global_for(&self, target: &str) -> Vec<&EndpointSlice> {
+        let members: Vec<&str> = match &self.global_members {
+            GlobalMembers::Nobody => Vec::new(),
+            GlobalMembers::Everyone(all) => all.iter().map(String::as_str).collect(),
+            GlobalMembers::LocalFirst { healthy, fallback } => {
+                if healthy.iter().any(|c| c == target) {
+                    vec![target]
+                } else if !healthy.is_empty() {
+                    healthy.iter().map(String::as_str).collect()
+                } else {
+                    fallback.iter().map(String::as_str).collect()
+                }
+            }
+        };
+        members
+            .into_iter()
+            .filter_map(|c| self.global.get(c))
+            .flatten()
+            .collect()
+    }
+
+    /// Whether an owned slice named `name` should be deleted (the global name aside).
+    #[cfg(test)]
     pub fn should_delete(&self, name: &str) -> bool {
         !self.keep.contains(name)
             && !self
@@ -188,18 +242,63 @@ fn owns_cluster(gateway: &GatewayDNS, all: &[GatewayDNS], cluster: &ClusterInfo)
     (first.name_any() != gateway.name_any()).then(|| first.name_any())
 }
 
-/// Computes the plan of `gateway`. `all` is every GatewayDNS of its namespace (itself included),
-/// `observe` what its Service looks like on a cluster.
+/// What the health tracking says of one selected cluster, for its status entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthView {
+    pub health: Option<GatewayHealth>,
+    pub ready_endpoints: Option<u32>,
+    pub unreachable_since: Option<Time>,
+    pub last_seen: Option<Time>,
+    /// The stale-record policy withdraws its records.
+    pub withdrawn: bool,
+    /// Why, for the status message (the policy's words).
+    pub withdrawn_because: String,
+}
+
+/// Computes the plan of `gateway` without health and without the global name (see
+/// [`plan_with_health`]).
+#[cfg(test)]
 pub fn plan(
     gateway: &GatewayDNS,
     all: &[GatewayDNS],
     clusters: &[ClusterInfo],
     zone: &str,
+    observe: impl FnMut(&str) -> Observation,
+) -> Plan {
+    let mut plan = plan_with_health(
+        gateway,
+        all,
+        clusters,
+        zone,
+        &Global::default(),
+        observe,
+        |_| HealthView::default(),
+    );
+    // These tests are about the per-cluster names.
+    plan.global.clear();
+    plan.global_members = GlobalMembers::Nobody;
+    plan
+}
+
+/// Computes the plan of `gateway`. `all` is every GatewayDNS of its namespace (itself included),
+/// `observe` what its Service looks like on a cluster, `health` what the health tracking and
+/// the stale-record policy say of it: a withdrawn cluster's slices are deleted everywhere.
+pub fn plan_with_health(
+    gateway: &GatewayDNS,
+    all: &[GatewayDNS],
+    clusters: &[ClusterInfo],
+    zone: &str,
+    global: &Global,
     mut observe: impl FnMut(&str) -> Observation,
+    mut health: impl FnMut(&str) -> HealthView,
 ) -> Plan {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
     let mut out = Plan::default();
+    // Per selected cluster that could answer the global name: healthy or not, and its
+    // addresses (v4, v6, host name).
+    let mut candidates: Vec<(String, bool, [Vec<String>; 3])> = Vec::new();
+    let old_status = gateway.status.clone().unwrap_or_default();
     let mut selected: Vec<&ClusterInfo> = clusters
         .iter()
         .filter(|c| selects(&gateway.spec.cluster_selector, &c.labels))
@@ -218,6 +317,20 @@ pub fn plan(
             status.message = format!(
                 "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
                 cluster.name
+            );
+            out.clusters.push(status);
+            continue;
+        }
+        let view = health(&cluster.name);
+        status.health = view.health;
+        status.ready_endpoints = view.ready_endpoints;
+        status.unreachable_since = view.unreachable_since.clone();
+        status.last_seen = view.last_seen.clone();
+        if view.withdrawn {
+            status.state = GatewayState::Withdrawn;
+            status.message = format!(
+                "cluster {}: its records are withdrawn from every cluster: {}",
+                cluster.name, view.withdrawn_because
             );
             out.clusters.push(status);
             continue;
@@ -247,6 +360,11 @@ pub fn plan(
                     }
                 }
                 status.state = GatewayState::Published;
+                candidates.push((
+                    cluster.name.clone(),
+                    view.health == Some(GatewayHealth::Healthy),
+                    [v4.clone(), v6.clone(), fqdn.clone()],
+                ));
                 status.addresses = v4.into_iter().chain(v6).chain(fqdn).collect();
                 if hostnames.len() > 1 {
                     status.message = format!(
@@ -278,6 +396,16 @@ pub fn plan(
                 );
             }
             Observation::Unreachable(why) => {
+                // Its last addresses may still answer the global name when no cluster is
+                // healthy (`serveAll`).
+                if let Some(before) = old_status
+                    .clusters
+                    .iter()
+                    .find(|c| c.cluster == cluster.name)
+                {
+                    status.addresses = before.addresses.clone();
+                    candidates.push((cluster.name.clone(), false, split(&before.addresses)));
+                }
                 status.state = GatewayState::Unreachable;
                 status.message = format!(
                     "cluster {} is unreachable, its last records are kept: {why}",
@@ -286,6 +414,14 @@ pub fn plan(
                 out.keep.extend(names);
             }
             Observation::KubeconfigRejected(why) => {
+                if let Some(before) = old_status
+                    .clusters
+                    .iter()
+                    .find(|c| c.cluster == cluster.name)
+                {
+                    status.addresses = before.addresses.clone();
+                    candidates.push((cluster.name.clone(), false, split(&before.addresses)));
+                }
                 status.state = GatewayState::KubeconfigRejected;
                 status.message = format!(
                     "cluster {} is not asked, its last records are kept: {why}",
@@ -296,7 +432,96 @@ pub fn plan(
         }
         out.clusters.push(status);
     }
+    plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
     out
+}
+
+/// Addresses as the status lists them, back to (v4, v6, host names).
+fn split(addresses: &[String]) -> [Vec<String>; 3] {
+    let mut out: [Vec<String>; 3] = Default::default();
+    for address in addresses {
+        match address.parse::<IpAddr>() {
+            Ok(IpAddr::V4(_)) => out[0].push(address.clone()),
+            Ok(IpAddr::V6(_)) => out[1].push(address.clone()),
+            Err(_) => out[2].push(address.clone()),
+        }
+    }
+    out
+}
+
+/// The global name `*.gateway.<namespace>.global.<zone>`.
+pub fn global_hostname(namespace: &str, zone: &str) -> String {
+    format!("*.gateway.{namespace}.global.{zone}")
+}
+
+/// The three global-name slice names of a cluster's gateway (never one of [`slice_names`]:
+/// those end in `-gateway`, `-gateway-ipv6` or `-gateway-fqdn`).
+pub fn global_slice_names(namespace: &str, cluster: &str) -> [String; 3] {
+    let base = format!("{namespace}-{cluster}-global");
+    [base.clone(), format!("{base}-ipv6"), format!("{base}-fqdn")]
+}
+
+/// Chooses whose gateways answer the global name (`global`'s strategy among the healthy
+/// `candidates`, or its `whenNoneHealthy` fallback), and builds their slices.
+fn plan_global(
+    out: &mut Plan,
+    namespace: &str,
+    reference: &str,
+    zone: &str,
+    global: &Global,
+    candidates: &[(String, bool, [Vec<String>; 3])],
+) {
+    let host = global_hostname(namespace, zone);
+    let healthy: Vec<String> = candidates
+        .iter()
+        .filter(|(_, healthy, _)| *healthy)
+        .map(|(c, _, _)| c.clone())
+        .collect();
+    let fallback: Vec<String> = match global.when_none_healthy {
+        NoneHealthy::ServeAll => candidates.iter().map(|(c, _, _)| c.clone()).collect(),
+        NoneHealthy::Nxdomain => Vec::new(),
+    };
+    out.global_members = match global.strategy {
+        GlobalStrategy::RoundRobin if !healthy.is_empty() => GlobalMembers::Everyone(healthy),
+        GlobalStrategy::Failover if !healthy.is_empty() => {
+            let first = global
+                .failover_order
+                .iter()
+                .find(|c| healthy.contains(c))
+                .unwrap_or(&healthy[0]);
+            GlobalMembers::Everyone(vec![first.clone()])
+        }
+        GlobalStrategy::LocalFirst => GlobalMembers::LocalFirst { healthy, fallback },
+        _ => GlobalMembers::Everyone(fallback),
+    };
+    let ttl = global.ttl.to_string();
+    for (cluster, _, addresses) in candidates {
+        let names = global_slice_names(namespace, cluster);
+        let mut slices = Vec::new();
+        for ((name, kind), addresses) in names
+            .iter()
+            .zip(["IPv4", "IPv6", "FQDN"])
+            .zip(addresses.iter())
+        {
+            if addresses.is_empty() {
+                continue;
+            }
+            let mut global_slice = slice(name, kind, addresses, &host, reference);
+            let annotations = global_slice.metadata.annotations.get_or_insert_default();
+            annotations.insert(TTL_ANNOTATION.to_string(), ttl.clone());
+            annotations.insert(GLOBAL_ANNOTATION.to_string(), "true".to_string());
+            slices.push(global_slice);
+        }
+        out.global.insert(cluster.clone(), slices);
+    }
+}
+
+/// Whether `slice` carries a global name.
+pub fn is_global(slice: &EndpointSlice) -> bool {
+    slice
+        .annotations()
+        .get(GLOBAL_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 fn slice(
@@ -342,6 +567,7 @@ fn slice(
 pub fn original_reads(slice: &EndpointSlice) -> bool {
     matches!(slice.address_type.as_str(), "IPv4" | "FQDN")
         && slice.annotations().contains_key(HOSTNAME_ANNOTATION)
+        && !is_global(slice)
 }
 
 /// The announced feature an agent needs before it is sent `slice`; `None` for a slice the
@@ -349,6 +575,9 @@ pub fn original_reads(slice: &EndpointSlice) -> bool {
 pub fn feature_needed(slice: &EndpointSlice) -> Option<Feature> {
     if original_reads(slice) {
         return None;
+    }
+    if is_global(slice) && slice.annotations().contains_key(HOSTNAME_ANNOTATION) {
+        return Some(Feature::Global);
     }
     match slice.address_type.as_str() {
         "IPv6" if slice.annotations().contains_key(HOSTNAME_ANNOTATION) => Some(Feature::Ipv6),
@@ -359,8 +588,11 @@ pub fn feature_needed(slice: &EndpointSlice) -> Option<Feature> {
 /// Whether a cluster whose agent announced `agent` (`None`: nothing announced, perhaps the
 /// original dns-server runs there) may be sent, or have deleted, `slice`.
 pub fn readable_by(slice: &EndpointSlice, agent: Option<&Announcement>) -> bool {
+    let needs = |f: Feature| agent.is_some_and(|a| a.reads(f));
     original_reads(slice)
-        || feature_needed(slice).is_some_and(|f| agent.is_some_and(|a| a.reads(f)))
+        || (feature_needed(slice).is_some_and(needs)
+            // A global IPv6 slice needs both.
+            && (!is_global(slice) || slice.address_type != "IPv6" || needs(Feature::Ipv6)))
 }
 
 /// What to do with one GatewayDNS's slices on one cluster of the namespace.
@@ -377,37 +609,61 @@ pub struct ClusterWrites {
     pub kept_unreadable: Vec<(String, String)>,
     /// Wanted names taken by a slice this GatewayDNS does not own.
     pub foreign: Vec<String>,
+    /// Global-name slices not sent: the cluster announced no agent that serves them (not a
+    /// problem to report: the original never serves global names).
+    pub withheld_global: bool,
 }
 
-/// Brings `existing` (the slices in `xcc-dns` of one cluster) to `plan`, sending only what a
-/// cluster with announcement `agent` reads: without one, no slice the original cannot read is
-/// ever created, changed or deleted there.
+/// [`cluster_writes_for`] without the global name.
+#[cfg(test)]
 pub fn cluster_writes(
     plan: &Plan,
     existing: &[EndpointSlice],
     reference: &str,
     agent: Option<&Announcement>,
 ) -> ClusterWrites {
+    cluster_writes_for(plan, existing, reference, agent, "")
+}
+
+/// Brings `existing` (the slices in `xcc-dns` of cluster `target`) to `plan`, sending only what
+/// a cluster with announcement `agent` reads: without one, no slice the original cannot read is
+/// ever created, changed or deleted there.
+pub fn cluster_writes_for(
+    plan: &Plan,
+    existing: &[EndpointSlice],
+    reference: &str,
+    agent: Option<&Announcement>,
+    target: &str,
+) -> ClusterWrites {
     let mut out = ClusterWrites::default();
     let by_name: BTreeMap<String, &EndpointSlice> =
         existing.iter().map(|s| (s.name_any(), s)).collect();
-    for want in &plan.slices {
+    let global = plan.global_for(target);
+    let wanted: Vec<&EndpointSlice> = plan.slices.iter().chain(global).collect();
+    for want in &wanted {
         let name = want.name_any();
         if !readable_by(want, agent) {
-            out.withheld.push(name);
+            if is_global(want) {
+                out.withheld_global = true;
+            } else {
+                out.withheld.push(name);
+            }
             continue;
         }
         match by_name.get(&name) {
             Some(have) if !is_owned(have, reference) => out.foreign.push(name),
             Some(have) if same_content(have, want) => {}
-            _ => out.apply.push(want.clone()),
+            _ => out.apply.push((*want).clone()),
         }
     }
     for have in existing.iter().filter(|s| is_owned(s, reference)) {
         let name = have.name_any();
+        let still_wanted = wanted
+            .iter()
+            .any(|w| w.metadata.name.as_deref() == Some(name.as_str()));
         if !readable_by(have, agent) {
             out.kept_unreadable.push((name, have.address_type.clone()));
-        } else if plan.should_delete(&name) {
+        } else if !still_wanted && !plan.keep.contains(&name) {
             out.delete.push(name);
         }
     }
@@ -470,6 +726,8 @@ mod tests {
                 },
                 service: "projectcontour/envoy".into(),
                 resolution_type: ResolutionType::LoadBalancer,
+                stale_records: None,
+                global: None,
             },
         );
         g.metadata.namespace = Some("dev-team".into());
@@ -820,5 +1078,123 @@ mod tests {
         // Another GatewayDNS's slices are never touched.
         let other = cluster_writes(&gone, &existing, "dev-team/other", Some(&xcc_agent()));
         assert!(other.delete.is_empty() && other.kept_unreadable.is_empty());
+    }
+
+    fn global_plan(global: &Global, healthy: &[&str]) -> Plan {
+        let g = gateway("g", 0, &[("hasContour", "true")]);
+        plan_with_health(
+            &g,
+            std::slice::from_ref(&g),
+            &contour(),
+            "xcc.test",
+            global,
+            |c| match c {
+                "cluster-a" => observe(Some(&lb(&["10.0.0.1"], &[]))),
+                _ => observe(Some(&lb(&["10.0.0.2"], &[]))),
+            },
+            |c| HealthView {
+                health: Some(if healthy.contains(&c) {
+                    GatewayHealth::Healthy
+                } else {
+                    GatewayHealth::NoReadyEndpoints
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn global_addresses(plan: &Plan, target: &str) -> Vec<String> {
+        plan.global_for(target)
+            .iter()
+            .flat_map(|s| s.endpoints[0].addresses.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_global_name_answers_with_the_healthy_gateways_by_strategy() {
+        let round_robin = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
+        assert_eq!(
+            global_addresses(&round_robin, "cluster-c"),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+        let slice = round_robin.global_for("cluster-c")[0];
+        assert_eq!(slice.name_any(), "dev-team-cluster-a-global");
+        assert_eq!(
+            slice.annotations()[HOSTNAME_ANNOTATION],
+            "*.gateway.dev-team.global.xcc.test"
+        );
+        assert_eq!(slice.annotations()[TTL_ANNOTATION], "5");
+        assert_eq!(feature_needed(slice), Some(Feature::Global));
+        assert!(
+            !original_reads(slice),
+            "the original never gets a global name"
+        );
+
+        // One gateway without ready endpoints leaves the global name (not its own name).
+        let one = global_plan(&Global::default(), &["cluster-b"]);
+        assert_eq!(global_addresses(&one, "cluster-a"), ["10.0.0.2"]);
+        assert_eq!(one.slices.len(), 2, "per-cluster names stay");
+
+        let local = Global {
+            strategy: GlobalStrategy::LocalFirst,
+            ..Global::default()
+        };
+        let both = global_plan(&local, &["cluster-a", "cluster-b"]);
+        assert_eq!(global_addresses(&both, "cluster-a"), ["10.0.0.1"]);
+        assert_eq!(global_addresses(&both, "cluster-b"), ["10.0.0.2"]);
+        assert_eq!(
+            global_addresses(&both, "cluster-c"),
+            ["10.0.0.1", "10.0.0.2"],
+            "a cluster without a gateway gets every healthy one"
+        );
+        let a_down = global_plan(&local, &["cluster-b"]);
+        assert_eq!(global_addresses(&a_down, "cluster-a"), ["10.0.0.2"]);
+
+        let failover = Global {
+            strategy: GlobalStrategy::Failover,
+            failover_order: vec!["cluster-b".into(), "cluster-a".into()],
+            ..Global::default()
+        };
+        let first = global_plan(&failover, &["cluster-a", "cluster-b"]);
+        assert_eq!(global_addresses(&first, "cluster-a"), ["10.0.0.2"]);
+        let second = global_plan(&failover, &["cluster-a"]);
+        assert_eq!(global_addresses(&second, "cluster-b"), ["10.0.0.1"]);
+
+        // Nobody healthy: everyone (serveAll), or nothing (nxdomain).
+        assert_eq!(
+            global_addresses(&global_plan(&Global::default(), &[]), "cluster-a"),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+        let nx = Global {
+            when_none_healthy: NoneHealthy::Nxdomain,
+            ..Global::default()
+        };
+        assert!(global_addresses(&global_plan(&nx, &[]), "cluster-a").is_empty());
+    }
+
+    #[test]
+    fn global_names_go_only_to_clusters_that_announced_them_and_leave_when_unhealthy() {
+        let plan = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
+        let none = cluster_writes_for(&plan, &[], "dev-team/g", None, "cluster-c");
+        assert_eq!(names(&none.apply).len(), 2, "{none:?}");
+        assert!(none.withheld_global && none.withheld.is_empty());
+        let announced =
+            cluster_writes_for(&plan, &[], "dev-team/g", Some(&xcc_agent()), "cluster-c");
+        assert_eq!(names(&announced.apply).len(), 4, "{announced:?}");
+        // cluster-a loses its ready endpoints: its global slice goes, its own name stays.
+        let existing: Vec<EndpointSlice> = announced.apply.clone();
+        let after = global_plan(&Global::default(), &["cluster-b"]);
+        let writes = cluster_writes_for(
+            &after,
+            &existing,
+            "dev-team/g",
+            Some(&xcc_agent()),
+            "cluster-c",
+        );
+        assert_eq!(writes.delete, ["dev-team-cluster-a-global"]);
+        assert!(writes.apply.is_empty());
+        // An unannounced cluster never loses one either (it never had one).
+        let writes = cluster_writes_for(&after, &existing, "dev-team/g", None, "cluster-c");
+        assert!(writes.delete.is_empty(), "{writes:?}");
     }
 }

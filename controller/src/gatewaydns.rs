@@ -1,7 +1,7 @@
 //! The GatewayDNS API (`connectivity.tanzu.vmware.com/v1alpha1`), unchanged from XCC so that its
 //! users' YAML applies as is, plus a status subresource and schema validation.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,91 @@ pub struct GatewayDNSSpec {
     /// How the gateway is reached. Only `loadBalancer`: the Service's load-balancer ingress.
     #[serde(default)]
     pub resolution_type: ResolutionType,
+    /// (xcc) How long the records of an unreachable cluster are still served, and how a cluster
+    /// whose records were withdrawn comes back. Unset: withdrawn after 5 minutes, back after 3
+    /// good health checks in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_records: Option<StaleRecords>,
+    /// (xcc) The cluster-agnostic name `*.gateway.<namespace>.global.<zone>`: which selected
+    /// clusters' gateways it answers with. Unset: every healthy one (`roundRobin`), TTL 5 s.
+    /// Served only by clusters whose xcc-agent announced `global`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalName>,
+}
+
+/// How the global name chooses among the selected clusters' gateways.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.strategy) || self.strategy != 'failover' || (has(self.failoverOrder) && size(self.failoverOrder) > 0)",
+    "message": "spec.global.failoverOrder must name at least one cluster when spec.global.strategy is failover",
+    "fieldPath": ".failoverOrder"
+}]))]
+pub struct GlobalName {
+    /// `roundRobin` (default): every healthy gateway. `localFirst`: each cluster's own gateway
+    /// while it is healthy, else the other healthy ones. `failover`: the first healthy cluster
+    /// of `failoverOrder` (then the rest by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<GlobalStrategy>,
+    /// For `failover`: cluster names, the preferred first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))
+    )]
+    pub failover_order: Vec<String>,
+    /// When no selected cluster is healthy: `serveAll` (default; every gateway whose address is
+    /// known, better than nothing) or `nxdomain` (the name does not resolve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_none_healthy: Option<NoneHealthy>,
+    /// TTL, in seconds, of the global name's answers (default 5), short so that caches do not
+    /// hold up a failover. Per-cluster names keep the agent's TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 3600))]
+    pub ttl_seconds: Option<u32>,
+}
+
+/// How the global name chooses among healthy gateways.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum GlobalStrategy {
+    /// Every healthy gateway.
+    #[default]
+    RoundRobin,
+    /// The asking cluster's own gateway while it is healthy, else the others.
+    LocalFirst,
+    /// The first healthy cluster of `failoverOrder`.
+    Failover,
+}
+
+/// What the global name answers when no selected cluster is healthy.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum NoneHealthy {
+    /// Every gateway whose address is known.
+    #[default]
+    ServeAll,
+    /// NXDOMAIN.
+    Nxdomain,
+}
+
+/// When the records of an unreachable cluster are withdrawn, and when they come back.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleRecords {
+    /// How long the records of a cluster whose API server cannot be reached are still served
+    /// before they are withdrawn from every cluster: a duration such as `30s`, `5m` or `1h`, or
+    /// `0` or `never` to keep them for as long as the cluster is away (the original XCC's
+    /// behaviour). Default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(never|0|([0-9]+(ms|s|m|h))+)$"), length(max = 32))]
+    pub withdraw_after: Option<String>,
+    /// How many health checks in a row (one every `--probe-interval` of the controller, 5 s by
+    /// default) a cluster whose records were withdrawn must pass before they are published
+    /// again: a cluster that flaps does not flap the DNS answers with it. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub readmit_after: Option<u32>,
 }
 
 /// How a gateway Service is resolved.
@@ -84,6 +169,10 @@ pub enum GatewayState {
     KubeconfigRejected,
     /// Another (older) GatewayDNS publishes this cluster.
     Conflict,
+    /// Its records are withdrawn: it was unreachable for longer than
+    /// `spec.staleRecords.withdrawAfter`, and has not yet passed `readmitAfter` health checks
+    /// in a row since.
+    Withdrawn,
     /// A value this version does not know (written by another version).
     #[default]
     #[serde(other)]
@@ -100,6 +189,7 @@ impl GatewayState {
             GatewayState::Unreachable => "Unreachable",
             GatewayState::KubeconfigRejected => "KubeconfigRejected",
             GatewayState::Conflict => "Conflict",
+            GatewayState::Withdrawn => "Withdrawn",
             GatewayState::Unknown => "Unknown",
         }
     }
@@ -109,6 +199,23 @@ impl std::fmt::Display for GatewayState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Whether one selected cluster's gateway can take traffic.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum GatewayHealth {
+    /// Its API server answers and the gateway Service has ready endpoints.
+    Healthy,
+    /// Its API server answers, but no endpoint behind the gateway Service is ready (or the
+    /// Service has no EndpointSlice at all).
+    NoReadyEndpoints,
+    /// Its API server does not answer (or its kubeconfig Secret is missing or unusable); see
+    /// `unreachableSince`.
+    Unreachable,
+    /// A value this version does not know (written by another version).
+    #[default]
+    #[serde(other)]
+    Unknown,
 }
 
 /// The gateway of one selected cluster.
@@ -127,6 +234,19 @@ pub struct ClusterGatewayStatus {
     /// Details a person can act on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Whether the gateway can take traffic, as the controller last saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GatewayHealth>,
+    /// Ready endpoints behind the gateway Service (its EndpointSlices), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_endpoints: Option<u32>,
+    /// Since when the cluster cannot be reached (set while `health` is `Unreachable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable_since: Option<Time>,
+    /// The last time the cluster's API server answered (refreshed at most once a minute while
+    /// nothing else changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Time>,
     /// Clusters of the namespace that are not sent this gateway's IPv6 addresses: no xcc-agent
     /// is announced there (ConfigMap xcc-dns/xcc-agent), and the original XCC dns-server, which
     /// may run there, cannot read them.

@@ -11,9 +11,11 @@
 mod args;
 mod desired;
 mod gatewaydns;
+mod health;
 mod metrics;
 mod reconcile;
 mod run;
+mod settings;
 mod uninstall;
 mod workload;
 

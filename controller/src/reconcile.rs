@@ -4,10 +4,14 @@
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use k8s_openapi::{
+    api::{core::v1::Namespace, discovery::v1::EndpointSlice},
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
@@ -25,9 +29,11 @@ use xcc_kube::{
 
 use crate::workload::CALL_TIMEOUT;
 use crate::{
-    desired::{self, ClusterInfo, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
-    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayState},
-    workload::Workloads,
+    desired::{self, ClusterInfo, HealthView, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
+    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
+    health,
+    settings::{self, InvalidField, Settings},
+    workload::{ClientError, Workloads},
 };
 
 /// Field manager of every write.
@@ -50,6 +56,8 @@ pub struct Context {
     /// Backstop resync of every GatewayDNS (Service watches do the real work).
     pub resync: Duration,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Reachability of every workload cluster (the prober and the reconciles feed it).
+    pub health: Arc<crate::health::Tracker>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,8 +115,13 @@ pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>)
 async fn list_clusters(ctx: &Context, namespace: &str) -> Result<Vec<ClusterInfo>, Error> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.clusters);
+    // resourceVersion 0: served from the API server's watch cache at once. A consistent LIST
+    // waits until that cache has caught up with etcd, which after a write elsewhere takes up to
+    // the server's 100 ms progress-notify tick: that wait was the whole of the propagation delay.
+    // The Cluster watch wakes this GatewayDNS again when a Cluster changes, so a list a moment
+    // behind is corrected by the next reconcile.
     let list = api
-        .list(&ListParams::default())
+        .list(&ListParams::default().match_any())
         .await
         .map_err(|source| Error::Clusters {
             namespace: namespace.to_string(),
@@ -130,9 +143,37 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     let reference = gateway_ref(gateway);
     let me = ObjectRef::from_obj(gateway);
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
+    let settings = match settings::read(&gateway.spec) {
+        Ok(settings) => settings,
+        Err(invalid) => {
+            tracing::warn!(gateway = %reference, %invalid, "GatewayDNS not applied: invalid field");
+            invalid_spec(&api, gateway, &invalid, ctx).await?;
+            return Ok(Action::requeue(ctx.resync));
+        }
+    };
     let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
-        Ok(api.list(&ListParams::default()).await?.items)
+        // From the watch cache, as the Clusters: a GatewayDNS created or changed wakes this one.
+        Ok(api.list(&ListParams::default().match_any()).await?.items)
     })?;
+    // One client per cluster of the namespace for the whole reconcile: the kubeconfig Secret is
+    // read once, and every cluster's at once.
+    let peers: HashMap<String, Result<Client, ClientError>> =
+        futures::future::join_all(clusters.iter().map(|cluster| async {
+            (
+                cluster.name.clone(),
+                ctx.workloads.client(&namespace, &cluster.name).await,
+            )
+        }))
+        .await
+        .into_iter()
+        .collect();
+    let peer = |cluster: &str| {
+        peers.get(cluster).cloned().unwrap_or_else(|| {
+            Err(ClientError::Unavailable(format!(
+                "cluster {cluster} is not known"
+            )))
+        })
+    };
 
     // The reconcile is on the path of every address change: independent calls go out together.
     let selected: Vec<&ClusterInfo> = clusters
@@ -140,8 +181,13 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         .filter(|c| desired::selects(&gateway.spec.cluster_selector, &c.labels))
         .collect();
     let seen = futures::future::join_all(selected.iter().map(|cluster| {
-        ctx.workloads
-            .observe(&namespace, &cluster.name, &gateway.spec.service, &me)
+        ctx.workloads.observe(
+            &namespace,
+            &cluster.name,
+            &gateway.spec.service,
+            &me,
+            peer(&cluster.name),
+        )
     }))
     .await;
     let mut observations = HashMap::new();
@@ -151,17 +197,33 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         used.insert((cluster.name.clone(), gateway.spec.service.clone()));
     }
     ctx.workloads.retain(&namespace, &me, &used);
-    let mut plan = desired::plan(gateway, &all, &clusters, &ctx.zone, |name| {
-        observations
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| Observation::Unreachable("not observed".into()))
-    });
+    let (views, recheck) = health_views(gateway, &namespace, &settings, &observations, ctx);
+    let mut plan = desired::plan_with_health(
+        gateway,
+        &all,
+        &clusters,
+        &ctx.zone,
+        &settings.global,
+        |name| {
+            observations
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Observation::Unreachable("not observed".into()))
+        },
+        |name| views.get(name).cloned().unwrap_or_default(),
+    );
 
     // Every cluster at once: one slow or unreachable cluster delays none of the others.
-    let writes = clusters
-        .iter()
-        .map(|cluster| write_cluster(ctx, &namespace, &cluster.name, &reference, &plan));
+    let writes = clusters.iter().map(|cluster| {
+        write_cluster(
+            ctx,
+            &namespace,
+            &cluster.name,
+            peer(&cluster.name),
+            &reference,
+            &plan,
+        )
+    });
     let outcomes = futures::future::join_all(writes).await;
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
@@ -171,14 +233,162 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         .collect();
     update_status(&api, gateway, &plan, &problems, &insecure, &mixed, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
-    // announces itself there, it gets the rest within the announcement TTL.
-    if mixed.withheld.is_some() {
-        Ok(Action::requeue(
-            ctx.resync.min(ctx.workloads.announcement_ttl()),
-        ))
-    } else {
-        Ok(Action::requeue(ctx.resync))
+    // announces itself there, it gets the rest within the announcement TTL. An unreachable
+    // cluster is looked at again the moment the stale-record policy withdraws it.
+    let mut next = ctx.resync;
+    if mixed.withheld.is_some() || outcomes.iter().any(|o| o.withheld_global) {
+        next = next.min(ctx.workloads.announcement_ttl());
     }
+    if let Some(recheck) = recheck {
+        next = next.min(recheck + Duration::from_millis(50));
+    }
+    Ok(Action::requeue(next))
+}
+
+/// What the health tracking and the stale-record policy say of each selected cluster, and when
+/// to look again (the first moment a cluster's time runs out).
+fn health_views(
+    gateway: &GatewayDNS,
+    namespace: &str,
+    settings: &Settings,
+    observations: &HashMap<String, Observation>,
+    ctx: &Context,
+) -> (HashMap<String, HealthView>, Option<Duration>) {
+    let now = SystemTime::now();
+    let old = gateway.status.clone().unwrap_or_default();
+    let mut recheck: Option<Duration> = None;
+    let mut views = HashMap::new();
+    for (cluster, observation) in observations {
+        let silent = ctx.workloads.silent(namespace, cluster);
+        let seen = match (observation, &silent) {
+            (Observation::KubeconfigRejected(_), _) => ctx.health.get(namespace, cluster),
+            (Observation::Unreachable(_), _) | (_, Some(_)) => {
+                ctx.health.unreachable(namespace, cluster, now)
+            }
+            _ => ctx.health.reachable(namespace, cluster, now),
+        };
+        let before = old.clusters.iter().find(|c| &c.cluster == cluster);
+        let was_withdrawn = before.is_some_and(|c| c.state == GatewayState::Withdrawn);
+        let decision = health::decide(&seen, was_withdrawn, settings.stale, now);
+        tracing::debug!(%cluster, ?seen, was_withdrawn, ?decision, silent = silent.is_some(), "health");
+        if let Some(after) = decision.recheck_in {
+            recheck = Some(recheck.map_or(after, |r| r.min(after)));
+        }
+        let ready = ctx
+            .workloads
+            .ready_endpoints(namespace, cluster, &gateway.spec.service);
+        let unreachable = seen.unreachable_since.is_some()
+            || matches!(observation, Observation::KubeconfigRejected(_));
+        let state = if unreachable {
+            Some(GatewayHealth::Unreachable)
+        } else {
+            match ready {
+                Some(0) => Some(GatewayHealth::NoReadyEndpoints),
+                Some(_) => Some(GatewayHealth::Healthy),
+                None => None,
+            }
+        };
+        // The status keeps the last-seen time it has while it is less than a minute old and
+        // nothing else changed: a fresh time on every health check would be a status write
+        // (and an Event-free, pointless watch event) every few seconds.
+        let last_seen = match (before.and_then(|c| c.last_seen.clone()), seen.last_seen) {
+            (Some(kept), Some(new))
+                if before.and_then(|c| c.health) == state
+                    && SystemTime::from(kept.0) + Duration::from_secs(60) > new =>
+            {
+                Some(kept)
+            }
+            (kept, new) => new.map(time).or(kept),
+        };
+        let withdrawn_because = match (seen.unreachable_since, settings.stale.withdraw_after) {
+            (Some(since), Some(after)) => format!(
+                "unreachable since {} (longer than spec.staleRecords.withdrawAfter, {}){}",
+                time(since).0,
+                humantime::format_duration(after),
+                silent.map(|why| format!("; {why}")).unwrap_or_default()
+            ),
+            _ => format!(
+                "reachable again, re-admitted after {} health checks in a row (spec.staleRecords.readmitAfter); {} so far",
+                settings.stale.readmit_after, seen.streak
+            ),
+        };
+        views.insert(
+            cluster.clone(),
+            HealthView {
+                health: state,
+                ready_endpoints: if unreachable { None } else { ready },
+                unreachable_since: seen.unreachable_since.map(time),
+                last_seen,
+                withdrawn: decision.withdrawn,
+                withdrawn_because,
+            },
+        );
+    }
+    (views, recheck)
+}
+
+/// A status time, to the second (what the API server keeps).
+fn time(at: SystemTime) -> Time {
+    let seconds = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    Time(
+        Timestamp::from_second(i64::try_from(seconds).unwrap_or(i64::MAX))
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// A field the controller cannot use: `Ready=False` (reason `InvalidSpec`, the message names
+/// the field) and a Warning Event; nothing is written to any cluster, nothing is withdrawn.
+async fn invalid_spec(
+    api: &Api<GatewayDNS>,
+    gateway: &GatewayDNS,
+    invalid: &InvalidField,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let old = gateway.status.clone().unwrap_or_default();
+    let mut status = GatewayDNSStatus {
+        observed_generation: gateway.metadata.generation,
+        ..old.clone()
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ConditionStatus::False,
+        "InvalidSpec",
+        truncate(invalid.to_string(), 1000),
+        gateway.metadata.generation,
+    );
+    if status == old {
+        return Ok(());
+    }
+    let recorder = ctx.recorder.clone();
+    let (reference, note) = (gateway.object_ref(&()), truncate(invalid.to_string(), 1000));
+    tokio::spawn(async move {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "InvalidSpec".into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "could not publish an Event");
+        }
+    });
+    let patch = serde_json::json!({
+        "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
+        "kind": "GatewayDNS",
+        "status": status,
+    });
+    api.patch_status(
+        &gateway.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
 }
 
 /// What one cluster of the namespace got.
@@ -193,6 +403,8 @@ pub(crate) struct ClusterOutcome {
     pub announcement_error: Option<String>,
     /// What went wrong writing; `None`: the cluster is as planned.
     pub problem: Option<String>,
+    /// The global name was not sent (no xcc-agent announced `global`).
+    pub withheld_global: bool,
 }
 
 /// What the status says about a fleet where some clusters may run the original XCC: the
@@ -268,6 +480,7 @@ async fn write_cluster(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
+    client: Result<Client, ClientError>,
     reference: &str,
     plan: &Plan,
 ) -> ClusterOutcome {
@@ -275,8 +488,16 @@ async fn write_cluster(
         cluster: cluster.to_string(),
         ..Default::default()
     };
-    if let Err(problem) =
-        write_cluster_into(ctx, namespace, cluster, reference, plan, &mut outcome).await
+    if let Err(problem) = write_cluster_into(
+        ctx,
+        namespace,
+        cluster,
+        client,
+        reference,
+        plan,
+        &mut outcome,
+    )
+    .await
     {
         outcome.problem = Some(problem);
     }
@@ -287,35 +508,31 @@ async fn write_cluster_into(
     ctx: &Context,
     namespace: &str,
     cluster: &str,
+    client: Result<Client, ClientError>,
     reference: &str,
     plan: &Plan,
     outcome: &mut ClusterOutcome,
 ) -> Result<(), String> {
-    let client = ctx
-        .workloads
-        .client(namespace, cluster)
-        .await
-        .map_err(|e| format!("cluster {cluster}: {e}"))?;
-    let timed = |what: String| move |_| format!("cluster {cluster}: timed out {what}");
+    let client = client.map_err(|e| format!("cluster {cluster}: {e}"))?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    match tokio::time::timeout(CALL_TIMEOUT, namespaces.get_opt(SLICE_NAMESPACE))
-        .await
-        .map_err(timed("reading namespaces".into()))?
-    {
+    // The three reads are independent: they go out together (a GET of the namespace, the
+    // cached announcement, the slices from this cluster's watch).
+    let (found, agent, existing) = tokio::join!(
+        tokio::time::timeout(CALL_TIMEOUT, namespaces.get_opt(SLICE_NAMESPACE)),
+        ctx.workloads.announcement(namespace, cluster, &client),
+        ctx.workloads.slices(namespace, cluster, &client),
+    );
+    match found.map_err(|_| format!("cluster {cluster}: timed out reading namespaces"))? {
         Ok(Some(_)) => {}
         Ok(None) => {
             return Err(format!(
                 "cluster {cluster}: namespace {SLICE_NAMESPACE} does not exist (install xcc-agent there)"
             ));
         }
-        Err(e) => return Err(format!("cluster {cluster}: {e}")),
+        Err(e) => return Err(format!("cluster {cluster}: {}", xcc_kube::bounded(&e))),
     }
     // Unknown counts as "not announced": withholding is safe, sending is not.
-    let agent = match ctx
-        .workloads
-        .announcement(namespace, cluster, &client)
-        .await
-    {
+    let agent = match agent {
         Ok(agent) => agent,
         Err(error) => {
             tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
@@ -323,13 +540,10 @@ async fn write_cluster_into(
             None
         }
     };
+    let existing = existing.map_err(|e| format!("cluster {cluster}: {e}"))?;
     let slices: Api<EndpointSlice> = Api::namespaced(client, SLICE_NAMESPACE);
-    let existing = tokio::time::timeout(CALL_TIMEOUT, slices.list(&ListParams::default()))
-        .await
-        .map_err(timed("listing EndpointSlices".into()))?
-        .map_err(|e| format!("cluster {cluster}: cannot list EndpointSlices: {e}"))?
-        .items;
-    let writes = desired::cluster_writes(plan, &existing, reference, agent.as_ref());
+    let writes = desired::cluster_writes_for(plan, &existing, reference, agent.as_ref(), cluster);
+    outcome.withheld_global = writes.withheld_global;
     if !writes.withheld.is_empty() {
         tracing::debug!(%cluster, gateway = %reference, withheld = ?writes.withheld, "no xcc-agent announced: slices the original XCC cannot read are withheld");
     }
@@ -347,6 +561,7 @@ async fn write_cluster_into(
         .collect();
     for want in &writes.apply {
         let name = want.name_any();
+        ctx.workloads.writing(namespace, cluster, &name, Some(want));
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match tokio::time::timeout(
             CALL_TIMEOUT,
@@ -362,6 +577,7 @@ async fn write_cluster_into(
         }
     }
     for name in &writes.delete {
+        ctx.workloads.writing(namespace, cluster, name, None);
         match crate::workload::delete_slice(&slices, name).await {
             Ok(true) => {
                 tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
@@ -495,7 +711,7 @@ async fn update_status(
     if status == old {
         return Ok(());
     }
-    announce(ctx, gateway, &old, &status).await;
+    announce(ctx, gateway, &old, &status);
     let patch = serde_json::json!({
         "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
         "kind": "GatewayDNS",
@@ -511,12 +727,7 @@ async fn update_status(
 }
 
 /// Events for what changed: a cluster published, withdrawn or failing, and write problems.
-async fn announce(
-    ctx: &Context,
-    gateway: &GatewayDNS,
-    old: &GatewayDNSStatus,
-    new: &GatewayDNSStatus,
-) {
+fn announce(ctx: &Context, gateway: &GatewayDNS, old: &GatewayDNSStatus, new: &GatewayDNSStatus) {
     let mut events = Vec::new();
     for c in &new.clusters {
         let before = old.clusters.iter().find(|o| o.cluster == c.cluster);
@@ -579,19 +790,25 @@ async fn announce(
             events.push((kind, type_.to_string(), msg));
         }
     }
-    let reference = gateway.object_ref(&());
-    for (type_, reason, note) in events {
-        let event = KubeEvent {
-            type_,
-            reason,
-            note: Some(truncate(note, 1000)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, "could not publish an Event");
-        }
+    if events.is_empty() {
+        return;
     }
+    // Off the reconcile's path: the next change of this GatewayDNS need not wait for them.
+    let (reference, recorder) = (gateway.object_ref(&()), ctx.recorder.clone());
+    tokio::spawn(async move {
+        for (type_, reason, note) in events {
+            let event = KubeEvent {
+                type_,
+                reason,
+                note: Some(truncate(note, 1000)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "could not publish an Event");
+            }
+        }
+    });
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -624,7 +841,9 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     };
     let empty = Plan::default();
     for cluster in &clusters {
-        let outcome = write_cluster(ctx, &namespace, &cluster.name, &reference, &empty).await;
+        let client = ctx.workloads.client(&namespace, &cluster.name).await;
+        let outcome =
+            write_cluster(ctx, &namespace, &cluster.name, client, &reference, &empty).await;
         if let Some(problem) = outcome.problem {
             tracing::warn!(gateway = %reference, %problem, "could not withdraw records on deletion");
         }
@@ -826,6 +1045,7 @@ mod tests {
             )),
             resync: Duration::from_secs(300),
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            health: Arc::default(),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();
@@ -868,5 +1088,69 @@ mod tests {
                 .any(|r| r.ends_with("/secrets/cluster-a-kubeconfig")),
             "the kubeconfig of the selected cluster is looked for: {seen:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_field_the_controller_cannot_use_is_named_in_the_ready_condition_and_nothing_is_written()
+     {
+        let gateway = serde_json::json!({
+            "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
+            "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
+                         "generation": 4, "resourceVersion": "4", "finalizers": [FINALIZER]},
+            "spec": {"service": "projectcontour/envoy",
+                     "staleRecords": {"withdrawAfter": "soon"}},
+        });
+        let Management {
+            client,
+            seen,
+            status,
+        } = management(gateway.clone());
+        let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            zone: "xcc.test".into(),
+            workloads: Workloads::new(
+                client.clone(),
+                xcc_kube::PeerClients::default(),
+                trigger,
+                Duration::from_secs(30),
+            ),
+            recorder: Recorder::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            clusters: ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta1",
+                "Cluster",
+            )),
+            resync: Duration::from_secs(300),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            health: Arc::default(),
+        });
+        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
+        reconcile(Arc::new(gateway), ctx).await.unwrap();
+        let status = status.lock().unwrap().clone().expect("a status");
+        let ready = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .expect("Ready");
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "InvalidSpec");
+        assert_eq!(ready["observedGeneration"], 4);
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("spec.staleRecords.withdrawAfter: \"soon\""),
+            "{message}"
+        );
+        // Not even the clusters were listed: nothing is decided on a spec that cannot be read.
+        let seen = seen.lock().unwrap().clone();
+        assert!(!seen.iter().any(|r| r.contains("/clusters")), "{seen:?}");
     }
 }

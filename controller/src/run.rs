@@ -13,9 +13,9 @@ use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind},
     runtime::{
-        Controller,
+        Controller, PredicateConfig, WatchStreamExt,
         events::{Recorder, Reporter},
-        reflector::ObjectRef,
+        reflector::{self, ObjectRef},
         watcher,
     },
 };
@@ -153,10 +153,29 @@ async fn controller(
         clusters: clusters.clone(),
         resync: args.resync_interval,
         metrics,
+        health: Arc::default(),
     });
+    // Health checks of every workload cluster, for as long as this process leads.
+    let prober = ctx.clone();
+    let probe_interval = args.probe_interval;
+    let _prober = AbortOnDrop(tokio::spawn(async move {
+        prober
+            .workloads
+            .probe_forever(probe_interval, &prober.health)
+            .await
+    }));
     let gateways: Api<GatewayDNS> = Api::all(client.clone());
-    let controller = Controller::new(gateways, watcher::Config::default());
-    let store = controller.store();
+    // A reconcile ends with a status write, and a status write is a watch event: without this
+    // filter every reconcile wakes its GatewayDNS once more, and a real change that arrives
+    // meanwhile waits behind that idle pass. What wakes a GatewayDNS is its spec (generation),
+    // its deletion, its finalizers, or one of the triggers below.
+    let (store, writer) = reflector::store();
+    let stream = watcher(gateways, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+    let controller = Controller::for_stream(stream, store.clone());
     let by_namespace = move |namespace: Option<String>| {
         store
             .state()
@@ -199,6 +218,31 @@ async fn controller(
         .await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Stops a task when the controller stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The parts of a GatewayDNS whose change needs a reconcile: the spec (generation), the
+/// deletion mark and the finalizers. Not the status, which the reconcile writes itself.
+fn spec_or_lifecycle(gateway: &GatewayDNS) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    gateway.metadata.uid.hash(&mut hasher);
+    gateway.metadata.generation.hash(&mut hasher);
+    gateway
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    gateway.metadata.finalizers.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 fn tokio_stream_from<T: Send + 'static>(

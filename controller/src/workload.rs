@@ -13,9 +13,13 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt,
+    api::ListParams,
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef, Store},
@@ -25,12 +29,16 @@ use kube::{
 use tokio::sync::mpsc::UnboundedSender;
 
 use xcc_kube::{
-    Announcement, KubeconfigError, PeerClient, PeerClients,
+    Announcement, KubeconfigError, PROBE_DEADLINE, PeerClient, PeerClients, Reach,
     announcement::{ANNOUNCEMENT_NAME, ANNOUNCEMENT_NAMESPACE},
     bounded,
 };
 
-use crate::{desired::Observation, gatewaydns::GatewayDNS};
+use crate::{
+    desired::{Observation, SLICE_NAMESPACE},
+    gatewaydns::GatewayDNS,
+    health::Tracker,
+};
 
 /// Key of the kubeconfig Secret, Cluster API's convention.
 pub const KUBECONFIG_KEY: &str = "value";
@@ -75,6 +83,8 @@ struct ClusterEntry {
     /// The client, built by the trust gate; its identity names the Secret version.
     peer: PeerClient,
     services: HashMap<String, ServiceWatch>,
+    /// Started by the first write to this cluster.
+    slices: Option<SliceWatch>,
 }
 
 /// Why a workload cluster has no client.
@@ -103,18 +113,146 @@ impl From<ClientError> for Observation {
     }
 }
 
-struct ServiceWatch {
-    store: Store<Service>,
-    healthy: Arc<AtomicBool>,
-    last_error: Arc<Mutex<Option<String>>>,
-    subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>>,
+/// What a watch knows of its own health, shared with its task.
+#[derive(Default)]
+struct WatchHealth {
+    /// Listed, and no error since.
+    healthy: AtomicBool,
+    /// The last error, bounded; cleared by the next full list.
+    last_error: Mutex<Option<String>>,
+}
+
+impl WatchHealth {
+    fn error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// One watch-fed store on a workload cluster; the watch stops when this is dropped.
+struct Watched<K: kube::Resource + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    store: Store<K>,
+    health: Arc<WatchHealth>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for ServiceWatch {
+impl<K: kube::Resource + 'static> Drop for Watched<K>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// One event of a watch.
+enum Change<'a, K> {
+    Applied(&'a K),
+    Deleted(&'a K),
+}
+
+impl<'a, K> Change<'a, K> {
+    fn object(&self) -> &'a K {
+        match self {
+            Change::Applied(object) | Change::Deleted(object) => object,
+        }
+    }
+}
+
+/// Starts a reflector of `api` with `config`; `changed` is called with each object applied or
+/// deleted, and with `None` when the watch lists (again) or first fails, so that whoever reads
+/// the store is told to look again.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: String,
+    changed: impl Fn(Option<Change<'_, K>>) + Send + 'static,
+) -> Watched<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let health = Arc::new(WatchHealth::default());
+    let stream =
+        reflector::reflector(writer, watcher(api, config)).backoff(xcc_kube::Backoff::peer());
+    let task_health = health.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    task_health.healthy.store(true, Ordering::Release);
+                    *task_health
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    changed(None);
+                }
+                Ok(watcher::Event::Apply(object)) => changed(Some(Change::Applied(&object))),
+                Ok(watcher::Event::Delete(object)) => changed(Some(Change::Deleted(&object))),
+                Ok(_) => {}
+                Err(e) => {
+                    let first = task_health.healthy.swap(false, Ordering::AcqRel);
+                    *task_health
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("watch of {what} failed: {}", bounded(&e)));
+                    if first {
+                        tracing::warn!(error = %e, "watch of {what} failed; retrying");
+                        changed(None);
+                    }
+                }
+            }
+        }
+    });
+    Watched {
+        store,
+        health,
+        task,
+    }
+}
+
+/// The gateway Service of one cluster, its EndpointSlices (whether it has ready endpoints),
+/// and who wants to hear of their changes.
+struct ServiceWatch {
+    service: Watched<Service>,
+    endpoints: Watched<EndpointSlice>,
+    subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>>,
+}
+
+/// Ready endpoints in `slices`; an endpoint whose `ready` is unset counts as ready, as the API
+/// asks consumers to read it.
+pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) -> u32 {
+    let ready = slices
+        .into_iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .filter(|endpoint| {
+            endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true)
+        })
+        .count();
+    u32::try_from(ready).unwrap_or(u32::MAX)
+}
+
+/// The EndpointSlices of namespace `xcc-dns` on one cluster: what the writes compare with,
+/// without a LIST on the path of every change.
+struct SliceWatch {
+    slices: Watched<EndpointSlice>,
 }
 
 /// A cluster's announcement (`Ok(None)`: nothing announced; `Err`: it could not be read) and
@@ -130,7 +268,17 @@ pub struct Workloads {
     /// What each cluster's xcc-agent announced, and when that was read.
     announcements: Mutex<HashMap<(String, String), CachedAnnouncement>>,
     announcement_ttl: Duration,
+    /// The last content this controller wrote (or is writing) to each slice, keyed by
+    /// (namespace, cluster, slice): a watch event that shows just that wakes nobody, since the
+    /// reconcile that wrote it knows. Recorded before the write, so the event cannot overtake it.
+    written: Arc<Mutex<HashMap<SliceKey, EndpointSlice>>>,
 }
+
+/// A cluster as the prober sees it: (namespace, cluster), its server, who to wake.
+type Probed = ((String, String), String, Vec<ObjectRef<GatewayDNS>>);
+
+/// (namespace of the GatewayDNS, cluster, slice name).
+type SliceKey = (String, String, String);
 
 impl Workloads {
     pub fn new(
@@ -146,6 +294,7 @@ impl Workloads {
             trigger,
             announcements: Mutex::new(HashMap::new()),
             announcement_ttl,
+            written: Arc::default(),
         }
     }
 
@@ -232,6 +381,7 @@ impl Workloads {
                 ClusterEntry {
                     peer: peer.clone(),
                     services: HashMap::new(),
+                    slices: None,
                 },
             );
         }
@@ -252,22 +402,24 @@ impl Workloads {
     }
 
     /// What the gateway Service `service` (`ns/name`) of `cluster` looks like now, for `gateway`,
-    /// which is subscribed to its changes from here on.
+    /// which is subscribed to its changes from here on. `client` is the cluster's client as
+    /// this reconcile found it (one kubeconfig read per cluster and reconcile).
     pub async fn observe(
         &self,
         namespace: &str,
         cluster: &str,
         service: &str,
         gateway: &ObjectRef<GatewayDNS>,
+        client: Result<Client, ClientError>,
     ) -> Observation {
-        let client = match self.client(namespace, cluster).await {
+        let client = match client {
             Ok(client) => client,
             Err(error) => return error.into(),
         };
         let Some((svc_ns, svc_name)) = service.split_once('/') else {
             return Observation::ServiceNotFound;
         };
-        let (store, healthy, last_error) = {
+        let (store, health) = {
             let mut clusters = self.lock();
             let Some(entry) = clusters.get_mut(&(namespace.to_string(), cluster.to_string()))
             else {
@@ -282,17 +434,13 @@ impl Workloads {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(gateway.clone());
-            (
-                watch.store.clone(),
-                watch.healthy.clone(),
-                watch.last_error.clone(),
-            )
+            (watch.service.store.clone(), watch.service.health.clone())
         };
-        if healthy.load(Ordering::Acquire) {
+        if health.healthy.load(Ordering::Acquire) {
             let found = store.state().into_iter().find(|s| s.name_any() == svc_name);
             return crate::desired::observe(found.as_deref());
         }
-        if let Some(error) = last_error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(error) = health.error() {
             return Observation::Unreachable(error);
         }
         // The watch has not listed yet: ask directly.
@@ -313,60 +461,224 @@ impl Workloads {
         svc_name: &str,
         cluster: &str,
     ) -> ServiceWatch {
-        let api: Api<Service> = Api::namespaced(client, svc_ns);
-        let (store, writer) = reflector::store();
-        let healthy = Arc::new(AtomicBool::new(false));
-        let last_error = Arc::new(Mutex::new(None));
         let subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>> = Arc::default();
-        let config = watcher::Config::default().fields(&format!("metadata.name={svc_name}"));
-        let stream =
-            reflector::reflector(writer, watcher(api, config)).backoff(xcc_kube::Backoff::peer());
-        let (task_healthy, task_error, task_subscribers, trigger) = (
-            healthy.clone(),
-            last_error.clone(),
-            subscribers.clone(),
-            self.trigger.clone(),
+        let (task_subscribers, trigger) = (subscribers.clone(), self.trigger.clone());
+        let wake = Arc::new(move || {
+            let subscribers = task_subscribers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for gateway in subscribers {
+                let _ = trigger.send(gateway);
+            }
+        });
+        let wake_too = wake.clone();
+        let service = watch(
+            Api::namespaced(client.clone(), svc_ns),
+            watcher::Config::default().fields(&format!("metadata.name={svc_name}")),
+            format!("Service {svc_ns}/{svc_name} on cluster {cluster}"),
+            move |_: Option<Change<'_, Service>>| wake(),
         );
-        let what = format!("Service {svc_ns}/{svc_name} on cluster {cluster}");
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                let changed = match event {
-                    Ok(watcher::Event::InitDone) => {
-                        task_healthy.store(true, Ordering::Release);
-                        *task_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                        true
-                    }
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => true,
-                    Ok(_) => false,
-                    Err(e) => {
-                        let first = task_healthy.swap(false, Ordering::AcqRel);
-                        *task_error.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(format!("watch of {what} failed: {}", bounded(&e)));
-                        if first {
-                            tracing::warn!(error = %e, "watch of {what} failed; retrying");
-                        }
-                        first
-                    }
+        let endpoints = watch(
+            Api::namespaced(client, svc_ns),
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={svc_name}")),
+            format!("EndpointSlices of Service {svc_ns}/{svc_name} on cluster {cluster}"),
+            move |_: Option<Change<'_, EndpointSlice>>| wake_too(),
+        );
+        ServiceWatch {
+            service,
+            endpoints,
+            subscribers,
+        }
+    }
+
+    /// Ready endpoints behind `service` on `cluster`, once its EndpointSlice watch has listed.
+    pub fn ready_endpoints(&self, namespace: &str, cluster: &str, service: &str) -> Option<u32> {
+        let clusters = self.lock();
+        let watch = clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?
+            .services
+            .get(service)?;
+        watch
+            .endpoints
+            .health
+            .healthy
+            .load(Ordering::Acquire)
+            .then(|| ready_endpoints(watch.endpoints.store.state().iter().map(|s| &**s)))
+    }
+
+    /// Whether the prober found `cluster`'s API server silent.
+    pub fn silent(&self, namespace: &str, cluster: &str) -> Option<String> {
+        let server = self
+            .lock()
+            .get(&(namespace.to_string(), cluster.to_string()))?
+            .peer
+            .server
+            .clone();
+        match self.peers.reach(&server) {
+            Reach::Silent { error } => Some(format!("its API server does not answer: {error}")),
+            _ => None,
+        }
+    }
+
+    /// Asks every workload cluster's API server for its version every `interval`, forever,
+    /// tells `tracker`, and wakes the GatewayDNS of a cluster that turned silent or counts
+    /// towards being re-admitted.
+    pub async fn probe_forever(&self, interval: Duration, tracker: &Tracker) {
+        // Servers the last round found silent.
+        let mut silent: HashSet<String> = HashSet::new();
+        loop {
+            // A pause after each round, not a fixed tick: a round that waited on a silent
+            // server must not be followed at once by the next, or two checks would count
+            // towards re-admission a moment apart.
+            tokio::time::sleep(interval).await;
+            self.peers.probe_all(PROBE_DEADLINE.min(interval)).await;
+            let now = std::time::SystemTime::now();
+            let clusters: Vec<Probed> = self
+                .lock()
+                .iter()
+                .map(|(key, entry)| {
+                    let subscribers = entry
+                        .services
+                        .values()
+                        .flat_map(|w| {
+                            w.subscribers
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .iter()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    (key.clone(), entry.peer.server.clone(), subscribers)
+                })
+                .collect();
+            for ((namespace, cluster), server, subscribers) in clusters {
+                let reach = self.peers.reach(&server);
+                let seen = match reach {
+                    Reach::Unknown => continue,
+                    Reach::Answers => tracker.probed(&namespace, &cluster, true, now),
+                    Reach::Silent { .. } => tracker.probed(&namespace, &cluster, false, now),
                 };
-                if changed {
-                    let subscribers = task_subscribers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone();
+                let back = match reach {
+                    Reach::Silent { .. } => {
+                        silent.insert(server.clone());
+                        false
+                    }
+                    _ => silent.remove(&server),
+                };
+                if back {
+                    // The first answer after a silence: its watches may sit in a backoff of up
+                    // to half a minute; new ones list at once (the next reconcile starts them).
+                    if let Some(entry) = self.lock().get_mut(&(namespace.clone(), cluster.clone()))
+                    {
+                        tracing::info!(%namespace, %cluster, "workload cluster answers again; restarting its watches");
+                        entry.services.clear();
+                        entry.slices = None;
+                    }
+                }
+                let counts = seen.was_down && seen.streak <= crate::health::MAX_READMIT_AFTER;
+                if seen.unreachable_since.is_some() || counts {
                     for gateway in subscribers {
-                        let _ = trigger.send(gateway);
+                        let _ = self.trigger.send(gateway);
                     }
                 }
             }
-        });
-        ServiceWatch {
-            store,
-            healthy,
-            last_error,
-            subscribers,
-            task,
         }
+    }
+
+    /// The EndpointSlices in `xcc-dns` of `cluster`, from a watch of that namespace started on
+    /// first use (a changed or deleted slice wakes the GatewayDNS it names, so a write decided
+    /// on a store a moment behind is looked at again); a LIST until the watch has listed.
+    pub async fn slices(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        client: &Client,
+    ) -> Result<Vec<EndpointSlice>, String> {
+        let (store, health) = {
+            let mut clusters = self.lock();
+            match clusters.get_mut(&(namespace.to_string(), cluster.to_string())) {
+                Some(entry) => {
+                    let watch = entry.slices.get_or_insert_with(|| {
+                        self.start_slice_watch(client.clone(), namespace, cluster)
+                    });
+                    (
+                        Some(watch.slices.store.clone()),
+                        watch.slices.health.clone(),
+                    )
+                }
+                None => (None, Arc::default()),
+            }
+        };
+        if let Some(store) = store
+            && health.healthy.load(Ordering::Acquire)
+        {
+            return Ok(store.state().iter().map(|s| (**s).clone()).collect());
+        }
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), SLICE_NAMESPACE);
+        match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await {
+            Ok(Ok(list)) => Ok(list.items),
+            Ok(Err(e)) => Err(format!("cannot list EndpointSlices: {}", bounded(&e))),
+            Err(_) => Err("timed out listing EndpointSlices".into()),
+        }
+    }
+
+    /// This controller is about to write `slice` on `cluster` (`None`: to delete slice `name`).
+    pub fn writing(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        name: &str,
+        slice: Option<&EndpointSlice>,
+    ) {
+        let key = (namespace.to_string(), cluster.to_string(), name.to_string());
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match slice {
+            Some(slice) => {
+                written.insert(key, slice.clone());
+            }
+            None => {
+                written.remove(&key);
+            }
+        }
+    }
+
+    fn start_slice_watch(&self, client: Client, namespace: &str, cluster: &str) -> SliceWatch {
+        let (trigger, namespace) = (self.trigger.clone(), namespace.to_string());
+        let (written, cluster_name) = (self.written.clone(), cluster.to_string());
+        let slices = watch(
+            Api::namespaced(client, SLICE_NAMESPACE),
+            watcher::Config::default(),
+            format!("EndpointSlices {SLICE_NAMESPACE}/* on cluster {cluster}"),
+            move |change: Option<Change<'_, EndpointSlice>>| {
+                // Only slices that name a GatewayDNS of this namespace wake anything; the
+                // (re)list itself needs nobody: the next reconcile reads the store.
+                let Some(change) = change else { return };
+                let slice = change.object();
+                let Some(reference) = slice.annotations().get(crate::desired::REF_ANNOTATION)
+                else {
+                    return;
+                };
+                let own = matches!(change, Change::Applied(s) if {
+                    s.metadata.deletion_timestamp.is_none()
+                        && written
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get(&(namespace.clone(), cluster_name.clone(), s.name_any()))
+                            .is_some_and(|want| crate::desired::same_content(s, want))
+                });
+                if own {
+                    return;
+                }
+                if let Some((ns, name)) = reference.split_once('/')
+                    && ns == namespace
+                {
+                    let _ = trigger.send(ObjectRef::new(name).within(ns));
+                }
+            },
+        );
+        SliceWatch { slices }
     }
 
     /// Forgets `gateway`'s interest in every Service except those in `keep` (cluster, service),

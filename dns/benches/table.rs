@@ -28,6 +28,7 @@ fn records(i: usize, salt: u8) -> HostRecords {
     HostRecords {
         addresses: vec![IpAddr::V4(Ipv4Addr::new(10, salt, (i >> 8) as u8, i as u8))],
         cname: None,
+        ttl: None,
     }
 }
 

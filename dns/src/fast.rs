@@ -114,13 +114,14 @@ pub(crate) fn answer(
     // The question as the client wrote it: answers echo its case.
     out.extend_from_slice(&msg[HEADER_LEN..question_end]);
     if let Some(node) = node {
+        let ttl = node.ttl_or(snapshot.ttl);
         let mut record = |rdata: &[u8]| {
             // Owner: a pointer to the question's name at offset 12 (a wildcard's answers too
             // carry the name asked, RFC 4592 §3.4.3).
             out.extend_from_slice(&[0xC0, HEADER_LEN as u8]);
             out.extend_from_slice(&qtype.to_be_bytes());
             out.extend_from_slice(&CLASS_IN.to_be_bytes());
-            out.extend_from_slice(&snapshot.ttl.to_be_bytes());
+            out.extend_from_slice(&ttl.to_be_bytes());
             out.extend_from_slice(&rdlen.to_be_bytes());
             out.extend_from_slice(rdata);
         };
@@ -174,6 +175,7 @@ mod tests {
                 HostRecords {
                     addresses: ips,
                     cname: cname.map(|c| Name::from_ascii(c).unwrap()),
+                    ttl: None,
                 },
             )
         };

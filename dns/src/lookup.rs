@@ -104,7 +104,7 @@ impl Snapshot {
                 }
                 return out;
             };
-            let ttl = self.ttl;
+            let ttl = node.ttl_or(self.ttl);
             let record =
                 |data: RData| Cow::Owned(Record::from_rdata(owner.clone().into_owned(), ttl, data));
             if let Some(target) = &node.cname

@@ -116,6 +116,7 @@ impl RawEntry {
             _ => Ok(HostRecords {
                 addresses: self.addresses,
                 cname,
+                ttl: None,
             }),
         }
     }

@@ -37,6 +37,9 @@ pub struct HostRecords {
     /// Canonical name. A name cannot have both (RFC 1034 §3.6.2): when any source gives addresses
     /// for a name, a CNAME from another source for it is ignored.
     pub cname: Option<Name>,
+    /// TTL of the answers at this name; `None`: the zone's positive TTL. Several sources that
+    /// set one for a name: the shortest wins.
+    pub ttl: Option<u32>,
 }
 
 /// The data served at one name, built once per change and shared by every snapshot after it.
@@ -47,6 +50,8 @@ pub(crate) struct Node {
     pub a: Box<[Ipv4Addr]>,
     pub aaaa: Box<[Ipv6Addr]>,
     pub cname: Option<Box<Name>>,
+    /// `None`: the snapshot's TTL.
+    pub ttl: Option<u32>,
 }
 
 impl Node {
@@ -74,7 +79,13 @@ impl Node {
             a: a.into(),
             aaaa: aaaa.into(),
             cname,
+            ttl: contributions.iter().filter_map(|c| c.ttl).min(),
         }
+    }
+
+    /// TTL of the answers at this name, given the snapshot's.
+    pub fn ttl_or(&self, default: u32) -> u32 {
+        self.ttl.unwrap_or(default)
     }
 
     /// Whether the name has any data (an empty node is an empty non-terminal).
@@ -124,6 +135,7 @@ struct Contribution {
     source: Arc<str>,
     addresses: Box<[IpAddr]>,
     cname: Option<Box<Name>>,
+    ttl: Option<u32>,
 }
 
 /// Per-name bookkeeping on the writer side.
@@ -251,6 +263,7 @@ impl RecordTable {
                             HostRecords {
                                 addresses: c.addresses.to_vec(),
                                 cname: c.cname.as_deref().cloned(),
+                                ttl: c.ttl,
                             },
                         )
                     })
@@ -462,6 +475,10 @@ impl Batch<'_> {
                     if existing.cname.is_none() {
                         existing.cname = records.cname.as_ref().map(|n| Box::new(n.clone()));
                     }
+                    existing.ttl = match (existing.ttl, records.ttl) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                 }
                 Err(at) => {
                     let contribution = Contribution {
@@ -472,6 +489,7 @@ impl Batch<'_> {
                         // 80 MB more).
                         addresses: records.addresses.as_slice().into(),
                         cname: records.cname.as_ref().map(|n| Box::new(n.clone())),
+                        ttl: records.ttl,
                     };
                     state.contributions.insert(at, contribution);
                     state.contributions.shrink_to_fit();
@@ -581,6 +599,7 @@ mod tests {
                 let records = HostRecords {
                     addresses: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))],
                     cname: None,
+                    ttl: None,
                 };
                 (name, records)
             })
@@ -649,5 +668,39 @@ mod tests {
         t.set_source("other", hosts(100..200)).unwrap();
         t.set_source_limited("file", hosts(10..30), limit).unwrap();
         assert_eq!(t.snapshot().len(), 120);
+    }
+
+    #[test]
+    fn a_name_answers_with_its_own_ttl_the_shortest_of_its_sources() {
+        let t = table();
+        let name = Name::from_ascii("g.gateway.dev-team.global.xcc.test.").unwrap();
+        let records = |ip: u8, ttl: Option<u32>| HostRecords {
+            addresses: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, ip))],
+            cname: None,
+            ttl,
+        };
+        t.set_source("a", vec![(name.clone(), records(1, Some(7)))])
+            .unwrap();
+        let ttls = |t: &RecordTable| -> Vec<u32> {
+            t.snapshot()
+                .resolve(&name, hickory_proto::rr::RecordType::A)
+                .answers
+                .iter()
+                .map(|r| r.ttl)
+                .collect()
+        };
+        assert_eq!(ttls(&t), [7]);
+        t.set_source("b", vec![(name.clone(), records(2, Some(5)))])
+            .unwrap();
+        assert_eq!(ttls(&t), [5, 5]);
+        // A name without one answers with the zone's.
+        t.set_source("a", hosts(0..1)).unwrap();
+        t.set_source("b", Vec::new()).unwrap();
+        let plain = Name::from_ascii("h0.xcc.test.").unwrap();
+        let snapshot = t.snapshot();
+        let answers = snapshot
+            .resolve(&plain, hickory_proto::rr::RecordType::A)
+            .answers;
+        assert_eq!(answers[0].ttl, ZoneSettings::default().ttl);
     }
 }

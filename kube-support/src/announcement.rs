@@ -41,16 +41,26 @@ pub enum Feature {
     /// EndpointSlices of addressType FQDN (CNAME records). The original reads them too; named so
     /// that the list says everything this agent reads.
     Fqdn,
+    /// Slices of cluster-agnostic names (annotation [`GLOBAL_ANNOTATION`]) with the TTL of their
+    /// answers in [`TTL_ANNOTATION`]. The original would serve them with its own TTL and
+    /// without the health selection behind them, so they go only where this is announced.
+    Global,
 }
+
+/// Annotation on an EndpointSlice: the TTL, in seconds, of the answers it gives (xcc-agent).
+pub const TTL_ANNOTATION: &str = "xcc.test/ttl";
+/// Annotation on an EndpointSlice: it carries a cluster-agnostic (global) name, `"true"`.
+pub const GLOBAL_ANNOTATION: &str = "xcc.test/global";
 
 impl Feature {
     /// Every feature this version of xcc-agent reads.
-    pub const ALL: [Feature; 2] = [Feature::Fqdn, Feature::Ipv6];
+    pub const ALL: [Feature; 3] = [Feature::Fqdn, Feature::Global, Feature::Ipv6];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Ipv6 => "ipv6",
             Feature::Fqdn => "fqdn",
+            Feature::Global => "global",
         }
     }
 
@@ -58,6 +68,7 @@ impl Feature {
         match word.trim().to_ascii_lowercase().as_str() {
             "ipv6" => Some(Feature::Ipv6),
             "fqdn" => Some(Feature::Fqdn),
+            "global" => Some(Feature::Global),
             _ => None,
         }
     }
@@ -145,7 +156,7 @@ mod tests {
     fn what_the_agent_writes_the_controller_reads_back() {
         let announced = Announcement::current("1.2.3");
         let cm = announced.to_config_map();
-        assert_eq!(cm.data.as_ref().unwrap()[FEATURES_KEY], "ipv6,fqdn");
+        assert_eq!(cm.data.as_ref().unwrap()[FEATURES_KEY], "ipv6,fqdn,global");
         assert_eq!(Announcement::read(&cm), announced);
         assert!(Announcement::read(&cm).reads(Feature::Ipv6));
     }

@@ -398,6 +398,18 @@ impl Cluster {
         }
     }
 
+    /// Kills the API server with SIGKILL, as a crash or a lost machine would.
+    pub fn kill9(&self) {
+        if let Some(mut p) = self
+            .apiserver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            p.kill();
+        }
+    }
+
     /// Starts the API server again on the same address, and waits until it is ready.
     pub async fn restart(&self) -> anyhow::Result<()> {
         let log = self.dir.join("kube-apiserver.log");

@@ -62,6 +62,7 @@ pub fn addresses(list: &[&str]) -> HostRecords {
     HostRecords {
         addresses: ips(list),
         cname: None,
+        ttl: None,
     }
 }
 
@@ -69,6 +70,7 @@ pub fn cname(target: &str) -> HostRecords {
     HostRecords {
         addresses: vec![],
         cname: Some(name(target)),
+        ttl: None,
     }
 }
 

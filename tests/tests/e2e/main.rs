@@ -7,6 +7,7 @@ mod bench_resource_sync;
 mod bench_secrets;
 mod cli;
 mod cluster_group;
+mod failover;
 mod https;
 mod isolation;
 mod least_privilege;

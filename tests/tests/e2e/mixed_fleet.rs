@@ -33,6 +33,8 @@ struct Seen {
     event: &'static str,
     name: String,
     address_type: String,
+    /// It carries a global name (annotation `xcc.test/global`), which the original cannot read.
+    global: bool,
 }
 
 /// Every event of the EndpointSlices in `xcc-dns` of one cluster from the moment it is started,
@@ -72,6 +74,7 @@ impl Recorder {
                         event,
                         name: slice.name_any(),
                         address_type: slice.address_type.clone(),
+                        global: slice.annotations().contains_key("xcc.test/global"),
                     });
                 }
             }
@@ -225,7 +228,7 @@ async fn fleet(binaries: &xcc_e2e::Binaries) -> Fleet {
         },
     )
     .await;
-    assert_eq!(features, "ipv6,fqdn");
+    assert_eq!(features, "ipv6,fqdn,global");
     cb.kubectl(&["create", "namespace", "xcc-dns"])
         .await
         .unwrap();
@@ -400,7 +403,7 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
     // cluster-b: only slices the original reads were ever created, changed or deleted.
     let unreadable: Vec<&Seen> = seen_b
         .iter()
-        .filter(|s| !matches!(s.address_type.as_str(), "IPv4" | "FQDN"))
+        .filter(|s| !matches!(s.address_type.as_str(), "IPv4" | "FQDN") || s.global)
         .collect();
     assert!(
         unreadable.is_empty(),
@@ -441,6 +444,13 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
         })
         .collect();
     assert_eq!(ipv6_a, ["ADDED", "DELETED"], "{seen_a:#?}");
+    // ... and the global name's slices (cluster-b never saw one, above).
+    assert!(
+        seen_a
+            .iter()
+            .any(|s| s.global && s.event == "ADDED" && s.name == "dev-team-cluster-a-global"),
+        "{seen_a:#?}"
+    );
 
     // Later cluster-b gets an xcc-agent: within the announcement TTL it is sent IPv6 too, and
     // the slice an earlier version left there is the controller's to update again.
