@@ -56,6 +56,8 @@ pub struct Context {
     pub said: Mutex<HashMap<String, Said>>,
     /// Where the copies' writes are counted.
     pub counted: crate::sink::Counted,
+    /// The imports given the finalizer a moment ago.
+    pub finalizer_asked: super::FinalizerAsked,
     /// Per import: what its watch of the remote Secret holds ([`Seen`]).
     pub seen: Arc<Mutex<HashMap<ObjectRef<SecretImport>, Seen>>>,
     /// Peer API servers (by URL) that refused a streamed list (`sendInitialEvents`, Kubernetes
@@ -223,6 +225,9 @@ pub fn classify(result: Result<Option<Secret>, kube::Error>) -> Remote {
 
 pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = import.namespace().unwrap_or_default();
+    if let Some(wait) = ctx.finalizer_asked.stale(&*import) {
+        return Ok(Action::requeue(wait));
+    }
     // A new import: its watch of the remote Secret starts listing while the finalizer is being
     // written, so that the reconcile which follows finds the remote Secret already listed.
     if import.metadata.deletion_timestamp.is_none()
@@ -237,6 +242,7 @@ pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<A
         watch_remote(&ctx, key, &peer, &namespace, &import.spec.secret.name);
     }
     let api: Api<SecretImport> = Api::namespaced(ctx.client.clone(), &namespace);
+    ctx.finalizer_asked.asking(&*import);
     finalized(
         finalizer(&api, FINALIZER, import, |event| async {
             match event {
@@ -885,6 +891,7 @@ mod tests {
             remote: Wakers::new(tx),
             seen: Default::default(),
             list_first: Default::default(),
+            finalizer_asked: Default::default(),
             local: kube::runtime::reflector::store::<PartialObjectMeta<Secret>>().0,
             written: Default::default(),
             local_listed: Default::default(),

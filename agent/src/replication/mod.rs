@@ -20,7 +20,7 @@ mod export;
 mod import;
 mod monitors;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -110,6 +110,55 @@ pub fn finalized(
             Ok(kube::runtime::controller::Action::await_change())
         }
         Err(error) => Err(Error::Finalizer(Box::new(error))),
+    }
+}
+
+/// The objects this reconciler asked to add [`FINALIZER`] to, by UID, with the resourceVersion
+/// they had then and when. An object handed over again at that version predates the finalizer (a
+/// wake came before the watch delivered the new version): it waits a moment for the new version,
+/// which is on its way, instead of asking the API server to add the finalizer a second time
+/// (which fails). If no new version comes (the first request failed), it asks again after
+/// [`FINALIZER_WAIT`].
+#[derive(Default)]
+pub struct FinalizerAsked(std::sync::Mutex<HashMap<String, (String, std::time::Instant)>>);
+
+/// How long an object that predates the finalizer it was given waits for its new version.
+const FINALIZER_WAIT: Duration = Duration::from_secs(5);
+
+impl FinalizerAsked {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, std::time::Instant)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long `object` waits, if it is the version the finalizer was asked for from; an
+    /// object that carries the finalizer, or has moved on, is forgotten.
+    pub fn stale<K: Resource>(&self, object: &K) -> Option<Duration> {
+        let uid = object.uid().unwrap_or_default();
+        let has = object.finalizers().iter().any(|f| f == FINALIZER);
+        let mut asked = self.lock();
+        if let Some((version, when)) = asked.get(&uid)
+            && !has
+            && object.meta().deletion_timestamp.is_none()
+            && object.resource_version().as_ref() == Some(version)
+            && when.elapsed() < FINALIZER_WAIT
+        {
+            return Some(FINALIZER_WAIT - when.elapsed());
+        }
+        asked.remove(&uid);
+        None
+    }
+
+    /// Notes that the finalizer is being asked for on `object` as it is, if it lacks it.
+    pub fn asking<K: Resource>(&self, object: &K) {
+        if object.finalizers().iter().any(|f| f == FINALIZER)
+            || object.meta().deletion_timestamp.is_some()
+        {
+            return;
+        }
+        if let (Some(uid), Some(version)) = (object.uid(), object.resource_version()) {
+            self.lock()
+                .insert(uid, (version, std::time::Instant::now()));
+        }
     }
 }
 
@@ -295,6 +344,7 @@ pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<boo
         remote: crate::wakers::Wakers::new(import_tx),
         seen: Default::default(),
         list_first: Default::default(),
+        finalizer_asked: Default::default(),
         local: local_secrets.store(),
         written: Default::default(),
         local_listed: local_secrets.listed(),
@@ -484,6 +534,35 @@ mod tests {
         assert!(finalized(Err(F::AddFinalizer(status(404)))).is_ok());
         assert!(finalized(Err(F::RemoveFinalizer(status(409)))).is_err());
         assert!(finalized(Err(F::CleanupFailed(Error::Kube(status(404))))).is_err());
+        // Adding the finalizer to an older version: wait for the newer one, no retry storm.
+        assert!(finalized(Err(F::AddFinalizer(status(422)))).is_ok());
+    }
+
+    #[test]
+    fn an_object_older_than_its_finalizer_waits_for_the_newer_version() {
+        let object = |version: &str, finalizers: &[&str]| {
+            let mut secret = k8s_openapi::api::core::v1::Secret::default();
+            secret.metadata.uid = Some("u1".into());
+            secret.metadata.resource_version = Some(version.into());
+            secret.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+            secret
+        };
+        let asked = FinalizerAsked::default();
+        assert_eq!(asked.stale(&object("1", &[])), None, "never asked");
+        asked.asking(&object("1", &[]));
+        let wait = asked
+            .stale(&object("1", &[]))
+            .expect("the same version again is stale");
+        assert!(wait <= FINALIZER_WAIT);
+        // The new version, with the finalizer: current, and the note is forgotten.
+        assert_eq!(asked.stale(&object("2", &[FINALIZER])), None);
+        assert_eq!(asked.stale(&object("1", &[])), None);
+        // Someone removed the finalizer later: a newer version without it is not stale.
+        asked.asking(&object("3", &[]));
+        assert_eq!(asked.stale(&object("4", &[])), None);
+        // An object that has the finalizer is never noted.
+        asked.asking(&object("5", &[FINALIZER]));
+        assert_eq!(asked.stale(&object("5", &[])), None);
     }
 
     #[test]
