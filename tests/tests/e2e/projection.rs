@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
     Api,
@@ -40,20 +39,12 @@ pub(crate) fn ready(object: &DynamicObject) -> Option<(String, String)> {
 }
 
 /// The test bed runs no kube-controller-manager: the root CA ConfigMap it would publish in
-/// every namespace is written here, from the admin kubeconfig's CA.
+/// every namespace is written here, from the test bed's serving CA.
 pub(crate) async fn publish_root_ca(cluster: &Cluster) {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let ca = kubeconfig.clusters[0]
-        .cluster
-        .as_ref()
-        .and_then(|c| c.certificate_authority_data.clone())
-        .expect("the admin kubeconfig has its CA inline");
-    let pem = base64::engine::general_purpose::STANDARD
-        .decode(ca)
-        .unwrap();
+    let pem = cluster.serving_ca().unwrap();
     let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kube-root-ca.crt", "namespace": NS},
-        "data": {"ca.crt": String::from_utf8(pem).unwrap()},
+        "data": {"ca.crt": pem},
     }))
     .unwrap();
     Api::<ConfigMap>::namespaced(cluster.client.clone(), NS)
