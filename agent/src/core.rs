@@ -21,3 +21,16 @@ pub struct Core {
     pub local_secrets: LocalSecrets,
     pub metrics: SyncMetrics,
 }
+
+impl Core {
+    /// The Event recorder of the agent's reconcilers: controller `xcc-agent`, instance the pod.
+    pub fn recorder(&self) -> kube::runtime::events::Recorder {
+        kube::runtime::events::Recorder::new(
+            self.client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "xcc-agent".into(),
+                instance: self.instance.clone(),
+            },
+        )
+    }
+}

@@ -29,10 +29,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
     api::{ApiResource, GroupVersionKind},
-    runtime::{
-        Controller,
-        events::{Recorder, Reporter},
-    },
+    runtime::Controller,
 };
 
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
@@ -129,13 +126,7 @@ pub async fn run(
             "the cluster-registry CRDs are not installed (manifests/crds); resource sync waits for them"
         );
     }
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "xcc-agent".into(),
-            instance: core.instance.clone(),
-        },
-    );
+    let recorder = core.recorder();
     let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
     // Clusters are read from the one local watch of the kind, which group sync reads too.
     let view = core.sources.view(

@@ -29,11 +29,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use kube::{
     Api, CustomResourceExt,
-    runtime::{
-        Controller,
-        events::{Recorder, Reporter},
-        reflector::ObjectRef,
-    },
+    runtime::{Controller, reflector::ObjectRef},
 };
 use xcc_kube::PeerClient;
 
@@ -176,13 +172,7 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
         controller.store(),
         wake_tx.clone(),
     ));
-    let recorder = Recorder::new(
-        core.client.clone(),
-        Reporter {
-            controller: "xcc-agent".into(),
-            instance: core.instance.clone(),
-        },
-    );
+    let recorder = core.recorder();
     let ctx = Arc::new(replicator::Context::new(
         core.clone(),
         namespace,

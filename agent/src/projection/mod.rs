@@ -38,7 +38,7 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::{
         Controller,
-        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        events::{Event as KubeEvent, EventType, Recorder},
         reflector::ObjectRef,
     },
 };
@@ -239,13 +239,7 @@ async fn run_workload_side(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let recorder = Recorder::new(
-        core.client.clone(),
-        Reporter {
-            controller: "xcc-agent".into(),
-            instance: core.instance.clone(),
-        },
-    );
+    let recorder = core.recorder();
     let links = Typed::<DownstreamClusterLink>::new();
     let groups = Typed::<ClusterAPIGroupImport>::new();
     let resources = Typed::<APIResourceImport>::new();
@@ -399,13 +393,7 @@ async fn run_service_side(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let recorder = Recorder::new(
-        core.client.clone(),
-        Reporter {
-            controller: "xcc-agent".into(),
-            instance: core.instance.clone(),
-        },
-    );
+    let recorder = core.recorder();
     let links = Typed::<UpstreamClusterLink>::new();
     let bindings = Typed::<APIExportRoleBinding>::new();
 
