@@ -45,7 +45,13 @@ type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A client for `config`: HTTP/2 streams when the server is reached over TLS without a proxy,
 /// kube's HTTP/1.1 client otherwise.
-pub fn client(config: Config) -> Result<Client, kube::Error> {
+///
+/// Neither path retries on its own: kube's default retry of 429/503/504 (up to 15 times, with
+/// delays growing to minutes) would hold a reconciler, or a request the aggregated API server
+/// forwards, long after the answer came. Callers see every answer and retry on their own
+/// schedule ([`crate::Backoff`]).
+pub fn client(mut config: Config) -> Result<Client, kube::Error> {
+    config.default_retry = false;
     let default_ns = config.default_namespace.clone();
     let http1 = Client::try_from(config.clone())?;
     let Some(peer) = Peer::new(&config)? else {

@@ -88,7 +88,10 @@ current-context: {name}
 
 async fn client_for(yaml: &str) -> anyhow::Result<Client> {
     let file: KubeconfigFile = serde_yaml::from_str(yaml)?;
-    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?;
+    // Tests see every answer as it comes: no hidden retries of 429/503/504.
+    config.default_retry = false;
     Ok(Client::try_from(config)?)
 }
 
@@ -304,10 +307,12 @@ impl Cluster {
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        let mut placeholder = kube::Config::new(url.parse()?);
+        placeholder.default_retry = false;
         let mut cluster = Cluster {
             name: name.to_string(),
             url: url.clone(),
-            client: Client::try_from(kube::Config::new(url.parse()?))?,
+            client: Client::try_from(placeholder)?,
             kubeconfig,
             kubectl: binaries.kubectl.clone(),
             dir,
@@ -559,4 +564,29 @@ impl Cluster {
 
 fn http_get(path: &str) -> anyhow::Result<http::Request<Vec<u8>>> {
     Ok(http::Request::get(path).body(Vec::new())?)
+}
+
+/// An API server stopped with SIGSTOP: the kernel still accepts its connections, nothing ever
+/// answers. SIGCONT when dropped, however the test ends, so that the test bed can stop.
+pub struct Blackhole(u32);
+
+impl Blackhole {
+    pub fn start(cluster: &Cluster) -> Blackhole {
+        let pid = cluster.apiserver_pid();
+        assert_ne!(pid, 0, "{}'s API server runs", cluster.name);
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -STOP {pid}");
+        Blackhole(pid)
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
 }

@@ -23,5 +23,5 @@ mod process;
 pub mod xcc;
 
 pub use binaries::{Binaries, require_testbed};
-pub use cluster::{Cluster, Kubeconfig, Testbed};
+pub use cluster::{Blackhole, Cluster, Kubeconfig, Testbed};
 pub use process::{Process, free_port, spawn};

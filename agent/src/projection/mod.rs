@@ -32,14 +32,15 @@ pub mod proxy;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
     Api, CustomResourceExt, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{PartialObjectMeta, Patch, PatchParams},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder},
-        reflector::ObjectRef,
+        reflector::{self, ObjectRef},
+        watcher,
     },
 };
 use serde_json::json;
@@ -243,11 +244,27 @@ async fn run_workload_side(
     let links = Typed::<DownstreamClusterLink>::new();
     let groups = Typed::<ClusterAPIGroupImport>::new();
     let resources = Typed::<APIResourceImport>::new();
+    // Which namespaces are being deleted, for the aggregated server (metadata only).
+    let (namespaces, namespace_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    let namespace_watch = tokio::spawn(
+        watcher::watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(core.client.clone()),
+            watcher::Config::default(),
+        )
+        .backoff(xcc_kube::Backoff::local())
+        .reflect(namespace_writer)
+        .for_each(|event| async move {
+            if let Err(error) = event {
+                tracing::debug!(error = %xcc_kube::bounded(&error), "namespace watch failed; retrying");
+            }
+        }),
+    );
     let proxy = Arc::new(proxy::Proxy::new(
         core.client.clone(),
         core.peers.clone(),
         groups.store(),
         resources.store(),
+        namespaces,
         core.metrics.clone(),
     ));
     let server = match tokio::net::TcpListener::bind(settings.proxy_listen).await {
@@ -379,6 +396,7 @@ async fn run_workload_side(
     for watch in watches {
         watch.abort();
     }
+    namespace_watch.abort();
     if let Some(server) = server {
         let _ = server.await;
     }

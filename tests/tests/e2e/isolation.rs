@@ -13,7 +13,7 @@ use kube::{
     Api, ResourceExt,
     api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
-use xcc_e2e::{Cluster, Testbed, require_testbed};
+use xcc_e2e::{Blackhole, Cluster, Testbed, require_testbed};
 
 use crate::measure::create_all;
 use crate::resource_sync::{NAMES, cluster_status, group_with, wait_for};
@@ -81,35 +81,6 @@ async fn sync_time(from: &Cluster, to: &Cluster, prefix: &str, count_: usize) ->
     )
     .await;
     started.elapsed()
-}
-
-/// Sends `signal` to process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Continues a stopped API server when the test ends, however it ends, so the test bed can stop.
-struct Blackhole(u32);
-
-impl Blackhole {
-    fn start(cluster: &Cluster) -> Blackhole {
-        let pid = cluster.apiserver_pid();
-        assert_ne!(pid, 0, "{}'s API server runs", cluster.name);
-        signal(pid, "-STOP");
-        Blackhole(pid)
-    }
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
 }
 
 fn import_yaml(name: &str, kubeconfig: &str) -> String {

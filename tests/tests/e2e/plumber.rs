@@ -16,7 +16,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
+use xcc_e2e::{Blackhole, Cluster, Testbed, require_testbed, xcc::Agent};
 
 use crate::resource_sync::{manifest, repo, start_agent_with, wait_for};
 
@@ -302,30 +302,6 @@ async fn certificates_verify(cluster: &Cluster) {
         !ok,
         "the server certificate must not verify for another host"
     );
-}
-
-/// SIGSTOP of an API server: connections are accepted, nothing answers (SIGCONT on drop).
-struct Blackhole(u32);
-
-impl Blackhole {
-    fn start(cluster: &Cluster) -> Blackhole {
-        let pid = cluster.apiserver_pid();
-        assert_ne!(pid, 0);
-        let status = std::process::Command::new("kill")
-            .args(["-STOP", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        Blackhole(pid)
-    }
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
 }
 
 /// The 403 of a call that plumber's RBAC must not allow.

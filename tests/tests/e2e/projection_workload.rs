@@ -17,7 +17,7 @@ use kube::{
     },
 };
 use serde_json::json;
-use xcc_e2e::{Cluster, Testbed, free_port, require_testbed};
+use xcc_e2e::{Binaries, Blackhole, Cluster, Testbed, free_port, require_testbed, xcc::Agent};
 
 use crate::{
     projection::{publish_root_ca, ready},
@@ -136,12 +136,28 @@ fn status_code(result: Result<impl Sized, kube::Error>) -> Option<u16> {
     }
 }
 
-#[tokio::test]
-async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_cluster() {
-    let Some(binaries) = require_testbed() else {
-        return;
-    };
-    let bed = Testbed::start_named(&binaries, &["services", "workload"])
+/// Both clusters with the RabbitMQ-like API projected from "services" to "workload" as the
+/// reference describes, every object Ready and `kubectl api-resources` listing it.
+struct Projected {
+    bed: Testbed,
+    _services_agent: Agent,
+    workload_agent: Agent,
+    /// The port of the workload agent's aggregated API server.
+    port: String,
+}
+
+impl Projected {
+    fn services(&self) -> &Cluster {
+        &self.bed.clusters[0]
+    }
+
+    fn workload(&self) -> &Cluster {
+        &self.bed.clusters[1]
+    }
+}
+
+async fn project(binaries: &Binaries) -> Projected {
+    let bed = Testbed::start_named(binaries, &["services", "workload"])
         .await
         .unwrap();
     let (services, workload) = (&bed.clusters[0], &bed.clusters[1]);
@@ -200,7 +216,7 @@ spec:
         .await
         .unwrap();
     let services_port = free_port().to_string();
-    let _services_agent = start_agent_with(
+    let services_agent = start_agent_with(
         services,
         "xcc-agent.log",
         &[
@@ -355,6 +371,32 @@ spec:
         },
     )
     .await;
+
+    Projected {
+        bed,
+        _services_agent: services_agent,
+        workload_agent,
+        port,
+    }
+}
+
+#[tokio::test]
+async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_cluster() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let projected = project(&binaries).await;
+    let (services, workload) = (projected.services(), projected.workload());
+    let (port, workload_agent) = (&projected.port, &projected.workload_agent);
+    let links: Api<DynamicObject> = Api::namespaced_with(
+        workload.client.clone(),
+        NS,
+        &projection("DownstreamClusterLink"),
+    );
+    let imports: Api<DynamicObject> = Api::all_with(
+        workload.client.clone(),
+        &projection("ClusterAPIGroupImport"),
+    );
 
     // OpenAPI v3 of the imported group only: kubectl explain knows the projected kind.
     wait_for(
@@ -718,6 +760,120 @@ spec:
                 .await
                 .is_err()
                 .then_some(())
+        },
+    )
+    .await;
+}
+
+/// The service cluster stopped (SIGSTOP: connections accepted, nothing answers): discovery still
+/// lists the group, a request fails with 503 and `Retry-After` within 2 s, and a workload
+/// namespace is deleted without waiting on the service cluster and without deleting its objects
+/// there (the documented choice). After SIGCONT everything works again, nothing restarted.
+#[tokio::test]
+async fn a_stopped_service_cluster_breaks_neither_discovery_nor_namespace_deletion() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let projected = project(&binaries).await;
+    let (services, workload) = (projected.services(), projected.workload());
+    let _namespace_controller =
+        xcc_e2e::aggregation::start_controllers(&binaries, workload, "namespace").unwrap();
+    workload.apply_yaml(RABBIT).await.unwrap();
+    let upstream: Api<DynamicObject> =
+        Api::namespaced_with(services.client.clone(), "team-1", &rabbits());
+    upstream.get("hello").await.expect("created upstream");
+    // kubectl with a discovery cache of its own, so that it asks the server.
+    let cache = format!(
+        "--cache-dir={}",
+        workload.dir().join("kubectl-cache").display()
+    );
+    let path = "/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters";
+
+    let blackhole = Blackhole::start(services);
+    let started = std::time::Instant::now();
+    let out = workload
+        .kubectl(&["api-resources", "--api-group=rabbitmq.com", &cache])
+        .await
+        .expect("discovery works while the service cluster is stopped");
+    eprintln!(
+        "projection: service cluster stopped → api-resources in {:?}",
+        started.elapsed()
+    );
+    assert!(out.contains("rabbitmqclusters"), "{out}");
+
+    let started = std::time::Instant::now();
+    let response = workload
+        .client
+        .send(
+            http::Request::get(path)
+                .body(kube::client::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    eprintln!(
+        "projection: service cluster stopped → {} in {took:?}",
+        response.status()
+    );
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    assert!(took < Duration::from_secs(2), "503 after {took:?}");
+    let started = std::time::Instant::now();
+    let refused = workload
+        .kubectl(&["get", "rabbitmqclusters", "-n", "team-1", &cache])
+        .await
+        .expect_err("kubectl get fails while the service cluster is stopped");
+    let took = started.elapsed();
+    assert!(
+        refused.to_string().contains("ServiceUnavailable"),
+        "{refused}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "kubectl failed after {took:?}"
+    );
+    eprintln!("projection: service cluster stopped → kubectl get fails in {took:?}");
+
+    // Deleting a workload namespace does not wait for the service cluster.
+    let started = std::time::Instant::now();
+    workload
+        .kubectl(&["delete", "namespace", "team-1", "--timeout=60s"])
+        .await
+        .expect("the namespace is deleted while the service cluster is stopped");
+    eprintln!(
+        "projection: namespace deleted in {:?} with the service cluster stopped",
+        started.elapsed()
+    );
+
+    // Back: the service cluster kept its objects, and the projection serves them again once the
+    // namespace and its APIResourceImport are back.
+    drop(blackhole);
+    assert!(
+        upstream.get("hello").await.is_ok(),
+        "a workload namespace's deletion keeps the service cluster's objects"
+    );
+    workload
+        .kubectl(&["create", "namespace", "team-1"])
+        .await
+        .unwrap();
+    workload
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("manifests/examples/projection-api-resource-import.yaml"),
+        ])
+        .await
+        .unwrap();
+    wait_for(
+        "kubectl get lists the kept object again",
+        Duration::from_secs(30),
+        || async {
+            let out = workload
+                .kubectl(&["get", "rabbitmqclusters", "-n", "team-1", &cache])
+                .await
+                .ok()?;
+            out.contains("hello").then_some(())
         },
     )
     .await;

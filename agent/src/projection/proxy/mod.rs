@@ -23,7 +23,9 @@
 //! bounded text.
 
 pub mod front;
+pub mod openapi;
 pub mod request;
+pub mod upstream;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -38,9 +40,13 @@ use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
 use k8s_openapi::api::{
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
-    core::v1::ConfigMap,
+    core::v1::{ConfigMap, Namespace},
 };
-use kube::{Api, Client, ResourceExt, api::PostParams, runtime::reflector::Store};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{PartialObjectMeta, PostParams},
+    runtime::reflector::{ObjectRef, Store},
+};
 use rustls::{
     ServerConfig,
     server::{ClientHello, ResolvesServerCert},
@@ -54,19 +60,28 @@ use super::api::{APIResourceImport, ClusterAPIGroupImport};
 use crate::sync_metrics::SyncMetrics;
 use front::{FrontProxy, User};
 use request::{ResourceRequest, Target};
+use upstream::{Liveness, Upstream};
 
 /// Largest request body accepted (kube-apiserver's own limit is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Largest OpenAPI v2 document read from upstream (a whole cluster's, several MiB).
+const MAX_OPENAPI_BODY: usize = 64 * 1024 * 1024;
 /// Largest error body read from upstream before it is answered as a Status.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-/// How long upstream may take to answer a request with its headers.
-pub const UPSTREAM_DEADLINE: Duration = Duration::from_secs(10);
+/// How long upstream may take to answer a request with its headers while it answers
+/// [`upstream`]'s questions (kube-apiserver's own default request timeout).
+pub const UPSTREAM_DEADLINE: Duration = Duration::from_secs(60);
+/// The same for discovery and OpenAPI, which have a last good copy to fall back on (well inside
+/// the 5 s kube-aggregator allows an APIService's availability check).
+const DISCOVERY_DEADLINE: Duration = Duration::from_secs(3);
 /// How long a TLS handshake may take.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the front proxy's settings are read again.
 const FRONT_PROXY_REFRESH: Duration = Duration::from_secs(30);
-/// What a 503 asks the client to wait, in seconds.
-const RETRY_AFTER: &str = "1";
+/// What this server's 503 asks the client to wait, in seconds: nothing, because the answer comes
+/// at once while the service cluster is silent ([`upstream`]). client-go retries a 5xx with
+/// `Retry-After` up to ten times: with 0 that costs `kubectl get` milliseconds, not ten seconds.
+const RETRY_AFTER: &str = "0";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every answer: a whole one, or upstream's stream.
@@ -119,9 +134,13 @@ pub struct Proxy {
     links: RwLock<HashMap<String, PeerClient>>,
     imports: Store<ClusterAPIGroupImport>,
     resources: Store<APIResourceImport>,
+    /// This cluster's namespaces: which are being deleted.
+    namespaces: Store<PartialObjectMeta<Namespace>>,
     metrics: SyncMetrics,
     /// The last good discovery answer of each path.
     discovery: Mutex<HashMap<String, Bytes>>,
+    /// Whether each link's service cluster answers.
+    liveness: Liveness,
     /// Where the server listens, once it does.
     listening: Mutex<Option<SocketAddr>>,
 }
@@ -132,6 +151,7 @@ impl Proxy {
         peers: PeerClients,
         imports: Store<ClusterAPIGroupImport>,
         resources: Store<APIResourceImport>,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
         metrics: SyncMetrics,
     ) -> Proxy {
         Proxy {
@@ -143,8 +163,10 @@ impl Proxy {
             links: RwLock::default(),
             imports,
             resources,
+            namespaces,
             metrics,
             discovery: Mutex::default(),
+            liveness: Liveness::default(),
             listening: Mutex::new(None),
         }
     }
@@ -195,10 +217,12 @@ impl Proxy {
 
     /// Link `namespace/name` has no usable client (any more).
     pub fn drop_link(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
         self.links
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&format!("{namespace}/{name}"));
+            .remove(&key);
+        self.liveness.forget(&key);
     }
 
     /// The client of link `namespace/name`, if it has one.
@@ -439,6 +463,11 @@ impl Proxy {
                 label.verb = "openapi";
                 self.openapi_index().await
             }
+            Target::OpenApiV2 => {
+                label.verb = "openapi";
+                self.openapi_v2(request.headers().get(header::IF_NONE_MATCH))
+                    .await
+            }
             Target::OpenApiGroup { group } => {
                 let path = request
                     .uri()
@@ -527,7 +556,7 @@ impl Proxy {
             Ok(client) => client,
             Err(answer) => return self.cached(path).map(json_body).unwrap_or(*answer),
         };
-        match self.upstream_json(&client, path).await {
+        match self.upstream_json(&client, path, MAX_BODY).await {
             Some(body) => {
                 self.discovery
                     .lock()
@@ -542,22 +571,22 @@ impl Proxy {
         }
     }
 
-    /// GET `path` upstream as JSON: the body of a 200 that parses, else `None`.
-    async fn upstream_json(&self, upstream: &Upstream, path: &str) -> Option<Bytes> {
+    /// GET `path` upstream as JSON: the body of a 200 that parses, at most `limit` bytes, else
+    /// `None`.
+    async fn upstream_json(&self, upstream: &Upstream, path: &str, limit: usize) -> Option<Bytes> {
         let request = Request::get(path)
             .header(header::ACCEPT, "application/json")
             .body(kube::client::Body::empty())
             .ok()?;
-        let started = std::time::Instant::now();
-        let sent =
-            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
-        self.metrics
-            .proxy_upstream(&upstream.link, started.elapsed());
-        let response = sent.ok()?.ok()?;
+        let response = self
+            .liveness
+            .send(upstream, request, DISCOVERY_DEADLINE, &self.metrics)
+            .await
+            .ok()?;
         if response.status() != StatusCode::OK {
             return None;
         }
-        let body = Limited::new(response.into_body(), MAX_BODY)
+        let body = Limited::new(response.into_body(), limit)
             .collect()
             .await
             .ok()?
@@ -566,10 +595,9 @@ impl Proxy {
         Some(body)
     }
 
-    /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
-    /// only (so the workload cluster's OpenAPI gains nothing else of theirs).
-    async fn openapi_index(&self) -> Response<Body> {
-        let mut paths = serde_json::Map::new();
+    /// For each link with imports: its imported groups and upstream's JSON document at `path`,
+    /// or the last good copy while upstream does not give one.
+    async fn documents(&self, path: &str, limit: usize) -> Vec<(Vec<String>, serde_json::Value)> {
         let mut by_link: BTreeMap<String, (Arc<ClusterAPIGroupImport>, Vec<String>)> =
             BTreeMap::new();
         for import in self.imports.state() {
@@ -583,38 +611,68 @@ impl Proxy {
                 .1
                 .push(import.spec.group.clone());
         }
+        let mut documents = Vec::new();
         for (link, (import, groups)) in by_link {
-            let key = format!("/openapi/v3 {link}");
-            let index = match self.client_of(&import) {
-                Ok(client) => match self.upstream_json(&client, "/openapi/v3").await {
-                    Some(body) => {
-                        self.discovery
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(key, body.clone());
-                        Some(body)
-                    }
-                    None => self.cached(&key),
-                },
-                Err(_) => self.cached(&key),
+            let key = format!("{path} {link}");
+            let fresh = match self.client_of(&import) {
+                Ok(client) => self.upstream_json(&client, path, limit).await,
+                Err(_) => None,
             };
-            let Some(index) =
-                index.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            else {
-                continue;
-            };
-            for (path, entry) in index["paths"].as_object().into_iter().flatten() {
-                let imported = groups.iter().any(|g| {
-                    path.strip_prefix("apis/")
-                        .and_then(|p| p.strip_prefix(g.as_str()))
-                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-                });
-                if imported {
-                    paths.insert(path.clone(), entry.clone());
+            let body = match fresh {
+                Some(body) => {
+                    self.discovery
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key, body.clone());
+                    Some(body)
                 }
+                None => self.cached(&key),
+            };
+            if let Some(document) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
+                documents.push((groups, document));
             }
         }
+        documents
+    }
+
+    /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
+    /// only (so the workload cluster's OpenAPI gains nothing else of theirs).
+    async fn openapi_index(&self) -> Response<Body> {
+        let mut paths = serde_json::Map::new();
+        for (groups, index) in self.documents("/openapi/v3", MAX_BODY).await {
+            openapi::v3_index_paths(&index, &groups, &mut paths);
+        }
         json_body(Bytes::from(json!({ "paths": paths }).to_string()))
+    }
+
+    /// `/openapi/v2`: the imported groups' paths of the service clusters' Swagger document and
+    /// the definitions they use, with an `ETag` so that kube-aggregator's polling costs a 304
+    /// when nothing changed.
+    async fn openapi_v2(&self, if_none_match: Option<&HeaderValue>) -> Response<Body> {
+        let mut merged = openapi::v2_empty("xcc");
+        for (groups, spec) in self.documents("/openapi/v2", MAX_OPENAPI_BODY).await {
+            openapi::v2_merge(&spec, &groups, &mut merged);
+        }
+        let body = Bytes::from(merged.to_string());
+        let etag = format!("\"{:016X}\"", {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            body.hash(&mut hasher);
+            hasher.finish()
+        });
+        if if_none_match.is_some_and(|v| v.as_bytes() == etag.as_bytes()) {
+            let mut response = Response::new(full(Bytes::new()));
+            *response.status_mut() = StatusCode::NOT_MODIFIED;
+            if let Ok(value) = HeaderValue::from_str(&etag) {
+                response.headers_mut().insert(header::ETAG, value);
+            }
+            return response;
+        }
+        let mut response = json_body(body);
+        if let Ok(value) = HeaderValue::from_str(&etag) {
+            response.headers_mut().insert(header::ETAG, value);
+        }
+        response
     }
 
     /// A resource request: imported here, allowed here, then forwarded with the link's identity.
@@ -644,6 +702,9 @@ impl Proxy {
                 resource.resource, resource.group
             ));
         };
+        if let Some(refusal) = self.namespace_gate(&resource, &namespace).await {
+            return refusal;
+        }
         if !self.imported_in(&import.name_any(), &namespace, &resource.resource) {
             return not_found(&format!(
                 "{}.{} is not imported in namespace {namespace} (no APIResourceImport lists it)",
@@ -667,6 +728,65 @@ impl Proxy {
             Err(answer) => return *answer,
         };
         self.forward(&client, request).await
+    }
+
+    /// The refusal of a request in a namespace being deleted, if it is: its projected resources
+    /// are no longer served there (404; a create gets kube-apiserver's 403), so that deleting a
+    /// workload namespace never waits on the service cluster and never deletes anything there
+    /// (the namespace controller takes 404 as "nothing to delete"). The objects in the
+    /// same-named namespace of the service cluster are kept. A delete is checked against the API
+    /// server itself, not the watch, so that one racing the namespace's deletion cannot reach
+    /// the service cluster.
+    async fn namespace_gate(
+        &self,
+        resource: &ResourceRequest,
+        namespace: &str,
+    ) -> Option<Response<Body>> {
+        let watched = self
+            .namespaces
+            .get(&ObjectRef::new(namespace))
+            .map(|ns| ns.metadata.deletion_timestamp.is_some());
+        let terminating = match watched {
+            Some(true) => true,
+            _ if matches!(resource.verb, "delete" | "deletecollection") => {
+                match Api::<Namespace>::all(self.local.clone())
+                    .get_metadata_opt(namespace)
+                    .await
+                {
+                    Ok(Some(ns)) => ns.metadata.deletion_timestamp.is_some(),
+                    Ok(None) => true,
+                    Err(error) => {
+                        tracing::warn!(%namespace, error = %xcc_kube::bounded(&error), "cannot read the namespace before a delete");
+                        return Some(unavailable(&format!(
+                            "cannot confirm that namespace {namespace} is not being deleted"
+                        )));
+                    }
+                }
+            }
+            _ => false,
+        };
+        if !terminating {
+            return None;
+        }
+        if resource.verb == "create" {
+            let mut value = status_value(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "{}.{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    resource.resource, resource.group
+                ),
+            );
+            value["details"] = json!({"group": resource.group, "kind": resource.resource,
+                "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                    "message": format!("namespace {namespace} is being terminated")}]});
+            return Some(value_answer(StatusCode::FORBIDDEN, &value));
+        }
+        Some(not_found(&format!(
+            "namespace {namespace} is being deleted: {}.{} is no longer served in it here (the \
+             service cluster's objects in its namespace {namespace} are kept)",
+            resource.resource, resource.group
+        )))
     }
 
     /// Asks this cluster whether `user` may do `resource`.
@@ -751,18 +871,13 @@ impl Proxy {
                 "the request is malformed",
             );
         };
-        let started = std::time::Instant::now();
-        let sent =
-            tokio::time::timeout(UPSTREAM_DEADLINE, upstream.client.client.send(request)).await;
-        self.metrics
-            .proxy_upstream(&upstream.link, started.elapsed());
-        let response = match sent {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => {
-                tracing::debug!(error = %xcc_kube::bounded(&error), "upstream request failed");
-                return unavailable("the service cluster did not answer");
-            }
-            Err(_) => return unavailable("the service cluster did not answer in time"),
+        let response = match self
+            .liveness
+            .send(upstream, request, UPSTREAM_DEADLINE, &self.metrics)
+            .await
+        {
+            Ok(response) => response,
+            Err(why) => return unavailable(&why.to_string()),
         };
         let (parts, body) = response.into_parts();
         let mut answer = Response::builder().status(parts.status);
@@ -782,7 +897,11 @@ impl Proxy {
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            return upstream_error(parts.status, &body);
+            return upstream_error(
+                parts.status,
+                &body,
+                parts.headers.get(header::RETRY_AFTER).cloned(),
+            );
         }
         let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
         answer.body(body).unwrap_or_else(|_| {
@@ -793,13 +912,6 @@ impl Proxy {
             )
         })
     }
-}
-
-/// The service cluster of one link.
-struct Upstream {
-    client: PeerClient,
-    /// `namespace/name` of the DownstreamClusterLink.
-    link: String,
 }
 
 /// What a request is counted as.
@@ -896,8 +1008,13 @@ fn forbidden(user: &User, r: &ResourceRequest) -> Response<Body> {
     value_answer(StatusCode::FORBIDDEN, &value)
 }
 
-/// Upstream's error as a Status with the same code, reason and details, its message bounded.
-fn upstream_error(code: StatusCode, body: &[u8]) -> Response<Body> {
+/// Upstream's error as a Status with the same code, reason and details, its message bounded;
+/// upstream's `Retry-After` kept (a 503 or 429 without one gets this server's).
+fn upstream_error(
+    code: StatusCode,
+    body: &[u8],
+    retry_after: Option<HeaderValue>,
+) -> Response<Body> {
     let parsed = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .filter(|v| v["kind"] == "Status");
@@ -916,10 +1033,14 @@ fn upstream_error(code: StatusCode, body: &[u8]) -> Response<Body> {
     let message = value["message"].as_str().unwrap_or_default().to_string();
     value["message"] = xcc_kube::bounded(&message).into();
     let mut response = value_answer(code, &value);
-    if code == StatusCode::SERVICE_UNAVAILABLE || code == StatusCode::TOO_MANY_REQUESTS {
+    let retry_after = retry_after.or_else(|| {
+        (code == StatusCode::SERVICE_UNAVAILABLE || code == StatusCode::TOO_MANY_REQUESTS)
+            .then(|| HeaderValue::from_static(RETRY_AFTER))
+    });
+    if let Some(retry_after) = retry_after {
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+            .insert(header::RETRY_AFTER, retry_after);
     }
     response
 }
@@ -934,7 +1055,7 @@ mod tests {
         let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
             "reason": "Forbidden", "code": 403, "message": long,
             "details": {"name": "hello", "group": "rabbitmq.com", "kind": "rabbitmqclusters"}});
-        let response = upstream_error(StatusCode::FORBIDDEN, body.to_string().as_bytes());
+        let response = upstream_error(StatusCode::FORBIDDEN, body.to_string().as_bytes(), None);
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
@@ -944,14 +1065,19 @@ mod tests {
         assert_eq!(value["details"]["name"], "hello");
         assert!(value["message"].as_str().unwrap().chars().count() <= 257);
 
-        let response = upstream_error(StatusCode::BAD_GATEWAY, b"<html>proxy</html>");
+        let response = upstream_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            b"<html>proxy</html>",
+            Some(HeaderValue::from_static("7")),
+        );
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
             .to_bytes();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             (value["kind"].as_str(), value["code"].as_u64()),
-            (Some("Status"), Some(502))
+            (Some("Status"), Some(429))
         );
     }
 

@@ -18,11 +18,13 @@ pub enum Target {
     Version { group: String, version: String },
     /// A request on resources of `/apis/<group>/<version>/...`.
     Resource(ResourceRequest),
+    /// `GET /openapi/v2`.
+    OpenApiV2,
     /// `GET /openapi/v3`.
     OpenApiIndex,
     /// `GET /openapi/v3/apis/<group>[/<version>]`.
     OpenApiGroup { group: String },
-    /// A path this server does not serve (`/apis`, `/openapi/v2`, `/api/...`): 404.
+    /// A path this server does not serve (`/apis`, `/api/...`): 404.
     Unserved,
 }
 
@@ -50,6 +52,9 @@ pub enum Refusal {
 
 /// Reads `method path?query`.
 pub fn parse(method: &Method, path: &str, query: Option<&str>) -> Result<Target, Refusal> {
+    if path == "/openapi/v2" {
+        return Ok(openapi(method, Target::OpenApiV2));
+    }
     if path == "/openapi/v3" || path == "/openapi/v3/" {
         return Ok(openapi(method, Target::OpenApiIndex));
     }
@@ -288,14 +293,15 @@ mod tests {
             }
         );
         assert!(parse(&Method::GET, "/openapi/v3/apis/../v1", None).is_err());
-        for path in [
-            "/apis",
-            "/api/v1",
-            "/openapi/v2",
-            "/healthz",
-            "/",
-            "/openapi/v3/api/v1",
-        ] {
+        assert_eq!(
+            parse(&Method::GET, "/openapi/v2", None).unwrap(),
+            Target::OpenApiV2
+        );
+        assert_eq!(
+            parse(&Method::POST, "/openapi/v2", None).unwrap(),
+            Target::Unserved
+        );
+        for path in ["/apis", "/api/v1", "/healthz", "/", "/openapi/v3/api/v1"] {
             assert_eq!(
                 parse(&Method::GET, path, None).unwrap(),
                 Target::Unserved,
