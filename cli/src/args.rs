@@ -9,10 +9,10 @@ const EXIT_CODES: &str = "Exit codes:
   1  error: a cluster could not be reached or refused a request, a kubeconfig was refused,
      a conflict (the message says what to do)
   2  usage: an unknown flag, command or context, or an invalid name
-  3  not available in this version (kubectl xcc link)
 
 Errors are one line on stderr. A command that fails changes nothing: everything is read and
-checked before the first write.";
+checked before the first write. (link: if the service cluster's agent gives no usable kubeconfig
+in time, the UpstreamClusterLink it applied stays, and nothing is written on the workload cluster.)";
 
 /// kubectl xcc: join clusters into a group, register plumber targets, see the state of
 /// everything xcc does, and explain the agent's DNS answers.
@@ -42,8 +42,17 @@ pub enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
-    /// Link a service cluster with a workload cluster (API projection). Not available in this
-    /// version: exits with code 3 and changes nothing.
+    /// Link a service cluster with a workload cluster for API projection: UpstreamClusterLink on
+    /// the service cluster, a copy of the kubeconfig its agent makes, and DownstreamClusterLink
+    /// on the workload cluster; waits until both are Ready. Idempotent.
+    ///
+    /// The copied kubeconfig holds a short-lived token (a day): the agent renews the Secret on
+    /// the service cluster, but the copy on the workload cluster does not follow. Run `kubectl
+    /// xcc link` again with the same arguments before the token expires (the command prints
+    /// when) to refresh the copy.
+    ///
+    /// Refuses, before writing anything, links or a Secret of the same name that it did not
+    /// make, or that it made for another pair of clusters.
     Link(LinkArgs),
     /// One table of every xcc object this context sees (Clusters, SecretExports/Imports,
     /// ResourceSyncRules, GatewayDNS, Replicators, ClusterDetectors) with its Ready state and
@@ -208,18 +217,49 @@ pub struct LeaveArgs {
     pub kube: KubeArgs,
 }
 
+/// `kubectl xcc link`: the two contexts, and the names of what it makes.
 #[derive(Debug, Args)]
 pub struct LinkArgs {
-    /// Context of the service cluster (where the API's resources live).
+    /// Context of the service cluster (upstream: where the API's resources live). Gets
+    /// UpstreamClusterLink NAMESPACE/NAME; its agent makes the kubeconfig Secret NAME-kubeconfig.
     #[arg(long, env = "XCC_SERVICE_CONTEXT")]
     pub service_context: String,
 
-    /// Context of the workload cluster (where the API is projected to).
+    /// Context of the workload cluster (downstream: where the API is projected to). Gets Secret
+    /// NAME-upstream-kubeconfig (a copy of that kubeconfig) and DownstreamClusterLink
+    /// NAMESPACE/NAME, whose agent generates the proxy's TLS Secret NAME-proxy-tls.
     #[arg(long, env = "XCC_WORKLOAD_CONTEXT")]
     pub workload_context: String,
 
-    #[command(flatten)]
-    pub kube: KubeArgs,
+    /// Namespace of the links and Secrets on both clusters (created when missing). The agent
+    /// needs its RoleBinding xcc-agent-projection-link there (manifests/agent/projection.yaml
+    /// has it for services-toolkit).
+    #[arg(
+        short = 'n',
+        long,
+        env = "XCC_LINK_NAMESPACE",
+        default_value = crate::link::DEFAULT_NAMESPACE
+    )]
+    pub namespace: String,
+
+    /// Name of both links (default: the workload context's name, lower-cased, every run of
+    /// characters other than a-z and 0-9 turned into one `-`, `link-` in front unless it starts
+    /// with a letter, cut to 57 characters). A lowercase RFC 1035 label of at most 57
+    /// characters, so that the Service NAME-proxy is valid.
+    #[arg(long, env = "XCC_LINK_NAME")]
+    pub name: Option<String>,
+
+    /// How long to wait for each link to become Ready (e.g. 60s, 2m).
+    #[arg(long, env = "XCC_LINK_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+
+    /// Kubeconfig file (default: the files in $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, env = "XCC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Timeout of each connection and API call (e.g. 10s, 1m).
+    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -409,8 +449,74 @@ mod tests {
     #[test]
     fn help_documents_the_exit_codes() {
         let help = Cli::command().render_long_help().to_string();
-        for line in ["0  success", "2  usage", "3  not available in this version"] {
+        for line in ["0  success", "2  usage"] {
             assert!(help.contains(line), "{help}");
+        }
+        assert!(!help.contains("3  not available"), "{help}");
+    }
+
+    #[test]
+    fn link_defaults_to_the_references_namespace_and_a_minute() {
+        match parse(&["link", "--service-context", "s", "--workload-context", "w"])
+            .unwrap()
+            .command
+        {
+            Command::Link(link) => {
+                assert_eq!(link.service_context, "s");
+                assert_eq!(link.workload_context, "w");
+                assert_eq!(link.namespace, "services-toolkit");
+                assert_eq!(link.name, None);
+                assert_eq!(link.timeout, Duration::from_secs(60));
+                assert_eq!(link.request_timeout, Duration::from_secs(10));
+                assert_eq!(link.kubeconfig, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&[
+            "link",
+            "--service-context=s",
+            "--workload-context=w",
+            "-n",
+            "team-a",
+            "--name",
+            "w-1",
+            "--timeout",
+            "2m",
+            "--request-timeout",
+            "3s",
+        ])
+        .unwrap()
+        .command
+        {
+            Command::Link(link) => {
+                assert_eq!(link.namespace, "team-a");
+                assert_eq!(link.name.as_deref(), Some("w-1"));
+                assert_eq!(link.timeout, Duration::from_secs(120));
+                assert_eq!(link.request_timeout, Duration::from_secs(3));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = parse(&[
+            "link",
+            "--service-context=s",
+            "--workload-context=w",
+            "--timeout",
+            "soon",
+        ])
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        let help = Cli::command()
+            .find_subcommand_mut("link")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for text in [
+            "[env: XCC_LINK_NAME=]",
+            "again",
+            "services-toolkit",
+            "57 characters",
+        ] {
+            assert!(help.contains(text), "{text:?} not in {help}");
         }
     }
 }

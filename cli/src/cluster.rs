@@ -33,7 +33,7 @@ use crate::{
     error::is_not_found,
 };
 
-const FIELD_MANAGER: &str = "kubectl-xcc";
+pub(crate) const FIELD_MANAGER: &str = "kubectl-xcc";
 /// On a cluster's own Cluster and Secret when join created them: leave deletes only those.
 pub const CREATED_BY: &str = "xcc.test/created-by";
 const CREATED_BY_VALUE: &str = "kubectl-xcc";
@@ -83,7 +83,7 @@ fn reach_error(target: &Target) -> impl FnOnce(kube::Error) -> Error {
 }
 
 /// The kube-system UID of a cluster: also the check that it answers.
-async fn cluster_id(target: &Target) -> Result<String, Error> {
+pub(crate) async fn cluster_id(target: &Target) -> Result<String, Error> {
     let namespaces: Api<Namespace> = Api::all(target.client.clone());
     let ns = namespaces
         .get("kube-system")
@@ -216,7 +216,7 @@ async fn mint(member: &Member, registry: &RegistryArgs, ttl: Duration) -> Result
     Ok(status.token)
 }
 
-async fn ensure_namespace(target: &Target, namespace: &str) -> Result<(), Error> {
+pub(crate) async fn ensure_namespace(target: &Target, namespace: &str) -> Result<(), Error> {
     let namespaces: Api<Namespace> = Api::all(target.client.clone());
     let what = format!("cannot create namespace {namespace} on {}", target.context);
     if namespaces

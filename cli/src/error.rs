@@ -7,8 +7,7 @@ pub mod exit {
     pub const ERROR: u8 = 1;
     /// The command line is wrong (an unknown flag or context, an invalid name).
     pub const USAGE: u8 = 2;
-    /// The command is not available in this version.
-    pub const NOT_AVAILABLE: u8 = 3;
+    // 3 meant "not available in this version" (link, before it was); no command uses it now.
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -17,9 +16,6 @@ pub enum Error {
     /// The command line names something that does not exist or is not valid.
     #[error("{0}")]
     Usage(String),
-    /// The command is not in this version.
-    #[error("{0}")]
-    NotAvailable(String),
     #[error(transparent)]
     Kubeconfig(#[from] xcc_kube::KubeconfigError),
     /// An API call failed: what was being done, and why.
@@ -33,7 +29,6 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit::USAGE,
-            Error::NotAvailable(_) => exit::NOT_AVAILABLE,
             _ => exit::ERROR,
         }
     }

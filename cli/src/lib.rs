@@ -6,12 +6,14 @@
 //!  kubectl xcc cluster join|leave                 cluster-registry's Cluster + Secret exchange
 //!  kubectl xcc status                             every xcc object this context sees, Ready or not
 //!  kubectl xcc dns NAME                           the agent's answer for NAME and where it came from
-//!  kubectl xcc link                               API projection (not in this version: exit 3)
+//!  kubectl xcc link                               API projection: UpstreamClusterLink, the kubeconfig
+//!                                                 copied across, DownstreamClusterLink
 //! ```
 //!
 //! Contexts come from the user's kubeconfig as kubectl finds it (`--kubeconfig`, else
 //! `$KUBECONFIG`, else `~/.kube/config`). Every command reads and checks everything it needs
-//! before its first write, so bad input changes nothing. Kubeconfigs the CLI writes into
+//! before its first write, so bad input changes nothing (`link` writes on the workload cluster
+//! only what the service cluster's agent made in answer to its first write). Kubeconfigs the CLI writes into
 //! Secrets pass the same trust rules the readers apply ([`xcc_kube::trust`]).
 
 mod args;
@@ -19,6 +21,7 @@ mod cluster;
 mod contexts;
 mod dns;
 mod error;
+mod link;
 mod output;
 mod plumber;
 mod status;
@@ -31,11 +34,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Plumber(args) => plumber::run(args).await,
         Command::Cluster { command } => cluster::run(command).await,
-        Command::Link(args) => Err(Error::NotAvailable(format!(
-            "linking {} (service) with {} (workload) needs API projection, which is not \
-             available in this version; nothing was changed",
-            args.service_context, args.workload_context
-        ))),
+        Command::Link(args) => link::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Dns(args) => dns::run(args).await,
         Command::Completions { shell } => {

@@ -21,15 +21,15 @@ use crate::xcc_dns::KUARD;
 
 /// What one run of the binary did.
 #[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Run {
     /// Asserts a failure with `code` and a one-line error containing every one of `words`.
-    fn fails(&self, code: i32, words: &[&str]) {
+    pub(crate) fn fails(&self, code: i32, words: &[&str]) {
         assert_eq!(self.code, code, "{self:?}");
         let line = self.stderr.trim_end();
         assert!(
@@ -41,20 +41,20 @@ impl Run {
         }
     }
 
-    fn ok(&self) -> &str {
+    pub(crate) fn ok(&self) -> &str {
         assert_eq!(self.code, 0, "{self:?}");
         &self.stdout
     }
 }
 
 /// The user's terminal: a kubeconfig and a home directory.
-struct User {
-    kubeconfig: PathBuf,
-    home: PathBuf,
+pub(crate) struct User {
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) home: PathBuf,
 }
 
 impl User {
-    async fn run(&self, args: &[&str]) -> Run {
+    pub(crate) async fn run(&self, args: &[&str]) -> Run {
         let mut command = tokio::process::Command::new(binary("kubectl-xcc"));
         for (var, _) in std::env::vars() {
             if var.starts_with("XCC_") {
@@ -83,7 +83,7 @@ fn entries(root: &Value, list: &str) -> Vec<Value> {
 
 /// One kubeconfig with the admin context of every cluster (named after it), plus `exec-user`
 /// (the first cluster with an exec credential) and `unreachable` (nothing listens there).
-fn user_kubeconfig(bed: &Testbed, dir: &Path) -> PathBuf {
+pub(crate) fn user_kubeconfig(bed: &Testbed, dir: &Path) -> PathBuf {
     let mut clusters = Vec::new();
     let mut users = Vec::new();
     let mut contexts = Vec::new();
@@ -211,16 +211,16 @@ async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
     for cluster in [first, second, third] {
         assert_eq!(cluster_names(cluster).await, [cluster.name.as_str()]);
     }
-    // Link: not in this version.
+    // Link (tests/tests/e2e/cli_link.rs): an unknown context is a usage error.
     user.run(&[
         "link",
         "--service-context",
         "first",
         "--workload-context",
-        "second",
+        "nope",
     ])
     .await
-    .fails(3, &["not available in this version"]);
+    .fails(2, &["\"nope\"", "first, second, third"]);
 
     // One command forms the group of three; the agents then sync a rule's Secret.
     let out = user

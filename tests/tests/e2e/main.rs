@@ -6,6 +6,7 @@ mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;
 mod cli;
+mod cli_link;
 mod cluster_group;
 mod failover;
 mod https;

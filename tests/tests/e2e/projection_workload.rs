@@ -112,7 +112,7 @@ fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
     ))
 }
 
-async fn install(cluster: &Cluster) {
+pub(crate) async fn install(cluster: &Cluster) {
     cluster
         .install_crds(&repo().join("manifests/crds"))
         .await
