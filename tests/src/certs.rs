@@ -25,17 +25,23 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
     let front_proxy_ca = ca("xcc-testbed-front-proxy-ca")?;
     std::fs::write(dir.join("front-proxy-ca.crt"), &front_proxy_ca.pem)?;
 
+    write_client(
+        dir,
+        "front-proxy-client",
+        "front-proxy-client",
+        &front_proxy_ca,
+    )
+}
+
+/// Writes `<stem>.crt` and `<stem>.key` into `dir`: a client certificate with common name `cn`
+/// signed by `ca`.
+pub fn write_client(dir: &Path, stem: &str, cn: &str, ca: &Ca) -> anyhow::Result<()> {
     let mut client = CertificateParams::new(Vec::<String>::new())?;
-    client
-        .distinguished_name
-        .push(DnType::CommonName, "front-proxy-client");
+    client.distinguished_name.push(DnType::CommonName, cn);
     let client_key = KeyPair::generate()?;
-    let client_cert = client.signed_by(&client_key, &front_proxy_ca.issuer)?;
-    std::fs::write(dir.join("front-proxy-client.crt"), client_cert.pem())?;
-    std::fs::write(
-        dir.join("front-proxy-client.key"),
-        client_key.serialize_pem(),
-    )?;
+    let client_cert = client.signed_by(&client_key, &ca.issuer)?;
+    std::fs::write(dir.join(format!("{stem}.crt")), client_cert.pem())?;
+    std::fs::write(dir.join(format!("{stem}.key")), client_key.serialize_pem())?;
     Ok(())
 }
 

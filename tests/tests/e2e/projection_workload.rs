@@ -72,7 +72,7 @@ spec:
               replicas: {type: integer}
 ";
 
-const RABBIT: &str = "apiVersion: rabbitmq.com/v1beta1
+pub(crate) const RABBIT: &str = "apiVersion: rabbitmq.com/v1beta1
 kind: RabbitmqCluster
 metadata:
   name: hello
@@ -86,7 +86,7 @@ fn projection(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, "v1alpha1", kind))
 }
 
-fn rabbits() -> ApiResource {
+pub(crate) fn rabbits() -> ApiResource {
     let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "rabbitmq.com",
         "v1beta1",
@@ -138,25 +138,25 @@ fn status_code(result: Result<impl Sized, kube::Error>) -> Option<u16> {
 
 /// Both clusters with the RabbitMQ-like API projected from "services" to "workload" as the
 /// reference describes, every object Ready and `kubectl api-resources` listing it.
-struct Projected {
-    bed: Testbed,
+pub(crate) struct Projected {
+    pub bed: Testbed,
     _services_agent: Agent,
-    workload_agent: Agent,
+    pub workload_agent: Agent,
     /// The port of the workload agent's aggregated API server.
-    port: String,
+    pub port: String,
 }
 
 impl Projected {
-    fn services(&self) -> &Cluster {
+    pub fn services(&self) -> &Cluster {
         &self.bed.clusters[0]
     }
 
-    fn workload(&self) -> &Cluster {
+    pub fn workload(&self) -> &Cluster {
         &self.bed.clusters[1]
     }
 }
 
-async fn project(binaries: &Binaries) -> Projected {
+pub(crate) async fn project(binaries: &Binaries) -> Projected {
     let bed = Testbed::start_named(binaries, &["services", "workload"])
         .await
         .unwrap();
@@ -533,6 +533,129 @@ async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_clu
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&forged.stdout), "401");
+
+    // Hostile requests as the front proxy (its real client certificate) get a clear 4xx and
+    // never reach the service cluster; a certificate of another CA of the same name gets 401.
+    let rogue = xcc_e2e::certs::ca("xcc-testbed-front-proxy-ca").unwrap();
+    xcc_e2e::certs::write_client(workload.dir(), "rogue", "front-proxy-client", &rogue).unwrap();
+    let big = workload.dir().join("big.json");
+    std::fs::write(&big, format!("{{\"pad\":\"{}\"}}", "x".repeat(4 << 20))).unwrap();
+    let upstream_count = || async {
+        let metrics = tokio::process::Command::new("curl")
+            .args(["-s", &format!("http://{}/metrics", workload_agent.admin)])
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&metrics.stdout)
+            .lines()
+            .find(|l| l.contains("projection_proxy_upstream_seconds_count"))
+            .map(str::to_string)
+    };
+    let before = upstream_count().await;
+    let base = "/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters";
+    let big_body = format!("@{}", big.display());
+    for (what, cert, method, path, content_type, body, code) in [
+        (
+            "another CA",
+            "rogue",
+            "GET",
+            base.to_string(),
+            "application/json",
+            "",
+            "401",
+        ),
+        (
+            "bad JSON",
+            "front-proxy-client",
+            "POST",
+            base.to_string(),
+            "application/json",
+            "{\"spec\": ",
+            "400",
+        ),
+        (
+            "bad YAML",
+            "front-proxy-client",
+            "PATCH",
+            format!("{base}/hello"),
+            "application/apply-patch+yaml",
+            "a: [",
+            "400",
+        ),
+        (
+            "protobuf",
+            "front-proxy-client",
+            "POST",
+            base.to_string(),
+            "application/vnd.kubernetes.protobuf",
+            "k8s",
+            "415",
+        ),
+        (
+            "path traversal",
+            "front-proxy-client",
+            "GET",
+            format!("{base}/..%2F..%2F..%2Fapi%2Fv1%2Fsecrets"),
+            "application/json",
+            "",
+            "400",
+        ),
+        (
+            "dot-dot",
+            "front-proxy-client",
+            "GET",
+            format!("{base}/../../../../api/v1/secrets"),
+            "application/json",
+            "",
+            "400",
+        ),
+        (
+            "oversized",
+            "front-proxy-client",
+            "POST",
+            base.to_string(),
+            "application/json",
+            big_body.as_str(),
+            "413",
+        ),
+    ] {
+        let dir = workload.dir();
+        let mut args = vec![
+            "-sk".to_string(),
+            "--path-as-is".into(),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+            "--cert".into(),
+            dir.join(format!("{cert}.crt")).display().to_string(),
+            "--key".into(),
+            dir.join(format!("{cert}.key")).display().to_string(),
+            "-X".into(),
+            method.into(),
+            "-H".into(),
+            "X-Remote-User: admin".into(),
+            "-H".into(),
+            "X-Remote-Group: system:masters".into(),
+            "-H".into(),
+            format!("Content-Type: {content_type}"),
+        ];
+        if !body.is_empty() {
+            args.extend(["--data-binary".to_string(), body.to_string()]);
+        }
+        args.push(format!("https://127.0.0.1:{port}{path}"));
+        let out = tokio::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), code, "{what}");
+    }
+    assert_eq!(
+        upstream_count().await,
+        before,
+        "a refused request reached the service cluster"
+    );
 
     // Requests counted by link, verb and code; upstream latency per link.
     let metrics = tokio::process::Command::new("curl")

@@ -12,8 +12,15 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use http::HeaderMap;
 use k8s_openapi::api::core::v1::ConfigMap;
-use rustls::{RootCertStore, server::WebPkiClientVerifier};
-use rustls_pki_types::{CertificateDer, pem::PemObject};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
+    client::danger::HandshakeSignatureValid,
+    server::{
+        WebPkiClientVerifier,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
+};
+use rustls_pki_types::{CertificateDer, UnixTime, pem::PemObject};
 
 /// Namespace and name of the ConfigMap kube-apiserver publishes for extension API servers.
 pub const AUTH_CONFIG_MAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
@@ -21,7 +28,8 @@ pub const AUTH_CONFIG_MAP: (&str, &str) = ("kube-system", "extension-apiserver-a
 /// The front proxy's settings, read from [`AUTH_CONFIG_MAP`].
 #[derive(Clone)]
 pub struct FrontProxy {
-    pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    /// Checks a client certificate chain against the front-proxy CA ([`FrontProxy::trusts`]).
+    verifier: Arc<dyn ClientCertVerifier>,
     /// Common names the client certificate may have; any when empty.
     pub allowed_names: Vec<String>,
     pub user_headers: Vec<String>,
@@ -127,6 +135,23 @@ impl FrontProxy {
         })
     }
 
+    /// The TLS handshake's client certificate verifier: proof of possession of the key is
+    /// checked there, the chain after it ([`FrontProxy::trusts`]), so that a certificate of
+    /// another CA gets a 401 saying so instead of a failed handshake.
+    pub fn handshake_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::new(Deferred(self.verifier.clone()))
+    }
+
+    /// Why the client certificate chain `chain` (leaf first) is not signed by the front-proxy
+    /// CA, if it is not.
+    pub fn trusts(&self, chain: &[CertificateDer<'_>]) -> Result<(), String> {
+        let (leaf, intermediates) = chain.split_first().ok_or("no client certificate")?;
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| xcc_kube::bounded(&e))
+    }
+
     /// Whether a client certificate with common name `cn` may act as the front proxy.
     pub fn allows(&self, cn: Option<&str>) -> bool {
         self.allowed_names.is_empty()
@@ -180,8 +205,59 @@ impl FrontProxy {
     }
 }
 
+/// Accepts any client certificate chain during the handshake (the chain is judged after it, by
+/// [`FrontProxy::trusts`]) but checks, as the inner verifier does, that the client holds the
+/// certificate's key.
+#[derive(Debug)]
+struct Deferred(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for Deferred {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 /// A user as the front proxy names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct User {
     pub name: String,
     pub uid: Option<String>,
@@ -230,13 +306,55 @@ mod tests {
     }
 
     fn ca() -> String {
+        issuer().0
+    }
+
+    /// A CA: its PEM and what signs with it.
+    fn issuer() -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "front-proxy-ca");
         let key = rcgen::KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().pem()
+        let pem = params.self_signed(&key).unwrap().pem();
+        (pem, rcgen::Issuer::new(params, key))
+    }
+
+    /// A client certificate named `cn`, signed by `issuer`.
+    fn client(
+        cn: &str,
+        issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+    ) -> CertificateDer<'static> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.signed_by(&key, issuer).unwrap().der().clone()
+    }
+
+    #[test]
+    fn only_a_chain_of_the_front_proxy_ca_is_trusted() {
+        let (pem, front_ca) = issuer();
+        let (_, other_ca) = issuer();
+        let front = FrontProxy::from_config_map(&config_map(serde_json::json!({
+            "requestheader-client-ca-file": pem,
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+        })))
+        .unwrap();
+        let signed = client("front-proxy-client", &front_ca);
+        assert_eq!(front.trusts(&[signed.clone()]), Ok(()));
+        assert_eq!(
+            common_name(signed.as_ref()).as_deref(),
+            Some("front-proxy-client")
+        );
+        // Another CA of the same name: the name does not make the signature.
+        let forged = client("front-proxy-client", &other_ca);
+        let why = front.trusts(&[forged]).unwrap_err();
+        assert!(why.contains("BadSignature"), "{why}");
+        assert!(front.trusts(&[]).is_err());
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub struct Proxy {
     discovery: Mutex<HashMap<String, Bytes>>,
     /// Whether each link's service cluster answers.
     liveness: Liveness,
+    /// Recent SubjectAccessReview answers.
+    decisions: Decisions,
     /// Where the server listens, once it does.
     listening: Mutex<Option<SocketAddr>>,
 }
@@ -167,6 +169,7 @@ impl Proxy {
             metrics,
             discovery: Mutex::default(),
             liveness: Liveness::default(),
+            decisions: Decisions::default(),
             listening: Mutex::new(None),
         }
     }
@@ -278,7 +281,7 @@ impl Proxy {
                     .with_safe_default_protocol_versions()
                     {
                         Ok(builder) => builder
-                            .with_client_cert_verifier(settings.verifier.clone())
+                            .with_client_cert_verifier(settings.handshake_verifier())
                             .with_cert_resolver(self.certs.clone()),
                         Err(error) => {
                             *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -351,18 +354,21 @@ impl Proxy {
                         }
                         Err(_) => return,
                     };
-                // The verifier checked the chain against the front-proxy CA; the name is ours
-                // to check.
-                let cn = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|certs| certs.first())
-                    .map(|cert| front::common_name(cert.as_ref()));
-                let caller = match cn {
-                    Some(cn) if front.settings.allows(cn.as_deref()) => Caller::FrontProxy,
-                    Some(cn) => Caller::NotAllowed(cn),
-                    None => Caller::Anonymous,
+                // The handshake proved the client holds its certificate's key; whether the
+                // front-proxy CA signed it, and whether its name is allowed, is judged here.
+                let caller = match tls.get_ref().1.peer_certificates() {
+                    None | Some([]) => Caller::Anonymous,
+                    Some(chain) => match front.settings.trusts(chain) {
+                        Err(why) => Caller::Untrusted(why),
+                        Ok(()) => {
+                            let cn = front::common_name(chain[0].as_ref());
+                            if front.settings.allows(cn.as_deref()) {
+                                Caller::FrontProxy
+                            } else {
+                                Caller::NotAllowed(cn)
+                            }
+                        }
+                    },
                 };
                 let caller = Arc::new(caller);
                 let service = hyper::service::service_fn(move |request| {
@@ -420,6 +426,13 @@ impl Proxy {
                     StatusCode::UNAUTHORIZED,
                     "Unauthorized",
                     "a client certificate signed by the front-proxy CA is required",
+                );
+            }
+            Caller::Untrusted(why) => {
+                return status(
+                    StatusCode::UNAUTHORIZED,
+                    "Unauthorized",
+                    &format!("the client certificate is not signed by the front-proxy CA: {why}"),
                 );
             }
             Caller::NotAllowed(cn) => {
@@ -789,12 +802,24 @@ impl Proxy {
         )))
     }
 
-    /// Asks this cluster whether `user` may do `resource`.
+    /// Whether `user` may do `resource` on this cluster: a SubjectAccessReview, its answer kept
+    /// [`DECISION_TTL`] as every aggregated API server's delegating authorizer does.
     async fn authorize(
         &self,
         user: &User,
         resource: &ResourceRequest,
     ) -> Result<bool, kube::Error> {
+        let key = (user.clone(), resource.clone());
+        if let Some(allowed) = self.decisions.get(&key) {
+            return Ok(allowed);
+        }
+        let allowed = self.review(user, resource).await?;
+        self.decisions.put(key, allowed);
+        Ok(allowed)
+    }
+
+    /// Asks this cluster whether `user` may do `resource`.
+    async fn review(&self, user: &User, resource: &ResourceRequest) -> Result<bool, kube::Error> {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.name.clone()),
@@ -831,23 +856,27 @@ impl Proxy {
     /// Sends `request` upstream with the link's identity and answers with upstream's answer.
     async fn forward(&self, upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return status(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "RequestEntityTooLarge",
-                    &format!("the request body is larger than {MAX_BODY} bytes"),
-                );
-            }
-            Err(_) => {
-                return status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the request body could not be read",
-                );
-            }
+        let body = match read_body(body).await {
+            Ok(body) => body,
+            Err(answer) => return *answer,
         };
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        match request::check_body(content_type, &body) {
+            Ok(()) => {}
+            Err(refusal @ request::BodyRefusal::Malformed(..)) => {
+                return status(StatusCode::BAD_REQUEST, "BadRequest", &refusal.to_string());
+            }
+            Err(refusal @ request::BodyRefusal::MediaType(_)) => {
+                return status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    &refusal.to_string(),
+                );
+            }
+        }
         let path = parts
             .uri
             .path_and_query()
@@ -920,14 +949,89 @@ struct Label {
     verb: &'static str,
 }
 
+/// How long a SubjectAccessReview's answer is used again (kube's delegating authorizer keeps
+/// both answers 10 s by default).
+const DECISION_TTL: Duration = Duration::from_secs(10);
+/// Most answers kept: past this, expired ones are dropped, and all when none has expired.
+const MAX_DECISIONS: usize = 10_000;
+
+/// SubjectAccessReview answers by user and request, each kept [`DECISION_TTL`].
+#[derive(Default)]
+struct Decisions(Mutex<HashMap<(User, ResourceRequest), (bool, tokio::time::Instant)>>);
+
+impl Decisions {
+    fn get(&self, key: &(User, ResourceRequest)) -> Option<bool> {
+        let decisions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        decisions
+            .get(key)
+            .filter(|(_, at)| at.elapsed() < DECISION_TTL)
+            .map(|(allowed, _)| *allowed)
+    }
+
+    fn put(&self, key: (User, ResourceRequest), allowed: bool) {
+        let mut decisions = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if decisions.len() >= MAX_DECISIONS {
+            decisions.retain(|_, (_, at)| at.elapsed() < DECISION_TTL);
+            if decisions.len() >= MAX_DECISIONS {
+                decisions.clear();
+            }
+        }
+        decisions.insert(key, (allowed, tokio::time::Instant::now()));
+    }
+}
+
 /// The TLS identity of a connection.
 enum Caller {
     /// A client certificate of the front proxy.
     FrontProxy,
     /// A certificate signed by the front-proxy CA whose name is not allowed.
     NotAllowed(Option<String>),
+    /// A certificate the front-proxy CA did not sign (why, bounded).
+    Untrusted(String),
     /// No client certificate.
     Anonymous,
+}
+
+/// Most bytes of a refused (too large) request body read and dropped, so that the client, still
+/// sending, gets the 413 rather than a reset; a larger one ends the connection.
+const MAX_DRAINED: usize = 64 * 1024 * 1024;
+/// How long reading a request body may take.
+const BODY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The whole request body, at most [`MAX_BODY`] bytes; else the answer saying why not.
+async fn read_body(mut body: Incoming) -> Result<Bytes, Box<Response<Body>>> {
+    let read = async {
+        let mut collected = bytes::BytesMut::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Err("the request body could not be read");
+            };
+            if let Some(data) = frame.data_ref() {
+                seen += data.len();
+                if seen <= MAX_BODY {
+                    collected.extend_from_slice(data);
+                } else if seen > MAX_DRAINED {
+                    break;
+                }
+            }
+        }
+        Ok((collected.freeze(), seen))
+    };
+    match tokio::time::timeout(BODY_DEADLINE, read).await {
+        Ok(Ok((body, seen))) if seen <= MAX_BODY => Ok(body),
+        Ok(Ok(_)) => Err(Box::new(status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            &format!("the request body is larger than {MAX_BODY} bytes"),
+        ))),
+        Ok(Err(why)) => Err(Box::new(status(StatusCode::BAD_REQUEST, "BadRequest", why))),
+        Err(_) => Err(Box::new(status(
+            StatusCode::REQUEST_TIMEOUT,
+            "Timeout",
+            "the request body did not arrive in time",
+        ))),
+    }
 }
 
 fn full(bytes: Bytes) -> Body {
@@ -1079,6 +1183,33 @@ mod tests {
             (value["kind"].as_str(), value["code"].as_u64()),
             (Some("Status"), Some(429))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_authorization_is_used_again_for_ten_seconds_only() {
+        let decisions = Decisions::default();
+        let user = User {
+            name: "alice".into(),
+            uid: None,
+            groups: vec!["team-1".into()],
+            extra: Default::default(),
+        };
+        let request = ResourceRequest {
+            verb: "get",
+            group: "rabbitmq.com".into(),
+            version: "v1beta1".into(),
+            namespace: Some("team-1".into()),
+            resource: "rabbitmqclusters".into(),
+            name: Some("hello".into()),
+            subresource: None,
+        };
+        decisions.put((user.clone(), request.clone()), true);
+        assert_eq!(decisions.get(&(user.clone(), request.clone())), Some(true));
+        let mut other = request.clone();
+        other.verb = "delete";
+        assert_eq!(decisions.get(&(user.clone(), other)), None);
+        tokio::time::advance(DECISION_TTL).await;
+        assert_eq!(decisions.get(&(user, request)), None);
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub enum Target {
 }
 
 /// A resource request, as an authorizer sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ResourceRequest {
     pub verb: &'static str,
     pub group: String,
@@ -48,6 +48,44 @@ pub enum Refusal {
     BadSegment(String, &'static str),
     #[error("method {0} is not supported")]
     Method(String),
+}
+
+/// Why a request body is refused before it is forwarded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyRefusal {
+    /// 400.
+    #[error("the request body is not valid {0}: {1}")]
+    Malformed(&'static str, String),
+    /// 415.
+    #[error("the projected API takes JSON bodies (and YAML for server-side apply), not {0:?}")]
+    MediaType(String),
+}
+
+/// Checks a request body against its `Content-Type`: JSON for the JSON types (object creation,
+/// update, merge, JSON and strategic merge patches, delete options), YAML for server-side apply.
+/// A service cluster never sees a body that does not parse.
+pub fn check_body(content_type: Option<&str>, body: &[u8]) -> Result<(), BodyRefusal> {
+    if body.is_empty() {
+        return Ok(());
+    }
+    let media = content_type
+        .and_then(|t| t.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match media.as_str() {
+        "application/json"
+        | "application/merge-patch+json"
+        | "application/json-patch+json"
+        | "application/strategic-merge-patch+json" => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .map(|_| ())
+                .map_err(|e| BodyRefusal::Malformed("JSON", xcc_kube::bounded(&e)))
+        }
+        "application/apply-patch+yaml" => serde_yaml::from_slice::<serde_yaml::Value>(body)
+            .map(|_| ())
+            .map_err(|e| BodyRefusal::Malformed("YAML", xcc_kube::bounded(&e))),
+        other => Err(BodyRefusal::MediaType(xcc_kube::bounded(&other))),
+    }
 }
 
 /// Reads `method path?query`.
@@ -312,6 +350,50 @@ mod tests {
             parse(&Method::GET, "/apis/g/v/namespaces/n/r/name/sub/more", None).unwrap(),
             Target::Unserved
         );
+    }
+
+    #[test]
+    fn bodies_must_parse_as_their_content_type_says() {
+        let json = Some("application/json");
+        assert_eq!(check_body(json, br#"{"spec":{"replicas":3}}"#), Ok(()));
+        assert_eq!(check_body(None, b""), Ok(()));
+        assert!(matches!(
+            check_body(json, b"{\"spec\": "),
+            Err(BodyRefusal::Malformed("JSON", _))
+        ));
+        assert!(matches!(
+            check_body(
+                Some("application/merge-patch+json; charset=utf-8"),
+                b"not json"
+            ),
+            Err(BodyRefusal::Malformed("JSON", _))
+        ));
+        assert_eq!(
+            check_body(
+                Some("application/json-patch+json"),
+                br#"[{"op":"replace","path":"/spec/replicas","value":3}]"#
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check_body(
+                Some("application/apply-patch+yaml"),
+                b"apiVersion: rabbitmq.com/v1beta1\nkind: RabbitmqCluster\n"
+            ),
+            Ok(())
+        );
+        assert!(matches!(
+            check_body(Some("application/apply-patch+yaml"), b"a: [unclosed"),
+            Err(BodyRefusal::Malformed("YAML", _))
+        ));
+        assert!(matches!(
+            check_body(Some("application/vnd.kubernetes.protobuf"), b"k8s\0"),
+            Err(BodyRefusal::MediaType(_))
+        ));
+        assert!(matches!(
+            check_body(None, b"{}"),
+            Err(BodyRefusal::MediaType(_))
+        ));
     }
 
     #[test]
