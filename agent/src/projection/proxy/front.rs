@@ -345,7 +345,7 @@ mod tests {
         })))
         .unwrap();
         let signed = client("front-proxy-client", &front_ca);
-        assert_eq!(front.trusts(&[signed.clone()]), Ok(()));
+        assert_eq!(front.trusts(std::slice::from_ref(&signed)), Ok(()));
         assert_eq!(
             common_name(signed.as_ref()).as_deref(),
             Some("front-proxy-client")
