@@ -332,6 +332,18 @@ pub struct SyncArgs {
     )]
     pub projection_proxy_service_port: u16,
 
+    /// ServiceAccount (in `--namespace`) the aggregated API server acts as on this cluster, with
+    /// tokens the agent requests for it: the reference's RBAC for the proxy (SubjectAccessReviews,
+    /// the front proxy's settings, namespaces) is bound to it, not to the agent. When it cannot be
+    /// used, the server acts as the agent and DownstreamClusterLinks say why.
+    #[arg(
+        long,
+        env = "XCC_PROJECTION_PROXY_SERVICE_ACCOUNT",
+        default_value = "xcc-projection-proxy",
+        value_name = "NAME"
+    )]
+    pub projection_proxy_service_account: String,
+
     /// Address of this agent written into the EndpointSlice of each `<link>-proxy` Service (the
     /// pod IP, from the downward API). Without it the Service gets no EndpointSlice from xcc.
     #[arg(long, env = "XCC_PROJECTION_PROXY_ADDRESS", value_name = "IP")]

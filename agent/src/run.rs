@@ -223,6 +223,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         service_port: i32::from(args.sync.projection_proxy_service_port),
                         address: args.sync.projection_proxy_address,
                     },
+                    kubeconfig: args.kube.kubeconfig.clone(),
+                    proxy_account: (
+                        args.kube.namespace.clone(),
+                        args.sync.projection_proxy_service_account.clone(),
+                    ),
                 },
                 peers,
                 metrics: metrics.sync.clone(),

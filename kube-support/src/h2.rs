@@ -71,6 +71,79 @@ pub fn client(mut config: Config) -> Result<Client, kube::Error> {
     Ok(kube::client::ClientBuilder::new(router, default_ns).build())
 }
 
+/// A bearer token shared by the clients that send it, replaced in place when it is renewed: a
+/// client made by [`client_with_token`] sends the current one with every request, so that
+/// long-lived users (watches that reconnect) never hold an expired token.
+#[derive(Clone, Default)]
+pub struct SharedToken(Arc<std::sync::RwLock<Option<http::HeaderValue>>>);
+
+impl std::fmt::Debug for SharedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedToken(..)")
+    }
+}
+
+impl SharedToken {
+    /// Sends `token` from now on.
+    pub fn set(&self, token: &str) -> Result<(), http::header::InvalidHeaderValue> {
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {token}"))?;
+        value.set_sensitive(true);
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(value);
+        Ok(())
+    }
+
+    /// Whether a token was set.
+    pub fn is_set(&self) -> bool {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    fn header(&self) -> Option<http::HeaderValue> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// [`client`] for `config`'s server that authenticates with `token` (as it is at each request)
+/// instead of the credentials `config` names: another identity of the same process, for
+/// example a second ServiceAccount whose tokens it requests.
+pub fn client_with_token(mut config: Config, token: SharedToken) -> Result<Client, kube::Error> {
+    config.auth_info = Default::default();
+    let default_ns = config.default_namespace.clone();
+    let inner = client(config)?;
+    let service = ServiceBuilder::new()
+        .map_request(move |mut request: Request<kube::client::Body>| {
+            if let Some(value) = token.header() {
+                request
+                    .headers_mut()
+                    .insert(http::header::AUTHORIZATION, value);
+            }
+            request
+        })
+        .service(Through(inner));
+    Ok(kube::client::ClientBuilder::new(service, default_ns).build())
+}
+
+/// A kube client as a tower service.
+#[derive(Clone)]
+struct Through(Client);
+
+impl tower::Service<Request<kube::client::Body>> for Through {
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
+        let client = self.0.clone();
+        Box::pin(async move {
+            let response = client.send(request).await?;
+            Ok(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
+        })
+    }
+}
+
 /// Where to dial and how to verify the peer.
 struct Peer {
     host: String,

@@ -80,7 +80,32 @@ pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client
 pub async fn own_cluster(
     path: Option<&std::path::Path>,
 ) -> Result<(Client, String), KubeconfigError> {
-    let (config, origin) = match path {
+    let (config, origin) = own_config(path).await?;
+    let url = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let client =
+        crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+    Ok((client, url))
+}
+
+/// A client of the cluster [`own_cluster`] finds that authenticates with `token` instead of the
+/// configured credentials ([`crate::h2::client_with_token`]).
+pub async fn own_cluster_with_token(
+    path: Option<&std::path::Path>,
+    token: crate::h2::SharedToken,
+) -> Result<Client, KubeconfigError> {
+    let (config, origin) = own_config(path).await?;
+    crate::h2::client_with_token(config, token)
+        .map_err(|source| KubeconfigError::Client { origin, source })
+}
+
+/// The configuration of this process's own cluster: from the kubeconfig at `path`, else inferred
+/// (in-cluster, or `$KUBECONFIG`); and where it came from.
+async fn own_config(path: Option<&std::path::Path>) -> Result<(Config, String), KubeconfigError> {
+    Ok(match path {
         Some(path) => {
             let origin = path.display().to_string();
             let kubeconfig =
@@ -102,13 +127,5 @@ pub async fn own_cluster(
                 .map_err(|source| KubeconfigError::NoConfig { source })?;
             (config, "the inferred configuration".to_string())
         }
-    };
-    let url = config
-        .cluster_url
-        .to_string()
-        .trim_end_matches('/')
-        .to_string();
-    let client =
-        crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
-    Ok((client, url))
+    })
 }

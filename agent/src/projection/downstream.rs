@@ -14,7 +14,8 @@
 //!   agent (`ProxyServiceReady`; `status.proxy.serviceReference`);
 //! - reports whether the server uses the front proxy's settings of ConfigMap
 //!   `kube-system/extension-apiserver-authentication` (`ProxyConfigMapReady`) and whether the
-//!   agent's own ServiceAccount may create SubjectAccessReviews (`ProxyServiceAccountReady`).
+//!   server's own ServiceAccount ([`super::proxy::identity`]) may create SubjectAccessReviews
+//!   (`ProxyServiceAccountReady`, whose message names the identity in use).
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
@@ -130,7 +131,7 @@ pub async fn reconcile(
         ),
         Err(error) => Verdict::not(reason::CONFIG_MAP_UNUSABLE, error),
     };
-    let proxy_account = delegates(&ctx.client).await;
+    let proxy_account = delegates(ctx.proxy.identity()).await;
     let service = service(&name, &namespace, &uid, &owner, &ctx).await?;
 
     let all = [
@@ -405,8 +406,9 @@ fn generate(link: &str, namespace: &str) -> Result<Generated, rcgen::Error> {
     })
 }
 
-/// Whether this agent may create SubjectAccessReviews (system:auth-delegator).
-async fn delegates(client: &Client) -> Verdict {
+/// Whether the aggregated API server's identity may create SubjectAccessReviews
+/// (system:auth-delegator); the message names that identity.
+async fn delegates(identity: &super::proxy::identity::Identity) -> Verdict {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
@@ -419,22 +421,27 @@ async fn delegates(client: &Client) -> Verdict {
         },
         ..Default::default()
     };
-    match Api::<SelfSubjectAccessReview>::all(client.clone())
+    let who = identity.describe();
+    match Api::<SelfSubjectAccessReview>::all(identity.client())
         .create(&PostParams::default(), &review)
         .await
     {
         Ok(review) if review.status.as_ref().is_some_and(|s| s.allowed) => Verdict::ok(
             reason::AUTHORIZED,
-            "the agent's ServiceAccount may create SubjectAccessReviews (system:auth-delegator)",
+            format!(
+                "the aggregated API server acts as {who}, which may create SubjectAccessReviews (system:auth-delegator)"
+            ),
         ),
         Ok(_) => Verdict::not(
             reason::NOT_AUTHORIZED,
-            "the agent's ServiceAccount may not create SubjectAccessReviews: bind it to system:auth-delegator (manifests/agent/projection.yaml)",
+            format!(
+                "the aggregated API server acts as {who}, which may not create SubjectAccessReviews: bind it to system:auth-delegator (manifests/agent/projection.yaml)"
+            ),
         ),
         Err(error) => Verdict::not(
             reason::NOT_AUTHORIZED,
             format!(
-                "cannot check the agent's own permissions: {}",
+                "cannot check the permissions of {who}: {}",
                 xcc_kube::bounded(&error)
             ),
         ),

@@ -196,6 +196,10 @@ pub struct Settings {
     pub proxy_listen: std::net::SocketAddr,
     /// How DownstreamClusterLinks' Services reach it.
     pub endpoint: downstream::Endpoint,
+    /// The agent's kubeconfig (`None`: in-cluster), for the aggregated server's own client.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Namespace and name of the aggregated server's own ServiceAccount.
+    pub proxy_account: (String, String),
 }
 
 /// Runs the controllers of both sides, and the aggregated API server, until `stop` is raised.
@@ -244,11 +248,29 @@ async fn run_workload_side(
     let links = Typed::<DownstreamClusterLink>::new();
     let groups = Typed::<ClusterAPIGroupImport>::new();
     let resources = Typed::<APIResourceImport>::new();
+    // The aggregated server's own ServiceAccount: its first token before anything uses it.
+    let identity = Arc::new(
+        proxy::identity::Identity::new(
+            core.client.clone(),
+            settings.kubeconfig.as_deref(),
+            &settings.proxy_account.0,
+            &settings.proxy_account.1,
+        )
+        .await,
+    );
+    let mut backoff = xcc_kube::Backoff::local();
+    let renewer = identity.renew_once(&mut backoff).await.map(|first| {
+        tokio::spawn(
+            identity
+                .clone()
+                .renew_forever(first, backoff, stopped(stop.clone())),
+        )
+    });
     // Which namespaces are being deleted, for the aggregated server (metadata only).
     let (namespaces, namespace_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let namespace_watch = tokio::spawn(
         watcher::watcher(
-            Api::<PartialObjectMeta<Namespace>>::all(core.client.clone()),
+            Api::<PartialObjectMeta<Namespace>>::all(identity.client()),
             watcher::Config::default(),
         )
         .backoff(xcc_kube::Backoff::local())
@@ -260,7 +282,7 @@ async fn run_workload_side(
         }),
     );
     let proxy = Arc::new(proxy::Proxy::new(
-        core.client.clone(),
+        identity.clone(),
         core.peers.clone(),
         groups.store(),
         resources.store(),
@@ -397,6 +419,9 @@ async fn run_workload_side(
         watch.abort();
     }
     namespace_watch.abort();
+    if let Some(renewer) = renewer {
+        renewer.abort();
+    }
     if let Some(server) = server {
         let _ = server.await;
     }

@@ -107,6 +107,7 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
     for file in [
         "manifests/agent/agent.yaml",
         "manifests/agent/cluster-registry.yaml",
+        "manifests/agent/projection.yaml",
         "manifests/controller/controller.yaml",
         "manifests/coredns-patcher/job.yaml",
     ] {
@@ -332,5 +333,73 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
         Api::<DynamicObject>::namespaced_with(agent.clone(), "kube-system", &slices)
             .list(&ListParams::default())
             .await,
+    );
+
+    // API projection: the aggregated API server's own ServiceAccount holds the reference's list
+    // for the proxy and nothing more; the agent holds none of it, and may request tokens for
+    // that ServiceAccount only.
+    let proxy = mint("xcc-dns", "xcc-projection-proxy").await;
+    let review = |client: &Client| {
+        let client = client.clone();
+        async move {
+            let review: k8s_openapi::api::authorization::v1::SubjectAccessReview =
+                serde_json::from_value(serde_json::json!({"spec": {"user": "alice",
+                    "resourceAttributes": {"verb": "get", "resource": "pods", "namespace": "team-a"}}}))
+                .unwrap();
+            Api::<k8s_openapi::api::authorization::v1::SubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await
+        }
+    };
+    review(&proxy)
+        .await
+        .expect("the proxy creates SubjectAccessReviews");
+    Api::<Namespace>::all(proxy.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("the proxy lists namespaces");
+    Api::<ConfigMap>::namespaced(proxy.clone(), "kube-system")
+        .get("extension-apiserver-authentication")
+        .await
+        .expect("the proxy reads the front proxy's settings");
+    let who = "the aggregated API server";
+    assert_forbidden(
+        who,
+        "read Secrets",
+        Api::<Secret>::namespaced(proxy.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "read other ConfigMaps of kube-system",
+        Api::<ConfigMap>::namespaced(proxy.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "write namespaces",
+        Api::<Namespace>::all(proxy.clone())
+            .create(&PostParams::default(), &named("stolen", None))
+            .await,
+    );
+    let who = "xcc-agent";
+    assert_forbidden(who, "create SubjectAccessReviews", review(&agent).await);
+    let token_request = |sa: &'static str| {
+        let agent = agent.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(agent, "xcc-dns")
+                .create_token_request(sa, &PostParams::default(), &Default::default())
+                .await
+        }
+    };
+    token_request("xcc-projection-proxy")
+        .await
+        .expect("the agent requests the proxy's tokens");
+    assert_forbidden(
+        who,
+        "request tokens of another ServiceAccount",
+        token_request("xcc-coredns-patcher").await,
     );
 }

@@ -318,6 +318,19 @@ spec:
     ] {
         assert_eq!(condition(&link, type_).unwrap().0, "True", "{type_}");
     }
+    // The aggregated server acts as its own ServiceAccount, not the agent's.
+    let account = link.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "ProxyServiceAccountReady")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        account.contains("acts as ServiceAccount xcc-dns/xcc-projection-proxy,"),
+        "{account}"
+    );
     assert_eq!(
         link.data["status"]["proxy"]["serviceReference"]["name"],
         "services-2b-proxy"

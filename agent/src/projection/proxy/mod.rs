@@ -23,6 +23,7 @@
 //! bounded text.
 
 pub mod front;
+pub mod identity;
 pub mod openapi;
 pub mod request;
 pub mod upstream;
@@ -43,7 +44,7 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Namespace},
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{PartialObjectMeta, PostParams},
     runtime::reflector::{ObjectRef, Store},
 };
@@ -123,8 +124,9 @@ struct Front {
 
 /// The aggregated API server's state, shared by its connections and the reconcilers that feed it.
 pub struct Proxy {
-    /// This (workload) cluster: SubjectAccessReviews and the front proxy's settings.
-    local: Client,
+    /// Who the server is on this (workload) cluster: SubjectAccessReviews, the front proxy's
+    /// settings, namespaces.
+    identity: Arc<identity::Identity>,
     peers: PeerClients,
     certs: Arc<Certs>,
     front: RwLock<Option<Arc<Front>>>,
@@ -149,7 +151,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(
-        local: Client,
+        identity: Arc<identity::Identity>,
         peers: PeerClients,
         imports: Store<ClusterAPIGroupImport>,
         resources: Store<APIResourceImport>,
@@ -157,7 +159,7 @@ impl Proxy {
         metrics: SyncMetrics,
     ) -> Proxy {
         Proxy {
-            local,
+            identity,
             peers,
             certs: Arc::default(),
             front: RwLock::new(None),
@@ -245,6 +247,11 @@ impl Proxy {
         }
     }
 
+    /// Who the server acts as on this cluster.
+    pub fn identity(&self) -> &identity::Identity {
+        &self.identity
+    }
+
     /// Where the server listens, once it does.
     pub fn listening(&self) -> Option<SocketAddr> {
         *self.listening.lock().unwrap_or_else(|e| e.into_inner())
@@ -253,7 +260,7 @@ impl Proxy {
     /// Reads the front proxy's settings again; keeps the last good ones on failure.
     pub async fn refresh_front(&self) {
         let (namespace, name) = front::AUTH_CONFIG_MAP;
-        let result = match Api::<ConfigMap>::namespaced(self.local.clone(), namespace)
+        let result = match Api::<ConfigMap>::namespaced(self.identity.client(), namespace)
             .get(name)
             .await
         {
@@ -762,7 +769,7 @@ impl Proxy {
         let terminating = match watched {
             Some(true) => true,
             _ if matches!(resource.verb, "delete" | "deletecollection") => {
-                match Api::<Namespace>::all(self.local.clone())
+                match Api::<Namespace>::all(self.identity.client())
                     .get_metadata_opt(namespace)
                     .await
                 {
@@ -845,7 +852,7 @@ impl Proxy {
             },
             ..Default::default()
         };
-        let review = Api::<SubjectAccessReview>::all(self.local.clone())
+        let review = Api::<SubjectAccessReview>::all(self.identity.client())
             .create(&PostParams::default(), &review)
             .await?;
         Ok(review
