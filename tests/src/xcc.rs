@@ -40,6 +40,27 @@ pub fn binary(name: &str) -> PathBuf {
         if profile == "release" {
             cargo.arg("--release");
         }
+        // `cargo test` runs this process with the variables it sets for the test crate
+        // (CARGO_MANIFEST_DIR=tests/ ...). Cargo compares the ones a crate reads with `env!` to
+        // its own environment, so inherited they would make it rebuild the agent and the
+        // controller (both read CARGO_MANIFEST_DIR) here, and again in the next plain build.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "OUT_DIR",
+                ]
+                .contains(&key.as_ref())
+            {
+                cargo.env_remove(key.as_ref());
+            }
+        }
         let status = cargo.status().expect("cargo runs");
         assert!(status.success(), "building the xcc binaries failed");
     });

@@ -267,16 +267,14 @@ spec:
         .create(&PostParams::default(), &pumpkin_seeds)
         .await
         .unwrap();
-    for file in [
-        "manifests/examples/projection-downstream-cluster-link.yaml",
-        "manifests/examples/projection-cluster-api-group-import.yaml",
-        "manifests/examples/projection-api-resource-import.yaml",
-    ] {
-        workload
-            .kubectl(&["apply", "-f", &manifest(file)])
-            .await
-            .unwrap();
-    }
+    workload
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("manifests/examples/projection-downstream-cluster-link.yaml"),
+        ])
+        .await
+        .unwrap();
     let port = free_port().to_string();
     let workload_agent = start_agent_with(
         workload,
@@ -341,6 +339,17 @@ spec:
             .is_some_and(|ca| !ca.is_empty())
     );
 
+    // The imports, with the link Ready: the API is listed within 10 s.
+    let imported = std::time::Instant::now();
+    for file in [
+        "manifests/examples/projection-cluster-api-group-import.yaml",
+        "manifests/examples/projection-api-resource-import.yaml",
+    ] {
+        workload
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
     let imports: Api<DynamicObject> = Api::all_with(
         workload.client.clone(),
         &projection("ClusterAPIGroupImport"),
@@ -384,6 +393,11 @@ spec:
         },
     )
     .await;
+    let listed = imported.elapsed();
+    eprintln!(
+        "projection: kubectl api-resources lists the imported API {listed:?} after the import"
+    );
+    assert!(listed <= Duration::from_secs(10), "listed after {listed:?}");
 
     Projected {
         bed,
@@ -473,6 +487,47 @@ async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_clu
     let there = upstream.get("hello").await.unwrap();
     assert_eq!(there.data["spec"]["replicas"], 3);
     assert_eq!(there.data["spec"]["image"], "rabbitmq:4.0");
+
+    // get -o yaml, then an edit-style update: the whole object back with a change (PUT), its
+    // resourceVersion and uid those of the service cluster.
+    let yaml = workload
+        .kubectl(&[
+            "get",
+            "rabbitmqcluster",
+            "hello",
+            "-n",
+            "team-1",
+            "-o",
+            "yaml",
+        ])
+        .await
+        .unwrap();
+    let version = there.metadata.resource_version.clone().unwrap();
+    assert!(
+        yaml.contains(&format!("resourceVersion: \"{version}\""))
+            && yaml.contains(there.metadata.uid.as_deref().unwrap()),
+        "{yaml}"
+    );
+    let edited = workload.dir().join("rabbit-edited.yaml");
+    std::fs::write(&edited, yaml.replace("replicas: 3", "replicas: 4")).unwrap();
+    workload
+        .kubectl(&["replace", "-f", &edited.display().to_string()])
+        .await
+        .unwrap();
+    assert_eq!(
+        upstream.get("hello").await.unwrap().data["spec"]["replicas"],
+        4
+    );
+    // The same stale version again: the service cluster's 409 reaches the user.
+    let stale = workload
+        .kubectl(&["replace", "-f", &edited.display().to_string()])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        stale.contains("Conflict") || stale.contains("modified"),
+        "{stale}"
+    );
 
     // The scale and status subresources, and server-side apply.
     workload
