@@ -20,7 +20,9 @@
 #   max q/s   the highest offered rate (5k, then steps of 5k and 10k q/s, STEP_SECONDS each)
 #             answered in full with zero loss
 #   CPU/query server CPU time (utime+stime of all its threads, from /proc) per answered query at
-#             FIXED_RATE, and at HIGH_RATE for the servers whose maximum reaches it
+#             FIXED_RATE (the median of ROUNDS rounds, the servers taking turns in each round, so
+#             that a slow moment of the machine falls on every server alike), and once at
+#             HIGH_RATE for the servers whose maximum reaches it
 # and for the agent alone: loss at PEAK_RATE (100k q/s), RSS with 100k names, and (cargo bench)
 # update → visible time.
 # Bars (issue #17): agent CPU/query <= Knot's and <= 1/3 of CoreDNS's at FIXED_RATE; the agent
@@ -34,6 +36,7 @@ NAMES=${NAMES:-10000}
 STEP_SECONDS=${STEP_SECONDS:-5}
 FIXED_RATE=${FIXED_RATE:-}
 CPU_SECONDS=${CPU_SECONDS:-20}
+ROUNDS=${ROUNDS:-3}
 # A second, high rate for the servers that answer it in full (CoreDNS saturates far below):
 # there the cost of the DNS work shows, not only the wake-up per datagram.
 HIGH_RATE=${HIGH_RATE:-50000}
@@ -186,18 +189,29 @@ if [ -z "$FIXED_RATE" ]; then
   say "fixed rate: $FIXED_RATE q/s (2/3 of the smallest zero-loss maximum, $smallest q/s)"
 fi
 
-say "CPU per query at $FIXED_RATE q/s, and at $HIGH_RATE q/s where the maximum reaches it"
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+say "CPU per query at $FIXED_RATE q/s ($ROUNDS rounds, servers in turn), and at $HIGH_RATE q/s where the maximum reaches it"
+declare -A rounds
+for round in $(seq "$ROUNDS"); do
+  for server in "${servers[@]}"; do
+    start "$server"
+    read -r one one_lost < <(cpu_at "$server" "$pid" "$port" "$FIXED_RATE")
+    rounds[$server]="${rounds[$server]:-} $one"
+    lost[$server]=$(( ${lost[$server]:-0} + one_lost ))
+    if [ "$round" = 1 ]; then
+      high[$server]=-; high_lost[$server]=-
+      if [ "${max[$server]}" -ge "$HIGH_RATE" ]; then
+        read -r "high[$server]" "high_lost[$server]" < <(cpu_at "$server" "$pid" "$port" "$HIGH_RATE")
+      fi
+      if [ "$server" = agent ]; then
+        read -r peak_us peak_lost < <(cpu_at agent "$pid" "$port" "$PEAK_RATE")
+      fi
+    fi
+    untrack "$pid"
+  done
+done
 for server in "${servers[@]}"; do
-  start "$server"
-  read -r "us[$server]" "lost[$server]" < <(cpu_at "$server" "$pid" "$port" "$FIXED_RATE")
-  high[$server]=-; high_lost[$server]=-
-  if [ "${max[$server]}" -ge "$HIGH_RATE" ]; then
-    read -r "high[$server]" "high_lost[$server]" < <(cpu_at "$server" "$pid" "$port" "$HIGH_RATE")
-  fi
-  if [ "$server" = agent ]; then
-    read -r peak_us peak_lost < <(cpu_at agent "$pid" "$port" "$PEAK_RATE")
-  fi
-  untrack "$pid"
+  us[$server]=$(echo "${rounds[$server]}" | median)
 done
 
 say "RSS with 100,000 names"
@@ -219,17 +233,17 @@ echo
 echo "names: $NAMES; queries: 90% A hits, 5% AAAA NODATA, 5% NXDOMAIN; server on CPU 0 with one worker, dnsperf on CPU 1"
 echo "dnsperf -c $CLIENTS -q $OUTSTANDING; default UDP receive buffer ($(cat /proc/sys/net/core/rmem_default) bytes) for every server"
 echo "fixed rate: $FIXED_RATE q/s (smallest zero-loss maximum: $smallest q/s)"
-printf '%-12s %18s %24s %8s %24s %8s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost" "CPU µs/query @${HIGH_RATE}" "lost"
+printf '%-12s %18s %24s %8s %24s %8s  %s\n' server "max q/s (0 loss)" "CPU µs/query @${FIXED_RATE}" "lost" "CPU µs/query @${HIGH_RATE}" "lost" "rounds @${FIXED_RATE}"
 for server in "${servers[@]}"; do
   label=$server; [ "$server" = knot ] && label="knot $knot_version"; [ "$server" = agent ] && label=xcc-agent
-  printf '%-12s %18s %24s %8s %24s %8s\n' "$label" "${max[$server]}" "${us[$server]}" "${lost[$server]}" "${high[$server]}" "${high_lost[$server]}"
+  printf '%-12s %18s %24s %8s %24s %8s  %s\n' "$label" "${max[$server]}" "${us[$server]}" "${lost[$server]}" "${high[$server]}" "${high_lost[$server]}" "${rounds[$server]# }"
 done
 echo "xcc-agent at ${PEAK_RATE} q/s offered: CPU µs/query $peak_us, lost $peak_lost"
 ratio_knot=$(ratio "${us[agent]}" "${us[knot]}")
 ratio_core=$(ratio "${us[agent]}" "${us[coredns]}")
 ratio_floor=$(ratio "${us[reflector]}" "${us[coredns]}")
 ratio_knot_high=$(ratio "${high[agent]}" "${high[knot]}")
-echo "ratios at ${FIXED_RATE} q/s: CPU per query agent/knot = $ratio_knot, agent/coredns = $ratio_core (floor: reflector/coredns = $ratio_floor)"
+echo "ratios at ${FIXED_RATE} q/s (medians of $ROUNDS rounds): CPU per query agent/knot = $ratio_knot, agent/coredns = $ratio_core (floor: reflector/coredns = $ratio_floor)"
 echo "ratio at ${HIGH_RATE} q/s: CPU per query agent/knot = $ratio_knot_high"
 echo "agent RSS with 100k names: $((rss_kb / 1024)) MB"
 echo "update visible (worst of 50, 100k names): $(printf '%s\n' "$update_out" | awk '/^PASS|^FAIL/ {print $5, $6}')"
