@@ -46,10 +46,9 @@ pub enum Command {
     /// the service cluster, a copy of the kubeconfig its agent makes, and DownstreamClusterLink
     /// on the workload cluster; waits until both are Ready. Idempotent.
     ///
-    /// The copied kubeconfig holds a short-lived token (a day): the agent renews the Secret on
-    /// the service cluster, but the copy on the workload cluster does not follow. Run `kubectl
-    /// xcc link` again with the same arguments before the token expires (the command prints
-    /// when) to refresh the copy.
+    /// The copied kubeconfig holds a short-lived token (a day): the workload cluster's agent
+    /// renews it in place with the service cluster in its last third (the link's ServiceAccount
+    /// may request its own tokens). Running `kubectl xcc link` again also refreshes the copy.
     ///
     /// Refuses, before writing anything, links or a Secret of the same name that it did not
     /// make, or that it made for another pair of clusters.

@@ -13,8 +13,8 @@
 //! (label `app.kubernetes.io/managed-by=kubectl-xcc`, annotations naming the other cluster by
 //! its kube-system UID). Then it applies the UpstreamClusterLink, waits for the agent's
 //! kubeconfig, checks it against the trust rules the workload agent applies, and only then
-//! writes on W. The token in the copy expires (the agent on S renews its Secret, the copy does
-//! not follow): running the command again refreshes it.
+//! writes on W. The token in the copy is short-lived: W's agent renews it in place with the
+//! service cluster before it expires (running the command again also refreshes it).
 
 use std::{future::Future, time::Duration};
 
@@ -630,8 +630,8 @@ pub async fn run(args: LinkArgs) -> Result<(), Error> {
         service.context, workload.context
     );
     println!(
-        "the token of the copied kubeconfig {expiry}: run this command again before then to \
-         refresh the copy"
+        "the token of the copied kubeconfig {expiry}; the workload cluster's agent renews it \
+         with the service cluster in its last third (running this command again also refreshes it)"
     );
     Ok(())
 }

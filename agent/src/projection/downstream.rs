@@ -63,6 +63,8 @@ pub mod reason {
     pub const UPSTREAM_UNREACHABLE: &str = "UpstreamUnreachable";
     pub const SERVING: &str = "Serving";
     pub const NOT_LISTENING: &str = "NotListening";
+    pub const TOKEN_RENEWED: &str = "TokenRenewed";
+    pub const TOKEN_NOT_RENEWED: &str = "TokenNotRenewed";
     pub const TLS_SECRET_INVALID: &str = "TLSSecretInvalid";
     pub const TLS_SECRET_CONFLICT: &str = "TLSSecretConflict";
     pub const SERVICE_APPLIED: &str = "ServiceApplied";
@@ -89,6 +91,8 @@ pub struct Context {
     pub proxy: Arc<Proxy>,
     pub endpoint: Endpoint,
     pub counted: Counted,
+    /// When each link's token was last renewed (`namespace/name`).
+    pub renewed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// The Service (and EndpointSlice) of link `link`.
@@ -252,6 +256,55 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
                 .and_then(|s| s.user_info)
                 .and_then(|u| u.username)
                 .unwrap_or_default();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let key = xcc_kube::trust::kubeconfig_key(&secret);
+            let link_key = format!("{namespace}/{name}");
+            let recently = ctx
+                .renewed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&link_key)
+                .is_some_and(|at| at.elapsed() < super::renew::MIN_INTERVAL);
+            let renewal = if recently {
+                Ok(None)
+            } else {
+                super::renew::renew_if_due(&secret, key, &who, &peer.client, &ctx.client, now).await
+            };
+            match renewal {
+                Ok(None) => {}
+                Ok(Some(expires)) => {
+                    ctx.renewed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(link_key, std::time::Instant::now());
+                    let message = format!(
+                        "renewed the token of Secret {secret_name} with the service cluster; it expires at {}",
+                        k8s_openapi::jiff::Timestamp::from_second(expires)
+                            .map(|t| t.to_string())
+                            .unwrap_or_default()
+                    );
+                    tracing::info!(%namespace, link = %name, %message, "DownstreamClusterLink token");
+                    publish(
+                        &ctx.recorder,
+                        link,
+                        "RenewToken",
+                        &Verdict::ok(reason::TOKEN_RENEWED, message),
+                    )
+                    .await;
+                }
+                Err(why) => {
+                    tracing::warn!(%namespace, link = %name, %why, "DownstreamClusterLink token");
+                    publish(
+                        &ctx.recorder,
+                        link,
+                        "RenewToken",
+                        &Verdict::not(reason::TOKEN_NOT_RENEWED, why),
+                    )
+                    .await;
+                }
+            }
             ctx.proxy.set_link(namespace, &name, peer);
             Verdict::ok(
                 reason::AUTHENTICATED,

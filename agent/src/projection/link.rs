@@ -1,9 +1,11 @@
 //! UpstreamClusterLink: the ServiceAccount a workload cluster acts as, and a ready-to-use
 //! kubeconfig for it.
 //!
-//! For link `L` in namespace `N` the agent applies ServiceAccount `xcc-upstream-L` and Secret
-//! `L-kubeconfig` (key `kubeconfig`), both in `N` and owned by the link, so that deleting the link
-//! removes them. The kubeconfig holds the advertised API server URL, the cluster CA from ConfigMap
+//! For link `L` in namespace `N` the agent applies ServiceAccount `xcc-upstream-L`, Role and
+//! RoleBinding `xcc-upstream-L-token` (that ServiceAccount may request its own tokens and nothing
+//! more, so that a workload cluster renews its copy of the kubeconfig: [`super::renew`]) and
+//! Secret `L-kubeconfig` (key `kubeconfig`), all in `N` and owned by the link, so that deleting
+//! the link removes them. The kubeconfig holds the advertised API server URL, the cluster CA from ConfigMap
 //! `kube-root-ca.crt` of `N`, and a token from the TokenRequest API (valid [`TOKEN_SECONDS`],
 //! renewed once less than a third of its life remains, or when the ServiceAccount was replaced).
 //! An object of either name that the link does not own is left alone (`...Conflict`). Tokens are
@@ -16,6 +18,7 @@ use k8s_openapi::{
     api::{
         authentication::v1::{TokenRequest, TokenRequestSpec},
         core::v1::{ConfigMap, Secret, ServiceAccount},
+        rbac::v1::{Role, RoleBinding},
     },
     jiff::Timestamp,
 };
@@ -59,6 +62,7 @@ pub mod reason {
     pub const SECRET_CONFLICT: &str = "SecretConflict";
     pub const CA_NOT_FOUND: &str = "ClusterCANotFound";
     pub const TOKEN_REQUEST_FAILED: &str = "TokenRequestFailed";
+    pub const ROLE_CONFLICT: &str = "RoleConflict";
     pub const NO_SERVER_URL: &str = "NoServerURL";
 }
 
@@ -196,9 +200,39 @@ async fn ensure(
         );
         return Ok(not(verdict.clone(), verdict));
     };
+    // The ServiceAccount may request its own tokens (and nothing more), so that a workload
+    // cluster keeps its copy of the kubeconfig alive (super::renew).
+    let token_role = format!("{sa_name}-token");
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": token_role, "namespace": namespace, "labels": labels(), "ownerReferences": [owner]},
+        "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+            "resourceNames": [sa_name], "verbs": ["create"]}],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": token_role, "namespace": namespace, "labels": labels(), "ownerReferences": [owner]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": token_role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}],
+    });
+    let conflict = match apply_owned::<Role>(ctx, namespace, &token_role, uid, role).await? {
+        None => apply_owned::<RoleBinding>(ctx, namespace, &token_role, uid, binding).await?,
+        conflict => conflict,
+    };
+    if let Some(kind) = conflict {
+        let verdict = Verdict::not(
+            reason::ROLE_CONFLICT,
+            format!("{kind} {token_role} exists and is not this link's; it is left alone"),
+        );
+        return Ok(not(verdict.clone(), verdict));
+    }
     let sa_ok = Verdict::ok(
         reason::CREATED,
-        format!("ServiceAccount {sa_name} is the workload cluster's identity"),
+        format!(
+            "ServiceAccount {sa_name} is the workload cluster's identity (it may renew its own token)"
+        ),
     );
 
     // The kubeconfig Secret.
@@ -354,6 +388,37 @@ fn ts(seconds: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Applies `desired` as `K` `name` in `namespace` unless it is up to date; the kind's name
+/// instead when an object of that name exists that link `uid` does not own (left alone).
+async fn apply_owned<K>(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    desired: Value,
+) -> Result<Option<&'static str>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let current = api.get_opt(name).await?;
+    if let Some(object) = &current {
+        if !owned_by(object.meta(), uid) {
+            return Ok(Some(<K as k8s_openapi::Resource>::KIND));
+        }
+        if sink::up_to_date(&serde_json::to_value(object)?, &desired) {
+            return Ok(None);
+        }
+    }
+    sink::apply_whole(&api, name, desired, &ctx.counted).await?;
+    Ok(None)
+}
+
 /// The token of `secret` if it was issued for ServiceAccount `sa_uid` and more than a third of its
 /// life remains.
 fn still_valid(secret: &Secret, sa_uid: &str, now: i64) -> Option<Token> {
@@ -415,6 +480,8 @@ mod tests {
     const SA_PATH: &str =
         "/api/v1/namespaces/services-toolkit/serviceaccounts/xcc-upstream-workload-3c";
     const SECRET_PATH: &str = "/api/v1/namespaces/services-toolkit/secrets/workload-3c-kubeconfig";
+    const ROLE_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/services-toolkit/roles/xcc-upstream-workload-3c-token";
+    const BINDING_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/services-toolkit/rolebindings/xcc-upstream-workload-3c-token";
     const STATUS_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/namespaces/services-toolkit/upstreamclusterlinks/workload-3c/status";
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -456,8 +523,8 @@ mod tests {
     #[tokio::test]
     async fn a_link_makes_its_service_account_kubeconfig_secret_and_status() {
         let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", SA_PATH) | ("GET", SECRET_PATH) => not_found(),
-            ("PATCH", SA_PATH) | ("PATCH", SECRET_PATH) => echo(body),
+            ("GET", SA_PATH | SECRET_PATH | ROLE_PATH | BINDING_PATH) => not_found(),
+            ("PATCH", SA_PATH | SECRET_PATH | ROLE_PATH | BINDING_PATH) => echo(body),
             ("PATCH", STATUS_PATH) => with_status(link_json(), body),
             ("GET", "/api/v1/namespaces/services-toolkit/configmaps/kube-root-ca.crt") => (
                 200,
@@ -490,6 +557,18 @@ mod tests {
         let sa = body(&seen, &format!("PATCH {SA_PATH}"));
         assert_eq!(sa["metadata"]["ownerReferences"][0]["uid"], "link-uid");
         assert_eq!(sa["metadata"]["ownerReferences"][0]["controller"], true);
+
+        // The ServiceAccount may request its own tokens, and nothing more.
+        let role = body(&seen, &format!("PATCH {ROLE_PATH}"));
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                "resourceNames": ["xcc-upstream-workload-3c"], "verbs": ["create"]}])
+        );
+        let binding = body(&seen, &format!("PATCH {BINDING_PATH}"));
+        assert_eq!(binding["roleRef"]["name"], "xcc-upstream-workload-3c-token");
+        assert_eq!(binding["subjects"][0]["name"], "xcc-upstream-workload-3c");
+        assert_eq!(binding["metadata"]["ownerReferences"][0]["uid"], "link-uid");
 
         let secret = body(&seen, &format!("PATCH {SECRET_PATH}"));
         assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "link-uid");

@@ -28,6 +28,7 @@ pub mod downstream;
 pub mod import;
 pub mod link;
 pub mod proxy;
+pub mod renew;
 
 use std::sync::Arc;
 
@@ -312,6 +313,7 @@ async fn run_workload_side(
             metrics: core.metrics.clone(),
             reconciler: "projection-downstream",
         },
+        renewed: Default::default(),
     });
     // A kubeconfig or TLS Secret of a link changed: wake that link.
     let link_store = links.store();

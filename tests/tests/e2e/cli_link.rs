@@ -174,7 +174,7 @@ async fn kubectl_xcc_link_links_a_service_cluster_with_a_workload_cluster() {
         "wrote the kubeconfig into Secret services-toolkit/workload-upstream-kubeconfig",
         "DownstreamClusterLink services-toolkit/workload on context \"workload\" is Ready",
         "linked: workload projects APIs of services",
-        "run this command again before then",
+        "the workload cluster's agent renews it",
     ] {
         assert!(stdout.contains(line), "{line:?} not in {stdout}");
     }

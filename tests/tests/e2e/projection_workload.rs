@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{
     Api,
     api::{
@@ -249,6 +249,22 @@ spec:
         .unwrap()
         .remove("kubeconfig")
         .unwrap();
+    // The copy gets a token with ten minutes left (less than an hour): the workload agent must
+    // renew it with the service cluster at once, for a day.
+    let short = Api::<ServiceAccount>::namespaced(services.client.clone(), NS)
+        .create_token_request(
+            "xcc-upstream-workload-3c",
+            &PostParams::default(),
+            &serde_json::from_value(json!({"spec": {"expirationSeconds": 600}})).unwrap(),
+        )
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let mut config: serde_yaml::Value = serde_yaml::from_slice(&kubeconfig.0).unwrap();
+    config["users"][0]["user"]["token"] = short.clone().into();
+    let kubeconfig = k8s_openapi::ByteString(serde_yaml::to_string(&config).unwrap().into_bytes());
 
     // The workload cluster: the copied kubeconfig Secret, then the reference's objects.
     install(workload).await;
@@ -299,6 +315,40 @@ spec:
     );
     wait_for(
         "DownstreamClusterLink Ready",
+        Duration::from_secs(60),
+        || async {
+            let link = links.get("services-2b").await.ok()?;
+            (condition(&link, "Ready")? == ("True".into(), "Ready".into())).then_some(())
+        },
+    )
+    .await;
+    let renewed = wait_for(
+        "the workload agent renews the copy's short token",
+        Duration::from_secs(30),
+        || async {
+            let secret = Api::<Secret>::namespaced(workload.client.clone(), NS)
+                .get("pumpkin-seeds")
+                .await
+                .ok()?;
+            let config: serde_yaml::Value =
+                serde_yaml::from_slice(&secret.data?.get("kubeconfig")?.0).ok()?;
+            let token = config["users"][0]["user"]["token"].as_str()?.to_string();
+            (token != short).then_some(token)
+        },
+    )
+    .await;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            renewed.split('.').nth(1).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+    assert!(lifetime > 80_000, "the renewed token lives {lifetime} s");
+    wait_for(
+        "DownstreamClusterLink Ready with the renewed token",
         Duration::from_secs(60),
         || async {
             let link = links.get("services-2b").await.ok()?;
