@@ -95,8 +95,6 @@ pub async fn client(
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
-    // A 503 or 429 is reported, not retried for minutes behind the user's back.
-    config.default_retry = false;
     let server = config.cluster_url.to_string();
     let client =
         Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;

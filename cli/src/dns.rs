@@ -140,7 +140,6 @@ pub async fn run(args: DnsArgs) -> Result<(), Error> {
             let mut config = Config::new(uri);
             config.connect_timeout = Some(args.kube.timeout);
             config.read_timeout = Some(args.kube.timeout);
-            config.default_retry = false;
             let client = Client::try_from(config)
                 .map_err(|e| Error::Failed(format!("cannot make a client for {url}: {e}")))?;
             (client, path(name, qtype, None), url.clone())

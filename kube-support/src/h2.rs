@@ -66,7 +66,7 @@ pub fn client(mut config: Config) -> Result<Client, kube::Error> {
     let router = Router {
         peer,
         streams: tower::util::BoxCloneSyncService::new(streams),
-        http1,
+        http1: Through(http1),
     };
     Ok(kube::client::ClientBuilder::new(router, default_ns).build())
 }
@@ -371,7 +371,7 @@ struct Router {
     peer: Arc<Peer>,
     streams:
         tower::util::BoxCloneSyncService<Request<kube::client::Body>, Response<Body>, BoxError>,
-    http1: Client,
+    http1: Through,
 }
 
 impl tower::Service<Request<kube::client::Body>> for Router {
@@ -386,14 +386,13 @@ impl tower::Service<Request<kube::client::Body>> for Router {
     fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
         let upgrade = request.headers().contains_key(http::header::UPGRADE);
         let peer = self.peer.clone();
-        let http1 = self.http1.clone();
+        let mut http1 = self.http1.clone();
         let mut streams = self.streams.clone();
         Box::pin(async move {
-            if upgrade || !peer.speaks_h2().await {
-                let response = http1.send(request).await?;
-                return Ok(response.map(|body| body.map_err(BoxError::from).boxed_unsync()));
-            }
             use tower::ServiceExt as _;
+            if upgrade || !peer.speaks_h2().await {
+                return http1.call(request).await;
+            }
             streams.ready().await?.call(request).await
         })
     }

@@ -86,12 +86,13 @@ current-context: {name}
     )
 }
 
-async fn client_for(yaml: &str) -> anyhow::Result<Client> {
+/// A client for kubeconfig `yaml`; with kube's default retries of 429/503/504 (an API server
+/// whose storage is still initializing answers 429 for a moment) unless `retries` is false.
+async fn client_for(yaml: &str, retries: bool) -> anyhow::Result<Client> {
     let file: KubeconfigFile = serde_yaml::from_str(yaml)?;
     let mut config =
         kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?;
-    // Tests see every answer as it comes: no hidden retries of 429/503/504.
-    config.default_retry = false;
+    config.default_retry = retries;
     Ok(Client::try_from(config)?)
 }
 
@@ -307,12 +308,10 @@ impl Cluster {
             "--profiling=false".into(),
             "--v=1".into(),
         ];
-        let mut placeholder = kube::Config::new(url.parse()?);
-        placeholder.default_retry = false;
         let mut cluster = Cluster {
             name: name.to_string(),
             url: url.clone(),
-            client: Client::try_from(placeholder)?,
+            client: Client::try_from(kube::Config::new(url.parse()?))?,
             kubeconfig,
             kubectl: binaries.kubectl.clone(),
             dir,
@@ -334,7 +333,7 @@ impl Cluster {
 
     async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let yaml = std::fs::read_to_string(&self.kubeconfig)?;
-        self.client = client_for(&yaml).await?;
+        self.client = client_for(&yaml, true).await?;
         self.wait_api(timeout).await
     }
 
@@ -421,6 +420,11 @@ impl Cluster {
         let process = spawn(&self.name, &self.program, &self.args, &log)?;
         *self.apiserver.lock().unwrap_or_else(|e| e.into_inner()) = Some(process);
         self.wait_api(Duration::from_secs(90)).await
+    }
+
+    /// An admin client that sees every answer as it comes: no retries of 429/503/504.
+    pub async fn client_without_retries(&self) -> anyhow::Result<Client> {
+        client_for(&std::fs::read_to_string(&self.kubeconfig)?, false).await
     }
 
     /// Runs the real kubectl against this cluster as admin; returns stdout, fails with stderr.
@@ -532,7 +536,7 @@ impl Cluster {
         std::fs::write(&path, &yaml)?;
         Ok(Kubeconfig {
             path,
-            client: client_for(&yaml).await?,
+            client: client_for(&yaml, true).await?,
         })
     }
 

@@ -1044,7 +1044,9 @@ async fn a_stopped_service_cluster_breaks_neither_discovery_nor_namespace_deleti
 
     let started = std::time::Instant::now();
     let response = workload
-        .client
+        .client_without_retries()
+        .await
+        .unwrap()
         .send(
             http::Request::get(path)
                 .body(kube::client::Body::empty())

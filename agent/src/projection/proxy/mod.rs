@@ -1192,16 +1192,18 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_authorization_is_used_again_for_ten_seconds_only() {
-        let decisions = Decisions::default();
-        let user = User {
-            name: "alice".into(),
+    fn user(name: &str) -> User {
+        User {
+            name: name.into(),
             uid: None,
             groups: vec!["team-1".into()],
             extra: Default::default(),
-        };
-        let request = ResourceRequest {
+        }
+    }
+
+    /// `get` of RabbitmqCluster team-1/hello.
+    fn get_hello() -> ResourceRequest {
+        ResourceRequest {
             verb: "get",
             group: "rabbitmq.com".into(),
             version: "v1beta1".into(),
@@ -1209,7 +1211,13 @@ mod tests {
             resource: "rabbitmqclusters".into(),
             name: Some("hello".into()),
             subresource: None,
-        };
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_authorization_is_used_again_for_ten_seconds_only() {
+        let decisions = Decisions::default();
+        let (user, request) = (user("alice"), get_hello());
         decisions.put((user.clone(), request.clone()), true);
         assert_eq!(decisions.get(&(user.clone(), request.clone())), Some(true));
         let mut other = request.clone();
@@ -1221,22 +1229,7 @@ mod tests {
 
     #[test]
     fn a_forbidden_answer_reads_like_kube_apiservers() {
-        let user = User {
-            name: "bob".into(),
-            uid: None,
-            groups: vec![],
-            extra: Default::default(),
-        };
-        let request = ResourceRequest {
-            verb: "get",
-            group: "rabbitmq.com".into(),
-            version: "v1beta1".into(),
-            namespace: Some("team-1".into()),
-            resource: "rabbitmqclusters".into(),
-            name: Some("hello".into()),
-            subresource: None,
-        };
-        let response = forbidden(&user, &request);
+        let response = forbidden(&user("bob"), &get_hello());
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
