@@ -80,6 +80,7 @@ impl Agent {
         let stderr = agent.child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let (mut dns, mut admin) = (None, None);
+        let mut seen = Vec::new();
         for line in lines.by_ref() {
             let line = line.unwrap();
             if line.contains("xcc-agent serving") {
@@ -87,11 +88,15 @@ impl Agent {
                 admin = field(&line, "admin=");
                 break;
             }
+            seen.push(line);
         }
         // Keep draining stderr so the agent never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        agent.dns = dns.expect("the agent logs its DNS address");
-        agent.admin = admin.expect("the agent logs its admin address");
+        let log = seen.join("\n");
+        agent.dns =
+            dns.unwrap_or_else(|| panic!("the agent logs its DNS address; it logged:\n{log}"));
+        agent.admin =
+            admin.unwrap_or_else(|| panic!("the agent logs its admin address; it logged:\n{log}"));
         agent
     }
 

@@ -25,7 +25,31 @@ impl Sockets {
 
     /// Like [`Sockets::bind`], asking for `udp_recv_buffer` bytes of receive buffer on each UDP
     /// socket (0: the kernel's default, `net.core.rmem_default`).
+    ///
+    /// With port 0, the port the kernel picks for UDP may be taken for TCP (by an outgoing
+    /// connection's local port, say): then another port is picked, a few times at most.
     pub fn bind_with(
+        addr: SocketAddr,
+        udp_count: usize,
+        udp_recv_buffer: usize,
+    ) -> Result<Self, Error> {
+        const TRIES: usize = 16;
+        let mut tries = 1;
+        loop {
+            match Self::bind_once(addr, udp_count, udp_recv_buffer) {
+                Err(Error::Bind { source, .. })
+                    if addr.port() == 0
+                        && source.kind() == io::ErrorKind::AddrInUse
+                        && tries < TRIES =>
+                {
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn bind_once(
         addr: SocketAddr,
         udp_count: usize,
         udp_recv_buffer: usize,
