@@ -109,6 +109,9 @@ fn tunnel(conn: UnixStream) -> std::io::Result<()> {
                 return Ok(());
             }
         };
+    // As every client and server of ours: without it, Nagle's algorithm meets the peer's delayed
+    // ACK and a small write waits up to 40 ms.
+    upstream.set_nodelay(true)?;
     conn_w.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
     // Bytes the reader already buffered past the headers belong to the tunnel.
     let buffered = reader.buffer().to_vec();
