@@ -256,9 +256,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
                 .and_then(|s| s.user_info)
                 .and_then(|u| u.username)
                 .unwrap_or_default();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
             let key = xcc_kube::trust::kubeconfig_key(&secret);
             let link_key = format!("{namespace}/{name}");
             let recently = ctx

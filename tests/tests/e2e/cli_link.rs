@@ -11,12 +11,12 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, PostParams},
 };
 use serde_json::json;
-use xcc_e2e::{Testbed, free_port, require_testbed};
+use xcc_e2e::{Testbed, require_testbed};
 
 use crate::{
     cli::{User, user_kubeconfig},
     projection::{publish_root_ca, ready},
-    projection_workload::install,
+    projection_workload::{PROJECTION_ONLY, install, start_workload_agent},
     resource_sync::{start_agent_with, wait_for},
 };
 
@@ -53,17 +53,7 @@ async fn kubectl_xcc_link_links_a_service_cluster_with_a_workload_cluster() {
     // here) and its agent. The workload cluster has nothing yet.
     install(services).await;
     publish_root_ca(services).await;
-    let _services_agent = start_agent_with(
-        services,
-        "xcc-agent.log",
-        &[
-            "--secret-replication=false",
-            "--resource-sync=false",
-            "--plumber=false",
-            &format!("--projection-proxy-listen=127.0.0.1:{}", free_port()),
-        ],
-    )
-    .await;
+    let _services_agent = start_agent_with(services, "xcc-agent.log", &PROJECTION_ONLY).await;
     let link = [
         "link",
         "--service-context",
@@ -104,21 +94,7 @@ async fn kubectl_xcc_link_links_a_service_cluster_with_a_workload_cluster() {
 
     // The workload cluster: installed, its agent serving the aggregated API.
     install(workload).await;
-    let port = free_port().to_string();
-    let _workload_agent = start_agent_with(
-        workload,
-        "xcc-agent.log",
-        &[
-            "--secret-replication=false",
-            "--resource-sync=false",
-            "--plumber=false",
-            &format!("--projection-proxy-listen=127.0.0.1:{port}"),
-            &format!("--projection-proxy-service-port={port}"),
-            // As in projection_workload.rs: Kubernetes refuses loopback endpoints.
-            "--projection-proxy-address=192.0.2.1",
-        ],
-    )
-    .await;
+    let _workload_agent = start_workload_agent(workload).await;
 
     // A Secret of the name the copy would have, made by someone else: refused, nothing written.
     let secrets = Api::<Secret>::namespaced(workload.client.clone(), NS);

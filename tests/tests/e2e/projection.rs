@@ -13,7 +13,7 @@ use kube::{
 use serde_json::Value;
 use xcc_e2e::{Cluster, Testbed, require_testbed};
 
-use crate::resource_sync::{manifest, repo, start_agent_with, wait_for};
+use crate::resource_sync::{manifest, start_agent_with, wait_for};
 
 const GROUP: &str = "projection.apiresources.multicluster.x-tanzu.vmware.com";
 const NS: &str = "services-toolkit";
@@ -62,13 +62,8 @@ async fn a_link_gives_a_kubeconfig_that_can_do_what_its_cluster_role_allows_and_
         .await
         .unwrap();
     let cluster = &bed.clusters[0];
-    cluster
-        .install_crds(&repo().join("manifests/crds"))
-        .await
-        .unwrap();
+    crate::projection_workload::install(cluster).await;
     for file in [
-        "manifests/agent/agent.yaml",
-        "manifests/agent/projection.yaml",
         "manifests/examples/projection-upstream-cluster-link.yaml",
         "manifests/examples/projection-apiexport-role-binding.yaml",
     ] {
@@ -109,11 +104,7 @@ spec:
     let _agent = start_agent_with(
         cluster,
         "xcc-agent.log",
-        &[
-            "--secret-replication=false",
-            "--resource-sync=false",
-            "--plumber=false",
-        ],
+        &crate::projection_workload::PROJECTION_ONLY,
     )
     .await;
 

@@ -112,6 +112,34 @@ fn condition(object: &DynamicObject, type_: &str) -> Option<(String, String)> {
     ))
 }
 
+/// The agent's flags when only API projection runs (the test bed gives each agent its own
+/// aggregated-server port unless told one).
+pub(crate) const PROJECTION_ONLY: [&str; 3] = [
+    "--secret-replication=false",
+    "--resource-sync=false",
+    "--plumber=false",
+];
+
+/// Starts the workload agent of `cluster`, API projection only, and the port of its aggregated
+/// API server, which the links' Services name too.
+pub(crate) async fn start_workload_agent(cluster: &Cluster) -> (Agent, String) {
+    let port = free_port().to_string();
+    let listen = format!("--projection-proxy-listen=127.0.0.1:{port}");
+    let service_port = format!("--projection-proxy-service-port={port}");
+    let mut args = PROJECTION_ONLY.to_vec();
+    args.extend([
+        listen.as_str(),
+        service_port.as_str(),
+        // A placeholder for the EndpointSlice (Kubernetes refuses loopback endpoints, and the
+        // availability check wants one); the egress proxy connects to 127.0.0.1:<port>.
+        "--projection-proxy-address=192.0.2.1",
+    ]);
+    (
+        start_agent_with(cluster, "xcc-agent.log", &args).await,
+        port,
+    )
+}
+
 pub(crate) async fn install(cluster: &Cluster) {
     cluster
         .install_crds(&repo().join("manifests/crds"))
@@ -215,18 +243,7 @@ spec:
         )
         .await
         .unwrap();
-    let services_port = free_port().to_string();
-    let services_agent = start_agent_with(
-        services,
-        "xcc-agent.log",
-        &[
-            "--secret-replication=false",
-            "--resource-sync=false",
-            "--plumber=false",
-            &format!("--projection-proxy-listen=127.0.0.1:{services_port}"),
-        ],
-    )
-    .await;
+    let services_agent = start_agent_with(services, "xcc-agent.log", &PROJECTION_ONLY).await;
     let upstream_links: Api<DynamicObject> = Api::namespaced_with(
         services.client.clone(),
         NS,
@@ -291,37 +308,13 @@ spec:
         ])
         .await
         .unwrap();
-    let port = free_port().to_string();
-    let workload_agent = start_agent_with(
-        workload,
-        "xcc-agent.log",
-        &[
-            "--secret-replication=false",
-            "--resource-sync=false",
-            "--plumber=false",
-            &format!("--projection-proxy-listen=127.0.0.1:{port}"),
-            &format!("--projection-proxy-service-port={port}"),
-            // A placeholder for the EndpointSlice (Kubernetes refuses loopback endpoints, and the
-            // availability check wants one); the egress proxy connects to 127.0.0.1:<port>.
-            "--projection-proxy-address=192.0.2.1",
-        ],
-    )
-    .await;
+    let (workload_agent, port) = start_workload_agent(workload).await;
 
     let links: Api<DynamicObject> = Api::namespaced_with(
         workload.client.clone(),
         NS,
         &projection("DownstreamClusterLink"),
     );
-    wait_for(
-        "DownstreamClusterLink Ready",
-        Duration::from_secs(60),
-        || async {
-            let link = links.get("services-2b").await.ok()?;
-            (condition(&link, "Ready")? == ("True".into(), "Ready".into())).then_some(())
-        },
-    )
-    .await;
     let renewed = wait_for(
         "the workload agent renews the copy's short token",
         Duration::from_secs(30),

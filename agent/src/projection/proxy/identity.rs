@@ -113,9 +113,7 @@ impl Identity {
         self.token
             .set(&status.token)
             .map_err(|_| "the token is not a valid header value".to_string())?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let lifetime = (status.expiration_timestamp.0.as_second() - now).max(60);
         Ok(Duration::from_secs(lifetime.unsigned_abs() * 2 / 3))
     }

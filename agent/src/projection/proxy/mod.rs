@@ -572,22 +572,44 @@ impl Proxy {
         client: Result<Upstream, Box<Response<Body>>>,
         path: &str,
     ) -> Response<Body> {
-        let client = match client {
-            Ok(client) => client,
-            Err(answer) => return self.cached(path).map(json_body).unwrap_or(*answer),
+        let (upstream, refusal) = match client {
+            Ok(upstream) => (Some(upstream), None),
+            Err(answer) => (None, Some(answer)),
         };
-        match self.upstream_json(&client, path, MAX_BODY).await {
+        match self
+            .last_good(upstream.as_ref(), path, path, MAX_BODY)
+            .await
+        {
+            Some(body) => json_body(body),
+            None => refusal.map_or_else(
+                || unavailable("the service cluster's discovery did not answer"),
+                |answer| *answer,
+            ),
+        }
+    }
+
+    /// Upstream's JSON at `path` (through `upstream`, when there is one), kept under `key` as the
+    /// last good copy; that copy when upstream gives none.
+    async fn last_good(
+        &self,
+        upstream: Option<&Upstream>,
+        path: &str,
+        key: &str,
+        limit: usize,
+    ) -> Option<Bytes> {
+        let fresh = match upstream {
+            Some(upstream) => self.upstream_json(upstream, path, limit).await,
+            None => None,
+        };
+        match fresh {
             Some(body) => {
                 self.discovery
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(path.to_string(), body.clone());
-                json_body(body)
+                    .insert(key.to_string(), body.clone());
+                Some(body)
             }
-            None => self
-                .cached(path)
-                .map(json_body)
-                .unwrap_or_else(|| unavailable("the service cluster's discovery did not answer")),
+            None => self.cached(key),
         }
     }
 
@@ -634,20 +656,8 @@ impl Proxy {
         let mut documents = Vec::new();
         for (link, (import, groups)) in by_link {
             let key = format!("{path} {link}");
-            let fresh = match self.client_of(&import) {
-                Ok(client) => self.upstream_json(&client, path, limit).await,
-                Err(_) => None,
-            };
-            let body = match fresh {
-                Some(body) => {
-                    self.discovery
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(key, body.clone());
-                    Some(body)
-                }
-                None => self.cached(&key),
-            };
+            let upstream = self.client_of(&import).ok();
+            let body = self.last_good(upstream.as_ref(), path, &key, limit).await;
             if let Some(document) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
                 documents.push((groups, document));
             }
