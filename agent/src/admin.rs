@@ -1,5 +1,5 @@
 //! Admin HTTP: `/healthz` (the process answers and none of its core tasks has died), `/readyz`
-//! (that, and the table holds a first full load) and `/metrics`. Neither depends on leading the
+//! (that, the table holds a first full load, and no shutdown has begun) and `/metrics`. Neither depends on leading the
 //! sync reconcilers: a standby replica serves DNS like the leader.
 
 use std::{
@@ -58,6 +58,11 @@ impl CoreTasks {
         self.stopping.store(true, Ordering::Release);
     }
 
+    /// Whether the process is shutting down (`/readyz` fails while it drains).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
     /// The core tasks that ended unexpectedly.
     pub fn dead(&self) -> Vec<&'static str> {
         self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -109,6 +114,12 @@ async fn healthz(State(state): State<AdminState>) -> (StatusCode, String) {
 async fn readyz(State(state): State<AdminState>) -> (StatusCode, String) {
     if let Some(why) = dead_tasks(&state) {
         (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}"))
+    } else if state.tasks.is_stopping() {
+        // Out of the Service's endpoints while DNS still answers (--shutdown-delay).
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: shutting down\n".into(),
+        )
     } else if state.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n".into())
     } else {
@@ -277,5 +288,16 @@ mod tests {
         tasks.stopping();
         drop(guard);
         assert!(tasks.dead().is_empty());
+    }
+
+    #[tokio::test]
+    async fn readiness_fails_while_shutting_down_and_health_stays_green() {
+        let state = state();
+        assert_eq!(readyz(State(state.clone())).await.0, StatusCode::OK);
+        state.tasks.stopping();
+        let (status, body) = readyz(State(state.clone())).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("shutting down"), "{body}");
+        assert_eq!(healthz(State(state)).await.0, StatusCode::OK);
     }
 }

@@ -393,6 +393,34 @@ pub struct AdminArgs {
         default_value = "0.0.0.0:9180"
     )]
     pub admin_listen: SocketAddr,
+
+    /// How long the agent keeps answering DNS after SIGTERM, with `/readyz` failing from the
+    /// first moment, so that every node's kube-proxy has dropped this endpoint before the
+    /// sockets close (a rollout without failed lookups). The sync reconcilers stop and the Lease
+    /// is released at once. A second SIGTERM or SIGINT ends the wait. Default: 5s in a pod
+    /// reading a cluster (KUBERNETES_SERVICE_HOST set, no --records), 0 otherwise.
+    #[arg(
+        long,
+        env = "XCC_SHUTDOWN_DELAY",
+        value_parser = humantime::parse_duration,
+        value_name = "DURATION"
+    )]
+    pub shutdown_delay: Option<Duration>,
+}
+
+/// The drain of a pod reading a cluster, when `--shutdown-delay` is not given.
+pub const POD_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
+
+impl AdminArgs {
+    /// The drain after SIGTERM: the flag, else [`POD_SHUTDOWN_DELAY`] for an agent that reads a
+    /// cluster from inside a pod (`in_pod`), else none (standalone, or a process on a host).
+    pub fn shutdown_delay(&self, standalone: bool, in_pod: bool) -> Duration {
+        match self.shutdown_delay {
+            Some(delay) => delay,
+            None if !standalone && in_pod => POD_SHUTDOWN_DELAY,
+            None => Duration::ZERO,
+        }
+    }
 }
 
 #[derive(Debug, ArgGroup)]
@@ -442,6 +470,23 @@ mod tests {
         let args = Args::try_parse_from(["xcc-agent", "--records", "records.yaml"]).unwrap();
         assert!(args.command.is_none());
         assert_eq!(args.records.file, Some(PathBuf::from("records.yaml")));
+    }
+
+    #[test]
+    fn the_drain_is_five_seconds_in_a_pod_and_none_elsewhere_unless_asked() {
+        let args = Args::try_parse_from(["xcc-agent"]).unwrap();
+        assert_eq!(args.admin.shutdown_delay(false, true), POD_SHUTDOWN_DELAY);
+        assert_eq!(args.admin.shutdown_delay(false, false), Duration::ZERO);
+        assert_eq!(args.admin.shutdown_delay(true, true), Duration::ZERO);
+        let args = Args::try_parse_from(["xcc-agent", "--shutdown-delay=2s"]).unwrap();
+        assert_eq!(
+            args.admin.shutdown_delay(true, false),
+            Duration::from_secs(2)
+        );
+        let args = Args::try_parse_from(["xcc-agent", "--shutdown-delay=0s"]).unwrap();
+        assert_eq!(args.admin.shutdown_delay(false, true), Duration::ZERO);
+        let error = Args::try_parse_from(["xcc-agent", "--shutdown-delay=soon"]).unwrap_err();
+        assert!(error.to_string().contains("--shutdown-delay"), "{error}");
     }
 
     #[test]

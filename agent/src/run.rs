@@ -121,7 +121,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let table = Arc::new(RecordTable::new(zones, settings)?);
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
+    // Two stops: the sync reconcilers (and the Lease) at SIGTERM, everything that serves DNS
+    // after the drain.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (sync_stop_tx, sync_stop_rx) = tokio::sync::watch::channel(false);
+    // Listening from the start: a SIGTERM during start-up is not lost.
+    let mut signals = Signals::new()?;
+    let shutdown_delay = args.admin.shutdown_delay(
+        args.records.file.is_some(),
+        std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+    );
 
     let mut own_url = String::new();
     let feed = match args.records.file.clone() {
@@ -248,7 +257,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     client.clone(),
                     config,
                     leading.clone(),
-                    stop_rx.clone(),
+                    sync_stop_rx.clone(),
                     move |stop| reconcilers.clone().run(stop),
                 );
                 tokio::spawn(async move {
@@ -258,7 +267,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 leading.store(true, std::sync::atomic::Ordering::Release);
                 let alive = tasks.watch("sync reconcilers");
-                let running = reconcilers.run(stop_rx.clone());
+                let running = reconcilers.run(sync_stop_rx.clone());
                 tokio::spawn(async move {
                     let _alive = alive;
                     running.await
@@ -305,6 +314,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
         }
     };
+    // Only the features that run are named: one that is off says nothing about itself.
+    let features = match &sync {
+        Some(_) => [
+            (args.sync.secret_replication, "secret-replication"),
+            (args.sync.resource_sync, "resource-sync"),
+            (args.sync.plumber, "plumber"),
+            (args.sync.api_projection, "api-projection"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect::<Vec<_>>()
+        .join(","),
+        None => String::new(),
+    };
     tracing::info!(
         dns = %dns_addr,
         admin = %admin_addr,
@@ -312,32 +335,46 @@ async fn run(args: Args) -> anyhow::Result<()> {
         udp_sockets,
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
         %source,
-        secret_replication = sync.is_some() && args.sync.secret_replication,
-        resource_sync = sync.is_some() && args.sync.resource_sync,
-        plumber = sync.is_some() && args.sync.plumber,
-        api_projection = sync.is_some() && args.sync.api_projection,
+        sync = %features,
         leader_elect = args.sync.leader_elect,
+        shutdown_delay = ?shutdown_delay,
         "xcc-agent serving"
     );
 
-    let signal = shutdown_signal().await?;
+    let signal = signals.next().await;
     tracing::info!(signal, "shutting down");
+    // /readyz fails from here on; the sync reconcilers stop and release the Lease at once, so
+    // that a standby takes over while this replica still answers DNS.
     tasks.stopping();
+    let _ = sync_stop_tx.send(true);
+    let sync_stopped = async {
+        if let Some(mut sync) = sync {
+            // With leader election the Lease side bounds this; without, a reconciler that does
+            // not stop must not keep the process from exiting.
+            if tokio::time::timeout(SYNC_STOP_GRACE, &mut sync)
+                .await
+                .is_err()
+            {
+                tracing::warn!("sync reconcilers did not stop within {SYNC_STOP_GRACE:?}; aborted");
+                sync.abort();
+            }
+        }
+    };
+    let drained = async {
+        if shutdown_delay.is_zero() {
+            return;
+        }
+        tracing::info!(delay = ?shutdown_delay, "draining: /readyz fails, DNS keeps answering");
+        tokio::select! {
+            () = tokio::time::sleep(shutdown_delay) => {}
+            signal = signals.next() => tracing::info!(signal, "second signal: draining cut short"),
+        }
+    };
+    tokio::join!(sync_stopped, drained);
     let _ = stop_tx.send(true);
     dns.await.context("DNS server task")??;
     admin.await.context("admin server task")??;
     watcher.await.context("feed task")?;
-    if let Some(mut sync) = sync {
-        // With leader election the Lease side bounds this; without, a reconciler that does not
-        // stop must not keep the process from exiting.
-        if tokio::time::timeout(SYNC_STOP_GRACE, &mut sync)
-            .await
-            .is_err()
-        {
-            tracing::warn!("sync reconcilers did not stop within {SYNC_STOP_GRACE:?}; aborted");
-            sync.abort();
-        }
-    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -442,14 +479,28 @@ async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, from the start of the process to its end.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+        })
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,11 @@ struct Agent {
 
 impl Agent {
     fn start(records: &str) -> Agent {
+        Agent::start_with(records, &[])
+    }
+
+    /// Standalone on `records`, with `extra` flags.
+    fn start_with(records: &str, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("records.yaml");
         std::fs::write(&path, records).unwrap();
@@ -64,6 +69,7 @@ impl Agent {
                 "--threads",
                 "2",
             ])
+            .args(extra)
             .env("XCC_LOG", "info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -349,6 +355,68 @@ fn admin_endpoints_and_graceful_shutdown() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+}
+
+/// SIGTERM with a drain (`--shutdown-delay`): `/readyz` fails at once while DNS keeps answering,
+/// then the process exits cleanly. Bounds are generous: only the order of things is asserted.
+#[test]
+fn sigterm_drains_readiness_first_then_stops() {
+    let mut agent = Agent::start_with(RECORDS, &["--shutdown-delay", "3s"]);
+    assert_eq!(agent.http_get("/readyz").0, 200);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let answered = |socket: &UdpSocket| -> bool {
+        let mut buf = [0u8; 512];
+        socket
+            .send_to(
+                &raw_query("gateway.cluster-a.dev-team.clusters.xcc.test"),
+                agent.dns,
+            )
+            .unwrap();
+        // NOERROR with one answer or more.
+        matches!(socket.recv(&mut buf), Ok(n) if n > 12 && buf[3] & 0x0f == 0 && buf[7] > 0)
+    };
+    assert!(answered(&socket), "answers before SIGTERM");
+
+    let pid = agent.child.id().to_string();
+    let signalled = Instant::now();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    // Readiness turns red while the process still answers DNS.
+    let mut drained_and_answering = false;
+    while signalled.elapsed() < Duration::from_secs(2) {
+        if agent.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if agent.http_get("/readyz").0 == 503 {
+            drained_and_answering = answered(&socket);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        drained_and_answering,
+        "within 2 s of SIGTERM: /readyz 503 and DNS still answering"
+    );
+    assert_eq!(agent.http_get("/healthz").0, 200, "alive while draining");
+    // Then it stops, cleanly, well within a pod's grace period.
+    let status = loop {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(20),
+            "no exit within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(2),
+        "exited after {:?}, before the drain of 3 s",
+        signalled.elapsed()
+    );
 }
 
 #[test]
