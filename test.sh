@@ -20,6 +20,10 @@ start=$(date +%s)
 step "test bed"
 tests/testbed/install.sh
 
+# The xcc image of the test bed's nodes packs the release binaries (tests/src/images.rs).
+step "cargo build --release (xcc-agent, xcc-controller, xcc-coredns-patcher for the node image)"
+cargo build --release --locked -p xcc-agent -p xcc-controller -p xcc-coredns-patcher
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

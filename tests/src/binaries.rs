@@ -10,6 +10,25 @@ pub struct Binaries {
     pub kube_controller_manager: PathBuf,
     pub etcd: PathBuf,
     pub coredns: PathBuf,
+    /// What real nodes need (`None` when the installer that made the env file predates them):
+    /// see [`require_node_testbed`].
+    pub node: Option<NodeBinaries>,
+}
+
+/// The binaries and versions the test bed's real nodes need (`XCC_KUBELET`, ...).
+#[derive(Clone, Debug)]
+pub struct NodeBinaries {
+    pub kubelet: PathBuf,
+    pub kube_proxy: PathBuf,
+    pub kube_scheduler: PathBuf,
+    /// A statically linked CoreDNS (`CGO_ENABLED=0`), for the CoreDNS image.
+    pub coredns_static: PathBuf,
+    /// The CNI plugins (`bridge`, `host-local`, `loopback`, `portmap`).
+    pub cni_dir: PathBuf,
+    /// Kubernetes version of the binaries, e.g. `v1.35.4`.
+    pub k8s_version: String,
+    /// CoreDNS version, e.g. `v1.12.4` (the tag of the CoreDNS image).
+    pub coredns_version: String,
 }
 
 const VARS: [&str; 5] = [
@@ -38,21 +57,73 @@ impl Binaries {
                 Some(PathBuf::from(rest.trim()))
             })
         };
-        let get = |var: &str| {
+        let value = |var: &str| {
             std::env::var_os(var)
                 .map(PathBuf::from)
                 .or_else(|| from_file(var))
-                .filter(|p| p.is_file())
         };
+        let get = |var: &str| value(var).filter(|p| p.is_file());
         let [a, k, m, e, c] = VARS.map(get);
+        let node = (|| {
+            let programs = [
+                "containerd",
+                "runc",
+                "ctr",
+                "iptables",
+                "conntrack",
+                "nsenter",
+                "unshare",
+                "ip",
+            ];
+            if !programs.iter().all(|p| which(p).is_some()) {
+                return None;
+            }
+            let cni_dir = value("XCC_CNI_DIR").filter(|d| {
+                ["bridge", "host-local", "loopback", "portmap"]
+                    .iter()
+                    .all(|p| d.join(p).is_file())
+            })?;
+            let text = |var: &str| value(var).map(|p| p.display().to_string());
+            Some(NodeBinaries {
+                kubelet: get("XCC_KUBELET")?,
+                kube_proxy: get("XCC_KUBE_PROXY")?,
+                kube_scheduler: get("XCC_KUBE_SCHEDULER")?,
+                coredns_static: get("XCC_COREDNS_STATIC")?,
+                cni_dir,
+                k8s_version: text("XCC_K8S_VERSION")?,
+                coredns_version: text("XCC_COREDNS_VERSION")?,
+            })
+        })();
         Some(Binaries {
             kube_apiserver: a?,
             kubectl: k?,
             kube_controller_manager: m?,
             etcd: e?,
             coredns: c?,
+            node,
         })
     }
+}
+
+/// `program` on `PATH` (plus the sbin folders, where root's tools live).
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+}
+
+/// The binaries, with what real nodes need (see [`require_testbed`] for when a missing test bed
+/// fails and when it skips). Node test beds also need root, to make namespaces and cgroups.
+pub fn require_node_testbed() -> Option<Binaries> {
+    let missing = match Binaries::locate() {
+        None => "the test bed is not installed".to_string(),
+        Some(b) if b.node.is_none() => "the test bed has no node binaries or packages (kubelet, kube-proxy, kube-scheduler, static coredns, containerd, runc, CNI plugins, iptables, conntrack)".to_string(),
+        Some(_) if unsafe { libc::geteuid() } != 0 => "node test beds need root (namespaces, cgroups, veths)".to_string(),
+        Some(b) => return Some(b),
+    };
+    skip_or_fail(&missing)
 }
 
 /// The binaries. Without a test bed an e2e test fails, unless the run opts out with
@@ -63,11 +134,17 @@ pub fn require_testbed() -> Option<Binaries> {
     if let Some(found) = Binaries::locate() {
         return Some(found);
     }
+    skip_or_fail("the test bed is not installed")
+}
+
+/// Panics with `missing` (always in CI; outside CI unless `XCC_SKIP_E2E=1`), else prints one
+/// `SKIPPED e2e` line, records the test in `XCC_SKIP_REPORT` and returns `None`.
+fn skip_or_fail(missing: &str) -> Option<Binaries> {
     let ci = std::env::var("CI").as_deref() == Ok("true");
     let opted_out = std::env::var("XCC_SKIP_E2E").as_deref() == Ok("1");
     if ci || !opted_out {
         panic!(
-            "the test bed is not installed: run tests/testbed/install.sh (./test.sh does){}",
+            "{missing}: run tests/testbed/install.sh (./test.sh does){}",
             if ci {
                 ""
             } else {
@@ -80,7 +157,7 @@ pub fn require_testbed() -> Option<Binaries> {
         .unwrap_or("an e2e test")
         .to_string();
     eprintln!(
-        "SKIPPED e2e {test}: test bed not installed (XCC_SKIP_E2E=1) — run tests/testbed/install.sh (or ./test.sh) to build it"
+        "SKIPPED e2e {test}: {missing} (XCC_SKIP_E2E=1) — run tests/testbed/install.sh (or ./test.sh) to build it"
     );
     if let Some(report) = std::env::var_os("XCC_SKIP_REPORT") {
         use std::io::Write as _;

@@ -10,9 +10,17 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 /// it, so that every kubeconfig of the test bed verifies the server (xcc refuses
 /// `insecure-skip-tls-verify` in kubeconfigs from Secrets).
 pub fn write(dir: &Path) -> anyhow::Result<()> {
+    write_with_sans(dir, &[])
+}
+
+/// [`write`], with `extra_sans` (addresses or names) in the serving certificate besides
+/// 127.0.0.1 and localhost.
+pub fn write_with_sans(dir: &Path, extra_sans: &[String]) -> anyhow::Result<()> {
     let serving_ca = ca("xcc-testbed-serving-ca")?;
     std::fs::write(dir.join("serving-ca.crt"), serving_ca.pem)?;
-    let serving = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+    let mut sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    sans.extend(extra_sans.iter().cloned());
+    let serving = CertificateParams::new(sans)?;
     let serving_key = KeyPair::generate()?;
     let serving_cert = serving.signed_by(&serving_key, &serving_ca.issuer)?;
     std::fs::write(dir.join("serving.crt"), serving_cert.pem())?;
@@ -36,8 +44,24 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
 /// Writes `<stem>.crt` and `<stem>.key` into `dir`: a client certificate with common name `cn`
 /// signed by `ca`.
 pub fn write_client(dir: &Path, stem: &str, cn: &str, ca: &Ca) -> anyhow::Result<()> {
+    write_client_in_group(dir, stem, cn, None, ca)
+}
+
+/// [`write_client`], with organization (Kubernetes group) `group` when given.
+pub fn write_client_in_group(
+    dir: &Path,
+    stem: &str,
+    cn: &str,
+    group: Option<&str>,
+    ca: &Ca,
+) -> anyhow::Result<()> {
     let mut client = CertificateParams::new(Vec::<String>::new())?;
     client.distinguished_name.push(DnType::CommonName, cn);
+    if let Some(group) = group {
+        client
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+    }
     let client_key = KeyPair::generate()?;
     let client_cert = client.signed_by(&client_key, &ca.issuer)?;
     std::fs::write(dir.join(format!("{stem}.crt")), client_cert.pem())?;

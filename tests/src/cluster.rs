@@ -20,6 +20,8 @@ use kube::{
 use crate::{
     Binaries, certs,
     egress::{self, EgressProxy},
+    images, lb,
+    node::{Network, Node, NodePlan},
     process::{Process, free_port, spawn},
 };
 
@@ -47,12 +49,19 @@ pub struct Cluster {
     apiserver: Mutex<Option<Process>>,
     program: PathBuf,
     args: Vec<String>,
-    _egress: EgressProxy,
+    /// `None` on node clusters: their API server reaches endpoints directly.
+    _egress: Option<EgressProxy>,
+    port: u16,
+    admin_token: String,
+    /// The real node of a cluster started by [`Testbed::start_with_nodes`].
+    node: Option<Node>,
 }
 
 /// Several clusters sharing one etcd. Dropping it stops every process it started.
 pub struct Testbed {
     pub clusters: Vec<Cluster>,
+    /// The test network of the nodes (dropped after them).
+    network: Option<Network>,
     etcd: Process,
     pub binaries: Binaries,
     /// Last: the processes using it are stopped first. Kept (and named on stderr) when the test
@@ -106,7 +115,44 @@ impl Testbed {
 
     /// Starts one cluster per name, in parallel, and waits until every one is ready.
     pub async fn start_named(binaries: &Binaries, names: &[&str]) -> anyhow::Result<Testbed> {
+        Self::start_with_nodes(binaries, names, &[]).await
+    }
+
+    /// Starts one cluster per name, and one real node for each cluster of `with_nodes` (a subset
+    /// of `names`; see [`crate::node`]), and waits until every API server is ready and every node
+    /// is Ready with CoreDNS available. Needs `binaries.node` (see
+    /// [`crate::require_node_testbed`]) and root when `with_nodes` is not empty.
+    pub async fn start_with_nodes(
+        binaries: &Binaries,
+        names: &[&str],
+        with_nodes: &[&str],
+    ) -> anyhow::Result<Testbed> {
+        let started = Instant::now();
+        if let Some(missing) = with_nodes.iter().find(|n| !names.contains(n)) {
+            bail!("{missing} has a node but is not a cluster of the test bed");
+        }
+        let node_bins = if with_nodes.is_empty() {
+            None
+        } else {
+            Some(
+                binaries
+                    .node
+                    .clone()
+                    .context("the test bed has no node binaries: run tests/testbed/install.sh")?,
+            )
+        };
+        // The images are built (or found in the cache) while the rest starts.
+        let images_task = node_bins.as_ref().map(|_| {
+            let binaries = binaries.clone();
+            tokio::task::spawn_blocking(move || images::build_all(&binaries))
+        });
         let dir = tempfile::Builder::new().prefix("xcc-testbed-").tempdir()?;
+        let (network, plans) = if with_nodes.is_empty() {
+            (None, vec![])
+        } else {
+            let (network, plans) = Network::create(dir.path(), with_nodes)?;
+            (Some(network), plans)
+        };
         let etcd_port = free_port();
         let peer_port = free_port();
         let etcd_dir = dir.path().join("etcd");
@@ -138,10 +184,12 @@ impl Testbed {
 
         let mut clusters = Vec::new();
         for name in names {
-            clusters.push(Cluster::spawn(binaries, dir.path(), name, etcd_port)?);
+            let plan = plans.iter().find(|p| p.cluster == *name);
+            clusters.push(Cluster::spawn(binaries, dir.path(), name, etcd_port, plan)?);
         }
         let mut bed = Testbed {
             clusters,
+            network,
             etcd,
             binaries: binaries.clone(),
             dir: Some(dir),
@@ -161,7 +209,97 @@ impl Testbed {
                 )));
             }
         }
+        if let (Some(node_bins), Some(images_task)) = (node_bins, images_task) {
+            if let Err(e) = bed.start_nodes(&node_bins, &plans, images_task).await {
+                let kept = bed.dir.take().map(|d| d.keep());
+                return Err(e.context(format!(
+                    "node test bed files kept in {}",
+                    kept.unwrap_or_default().display()
+                )));
+            }
+            eprintln!(
+                "test bed with nodes {} ready in {:.1} s",
+                with_nodes.join(", "),
+                started.elapsed().as_secs_f64()
+            );
+        }
         Ok(bed)
+    }
+
+    /// The second half of [`Testbed::start_with_nodes`]: namespaces, containerd and images (in
+    /// parallel per node), then the Kubernetes parts, CoreDNS, the LoadBalancer controller, and
+    /// the wait for Ready.
+    async fn start_nodes(
+        &mut self,
+        node_bins: &crate::NodeBinaries,
+        plans: &[NodePlan],
+        images_task: tokio::task::JoinHandle<anyhow::Result<Vec<images::Image>>>,
+    ) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let images = images_task.await??;
+        eprintln!("node images ready in {:.1} s", t.elapsed().as_secs_f64());
+        let network = self.network.as_ref().expect("a network with nodes");
+        let t = Instant::now();
+        let prepared: Vec<anyhow::Result<Node>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = plans
+                .iter()
+                .map(|plan| {
+                    let dir = self.cluster(&plan.cluster).dir.join("node");
+                    let images = &images;
+                    scope.spawn(move || Node::prepare(network, plan, &dir, images))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("node setup panicked")))
+                })
+                .collect()
+        });
+        let mut nodes = Vec::new();
+        for (plan, node) in plans.iter().zip(prepared) {
+            nodes.push((plan.cluster.clone(), node?));
+        }
+        eprintln!(
+            "node namespaces, containerd and image imports in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        for (name, node) in nodes {
+            let cluster = self
+                .clusters
+                .iter_mut()
+                .find(|c| c.name == name)
+                .expect("planned cluster");
+            node.start_kubernetes(
+                &self.binaries,
+                node_bins,
+                &cluster.dir,
+                &cluster.kubeconfig,
+                &cluster.admin_token,
+                cluster.port,
+            )?;
+            cluster.node = Some(node);
+        }
+        let coredns = images::coredns(node_bins);
+        for cluster in self.clusters.iter_mut() {
+            let client = cluster.client.clone();
+            if let Some(node) = cluster.node.as_mut() {
+                let manifest = crate::node::coredns_manifest(&coredns, node.plan.dns_ip);
+                node.set_lb_controller(tokio::spawn(lb::run(client, node.plan.clone())));
+                cluster.apply_yaml(&manifest).await?;
+            }
+        }
+        let waits = futures_join_all(self.clusters.iter().filter(|c| c.node.is_some()).map(
+            |c| async move {
+                c.wait_ready_nodes(Duration::from_secs(60)).await?;
+                c.wait_rollout("kube-system", "coredns", Duration::from_secs(60))
+                    .await
+            },
+        ))
+        .await;
+        waits.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        Ok(())
     }
 
     /// The cluster called `name`.
@@ -172,7 +310,8 @@ impl Testbed {
             .unwrap_or_else(|| panic!("no cluster {name} in the test bed"))
     }
 
-    /// Process ids of everything this test bed started.
+    /// Process ids of everything this test bed started (with nodes: every process of each node,
+    /// containers included, and the router's holder).
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.etcd.pid()];
         pids.extend(
@@ -181,7 +320,18 @@ impl Testbed {
                 .map(Cluster::apiserver_pid)
                 .filter(|p| *p != 0),
         );
+        for node in self.clusters.iter().filter_map(Cluster::node) {
+            pids.extend(node.pids());
+        }
+        if let Some(network) = &self.network {
+            pids.push(network.router_holder_pid());
+        }
         pids
+    }
+
+    /// The host's link to the test network of the nodes (`xcch<bed>`), if the bed has nodes.
+    pub fn host_link(&self) -> Option<&str> {
+        self.network.as_ref().map(Network::host_link)
     }
 
     /// A scratch directory that lives as long as the test bed.
@@ -192,6 +342,11 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
+        // Nodes first (with their controller-manager and scheduler), then their network.
+        for cluster in &mut self.clusters {
+            drop(cluster.node.take());
+        }
+        drop(self.network.take());
         for cluster in &self.clusters {
             cluster.stop();
         }
@@ -259,10 +414,44 @@ impl Cluster {
         root: &Path,
         name: &str,
         etcd_port: u16,
+        plan: Option<&NodePlan>,
     ) -> anyhow::Result<Cluster> {
         let dir = root.join(name);
         std::fs::create_dir_all(dir.join("certs"))?;
-        certs::write(&dir)?;
+        match plan {
+            None => certs::write(&dir)?,
+            Some(plan) => {
+                certs::write_with_sans(
+                    &dir,
+                    &[
+                        plan.host_ip.to_string(),
+                        plan.kubernetes_ip.to_string(),
+                        "kubernetes".into(),
+                        "kubernetes.default".into(),
+                        "kubernetes.default.svc".into(),
+                        "kubernetes.default.svc.cluster.local".into(),
+                    ],
+                )?;
+                // Client certificates: the kubelet (Node authorizer, NodeRestriction) and the
+                // API server's own when it calls kubelets (logs, exec).
+                let client_ca = certs::ca("xcc-testbed-client-ca")?;
+                std::fs::write(dir.join("client-ca.crt"), &client_ca.pem)?;
+                certs::write_client_in_group(
+                    &dir,
+                    "kubelet",
+                    &format!("system:node:{}", plan.node_name),
+                    Some("system:nodes"),
+                    &client_ca,
+                )?;
+                certs::write_client_in_group(
+                    &dir,
+                    "apiserver-kubelet-client",
+                    "kube-apiserver-kubelet-client",
+                    Some("system:masters"),
+                    &client_ca,
+                )?;
+            }
+        }
         let token = format!("admin-{name}-{}", std::process::id());
         std::fs::write(
             dir.join("tokens.csv"),
@@ -274,12 +463,7 @@ impl Cluster {
         let ca = std::fs::read_to_string(dir.join("serving-ca.crt"))?;
         std::fs::write(&kubeconfig, kubeconfig_yaml(name, &url, &ca, &token))?;
         let p = |f: &str| dir.join(f).display().to_string();
-        let egress = EgressProxy::start(&dir.join("egress.sock"))?;
-        std::fs::write(
-            dir.join("egress.yaml"),
-            egress::config(&dir.join("egress.sock")),
-        )?;
-        let args = vec![
+        let mut args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
             format!("--etcd-prefix=/xcc-testbed/{name}"),
             format!("--secure-port={port}"),
@@ -301,13 +485,55 @@ impl Cluster {
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
             format!("--proxy-client-cert-file={}", p("front-proxy-client.crt")),
             format!("--proxy-client-key-file={}", p("front-proxy-client.key")),
-            // Aggregated APIs and webhooks are reached at <service cluster IP>:<port> through
-            // the egress proxy, which connects to 127.0.0.1:<port> (see egress.rs).
-            format!("--egress-selector-config-file={}", p("egress.yaml")),
             "--enable-priority-and-fairness=false".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        let egress = match plan {
+            None => {
+                // Aggregated APIs and webhooks are reached at <service cluster IP>:<port> through
+                // the egress proxy, which connects to 127.0.0.1:<port> (see egress.rs).
+                let egress = EgressProxy::start(&dir.join("egress.sock"))?;
+                std::fs::write(
+                    dir.join("egress.yaml"),
+                    egress::config(&dir.join("egress.sock")),
+                )?;
+                args.push(format!(
+                    "--egress-selector-config-file={}",
+                    p("egress.yaml")
+                ));
+                Some(egress)
+            }
+            Some(plan) => {
+                // Reachable from the nodes (and pods, through the `kubernetes` Service); aggregated
+                // APIs and webhooks at their endpoints, which the host routes to the nodes.
+                let set = |args: &mut Vec<String>, flag: &str, value: String| {
+                    args.retain(|a| !a.starts_with(&format!("{flag}=")));
+                    args.push(format!("{flag}={value}"));
+                };
+                set(&mut args, "--bind-address", "0.0.0.0".into());
+                set(&mut args, "--advertise-address", plan.host_ip.to_string());
+                set(
+                    &mut args,
+                    "--service-cluster-ip-range",
+                    plan.service_cidr.clone(),
+                );
+                set(&mut args, "--authorization-mode", "Node,RBAC".into());
+                args.push("--enable-admission-plugins=NodeRestriction".into());
+                args.push(format!("--client-ca-file={}", p("client-ca.crt")));
+                args.push(format!(
+                    "--kubelet-client-certificate={}",
+                    p("apiserver-kubelet-client.crt")
+                ));
+                args.push(format!(
+                    "--kubelet-client-key={}",
+                    p("apiserver-kubelet-client.key")
+                ));
+                args.push("--kubelet-preferred-address-types=InternalIP".into());
+                args.push("--enable-aggregator-routing=true".into());
+                None
+            }
+        };
         let mut cluster = Cluster {
             name: name.to_string(),
             url: url.clone(),
@@ -319,6 +545,9 @@ impl Cluster {
             program: binaries.kube_apiserver.clone(),
             args,
             _egress: egress,
+            port,
+            admin_token: token,
+            node: None,
         };
         cluster.start_apiserver()?;
         Ok(cluster)
@@ -563,6 +792,169 @@ impl Cluster {
     /// The directory of this cluster's files (kubeconfigs, logs).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The cluster's real node, when started by [`Testbed::start_with_nodes`].
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// The API server's port (on 127.0.0.1, and for node clusters on every address).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Waits until every Node of the cluster (at least one) reports Ready.
+    pub async fn wait_ready_nodes(&self, timeout: Duration) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::Node as KubeNode;
+        let nodes: Api<KubeNode> = Api::all(self.client.clone());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(node) = &self.node {
+                node.check_alive()?;
+            }
+            let list = nodes.list(&Default::default()).await?;
+            let ready = |n: &KubeNode| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            };
+            if !list.items.is_empty() && list.items.iter().all(ready) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "nodes of {} not Ready after {timeout:?}: {:?}",
+                    self.name,
+                    list.items.iter().map(|n| n.name_any()).collect::<Vec<_>>()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until Deployment `namespace/name` has rolled out: its newest generation observed and
+    /// every replica updated and available.
+    pub async fn wait_rollout(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(node) = &self.node {
+                node.check_alive()?;
+            }
+            if let Some(d) = api.get_opt(name).await? {
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let generation = d.metadata.generation.unwrap_or(0);
+                if let Some(s) = &d.status
+                    && s.observed_generation.unwrap_or(0) >= generation
+                    && s.updated_replicas.unwrap_or(0) == want
+                    && s.available_replicas.unwrap_or(0) == want
+                    && s.replicas.unwrap_or(0) == want
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                let pods = self
+                    .kubectl(&["get", "pods", "-n", namespace, "-o", "wide"])
+                    .await
+                    .unwrap_or_default();
+                bail!(
+                    "deployment {namespace}/{name} of {} not rolled out after {timeout:?}; pods:\n{pods}",
+                    self.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until pod `namespace/name` is Ready; returns its IP.
+    pub async fn wait_pod_ready(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<std::net::Ipv4Addr> {
+        use k8s_openapi::api::core::v1::Pod;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(node) = &self.node {
+                node.check_alive()?;
+            }
+            if let Some(pod) = api.get_opt(name).await?
+                && let Some(status) = &pod.status
+                && status
+                    .conditions
+                    .as_ref()
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                && let Some(ip) = status.pod_ip.as_deref().and_then(|ip| ip.parse().ok())
+            {
+                return Ok(ip);
+            }
+            if Instant::now() > deadline {
+                let described = self
+                    .kubectl(&["describe", "pod", "-n", namespace, name])
+                    .await
+                    .unwrap_or_default();
+                bail!(
+                    "pod {namespace}/{name} of {} not Ready after {timeout:?}:\n{described}",
+                    self.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `kubectl exec -n namespace pod -- command...`: the command's stdout; fails (with its
+    /// stderr) when it exits non-zero.
+    pub async fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        command: &[&str],
+    ) -> anyhow::Result<String> {
+        let mut args = vec!["exec", "-n", namespace, pod, "--"];
+        args.extend_from_slice(command);
+        self.kubectl(&args).await
+    }
+
+    /// Waits until Service `namespace/name` has an address in `status.loadBalancer.ingress`.
+    pub async fn wait_load_balancer(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<std::net::Ipv4Addr> {
+        use k8s_openapi::api::core::v1::Service;
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ip = api.get_opt(name).await?.and_then(|s| {
+                s.status?
+                    .load_balancer?
+                    .ingress?
+                    .into_iter()
+                    .find_map(|i| i.ip?.parse().ok())
+            });
+            if let Some(ip) = ip {
+                return Ok(ip);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "service {namespace}/{name} of {} has no load-balancer address after {timeout:?}",
+                    self.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

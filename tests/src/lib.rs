@@ -11,6 +11,10 @@
 //! killed when the [`Testbed`] is dropped, and — through `PR_SET_PDEATHSIG` on a spawner thread that
 //! lives as long as the test process — when the test process dies.
 //!
+//! With [`Testbed::start_with_nodes`], chosen clusters also get a real node (kubelet, containerd,
+//! kube-proxy in namespaces of their own), kube-controller-manager, kube-scheduler, CoreDNS and a
+//! LoadBalancer controller, and run pods: see [`node`].
+//!
 //! The binaries come from `tests/testbed/install.sh` (built from their Go modules, cached outside
 //! the repository); [`require_testbed`] finds them.
 
@@ -19,9 +23,13 @@ mod binaries;
 pub mod certs;
 mod cluster;
 mod egress;
+pub mod images;
+mod lb;
+pub mod node;
 mod process;
 pub mod xcc;
 
-pub use binaries::{Binaries, require_testbed};
+pub use binaries::{Binaries, NodeBinaries, require_node_testbed, require_testbed};
 pub use cluster::{Blackhole, Cluster, Kubeconfig, Testbed};
+pub use node::{Node, NodePlan};
 pub use process::{Process, free_port, spawn};

@@ -6,8 +6,15 @@
 #      kube-apiserver, kubectl, kube-controller-manager  (k8s.io/kubernetes $K8S_VERSION)
 #      etcd                                              (the version Kubernetes pins)
 #      coredns                                           (github.com/coredns/coredns $COREDNS_VERSION)
+#    and, for the test bed's real nodes (docs/testing.md, "Nodes"):
+#      kubelet, kube-proxy, kube-scheduler               (k8s.io/kubernetes $K8S_VERSION, version-stamped)
+#      a static coredns (CGO_ENABLED=0) for the CoreDNS image
+#    plus the Debian packages the nodes use: containerd, runc, CNI plugins, iptables, conntrack,
+#    buildah, busybox-static;
 # and writes $XCC_TESTBED_DIR/env, which exports XCC_KUBE_APISERVER, XCC_KUBECTL,
-# XCC_KUBE_CONTROLLER_MANAGER, XCC_ETCD and XCC_COREDNS.
+# XCC_KUBE_CONTROLLER_MANAGER, XCC_ETCD, XCC_COREDNS and, for the nodes, XCC_KUBELET,
+# XCC_KUBE_PROXY, XCC_KUBE_SCHEDULER, XCC_COREDNS_STATIC, XCC_CNI_DIR, XCC_K8S_VERSION,
+# XCC_COREDNS_VERSION.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
@@ -22,6 +29,15 @@ pkgs=()
 command -v dig >/dev/null || pkgs+=(dnsutils)
 command -v dnsperf >/dev/null || pkgs+=(dnsperf)
 command -v knotd >/dev/null || pkgs+=(knot)
+# The nodes: container runtime, CNI plugins, kube-proxy's tools, image building, test images.
+command -v containerd >/dev/null || pkgs+=(containerd)
+command -v runc >/dev/null || pkgs+=(runc)
+[ -x /usr/lib/cni/bridge ] || pkgs+=(containernetworking-plugins)
+command -v iptables >/dev/null || pkgs+=(iptables)
+command -v conntrack >/dev/null || pkgs+=(conntrack)
+command -v buildah >/dev/null || pkgs+=(buildah)
+case "$(ldd /bin/busybox 2>&1 || true)" in *"not a dynamic executable"*) ;; *) pkgs+=(busybox-static) ;; esac
+command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
 if [ ${#pkgs[@]} -gt 0 ]; then
   step "apt-get install ${pkgs[*]}"
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -77,12 +93,62 @@ if [ ! -x "$coredns/bin/coredns" ]; then
   step "CoreDNS built in $(( $(date +%s) - start )) s"
 fi
 
+# --- Node binaries: kubelet, kube-proxy, kube-scheduler ---------------------------------------
+# Same throw-away module as above, a separate folder of the same version so that the block above
+# is not rebuilt; version-stamped, or the nodes report v0.0.0-master.
+node=$k8s/node
+if [ ! -x "$node/bin/kubelet" ] || [ ! -x "$node/bin/kube-proxy" ] || [ ! -x "$node/bin/kube-scheduler" ]; then
+  start=$(date +%s)
+  step "building Kubernetes $K8S_VERSION node binaries (kubelet, kube-proxy, kube-scheduler); cold this takes a few minutes"
+  node_work=$(mktemp -d)
+  trap 'rm -rf "${work:-}" "$node_work"' EXIT
+  cd "$node_work"
+  printf 'module xcc.invalid/testbed\n\ngo 1.25\n' > go.mod
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
+  gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
+  minor=$(echo "$K8S_VERSION" | sed 's/^v1\.\([0-9]*\)\.\([0-9]*\)$/v0.\1.\2/')
+  staging=$(awk '/=> .\/staging/ {print $1}' "$gomod")
+  {
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    for m in $staging; do echo "replace $m => $m $minor"; done
+  } >> go.mod
+  go get "k8s.io/kubernetes@$K8S_VERSION" >/dev/null 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION"
+  major=$(echo "$K8S_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
+  minor_n=$(echo "$K8S_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
+  stamp="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor_n -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=$major -X k8s.io/client-go/pkg/version.gitMinor=$minor_n"
+  mkdir -p "$node/bin.tmp"
+  for cmd in kubelet kube-proxy kube-scheduler; do
+    step "go build $cmd"
+    nice go build -trimpath -ldflags="$ldflags $stamp" -o "$node/bin.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+  done
+  rm -rf "$node/bin" && mv "$node/bin.tmp" "$node/bin"
+  cd - >/dev/null
+  step "node binaries built in $(( $(date +%s) - start )) s"
+fi
+
+# --- A static CoreDNS for the CoreDNS image (the one above may link libc through cgo) ---------
+coredns_static=$coredns/static
+if [ ! -x "$coredns_static/coredns" ]; then
+  start=$(date +%s)
+  step "building a static CoreDNS $COREDNS_VERSION (CGO_ENABLED=0) for the image"
+  mkdir -p "$coredns_static"
+  GOBIN="$coredns_static" GOFLAGS= CGO_ENABLED=0 nice go install -trimpath -ldflags="$ldflags" "github.com/coredns/coredns@$COREDNS_VERSION"
+  step "static CoreDNS built in $(( $(date +%s) - start )) s"
+fi
+
 cat > "$dir/env.tmp" <<ENV
 export XCC_KUBE_APISERVER=$k8s/bin/kube-apiserver
 export XCC_KUBECTL=$k8s/bin/kubectl
 export XCC_KUBE_CONTROLLER_MANAGER=$k8s/bin/kube-controller-manager
 export XCC_ETCD=$k8s/bin/etcd
 export XCC_COREDNS=$coredns/bin/coredns
+export XCC_KUBELET=$node/bin/kubelet
+export XCC_KUBE_PROXY=$node/bin/kube-proxy
+export XCC_KUBE_SCHEDULER=$node/bin/kube-scheduler
+export XCC_COREDNS_STATIC=$coredns_static/coredns
+export XCC_CNI_DIR=/usr/lib/cni
+export XCC_K8S_VERSION=$K8S_VERSION
+export XCC_COREDNS_VERSION=$COREDNS_VERSION
 ENV
 mv "$dir/env.tmp" "$dir/env"
 step "ready: $dir/env"

@@ -16,6 +16,7 @@ mod least_privilege;
 mod measure;
 mod mixed_fleet;
 mod moved_copies;
+mod nodes;
 mod peer_http2;
 mod plumber;
 mod projection;

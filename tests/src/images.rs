@@ -1,0 +1,533 @@
+//! Container images for the test bed's nodes, built locally without a registry.
+//!
+//! Each image is one layer: a root filesystem assembled in a scratch directory, packed with `tar`
+//! into a Docker image archive (`manifest.json` + config + layer, the format `docker save` writes)
+//! and imported into a node's containerd with `ctr -n k8s.io images import`. Pods use them by tag
+//! with `imagePullPolicy: Never` or `IfNotPresent` (nothing is ever pulled).
+//!
+//! | image | what |
+//! |---|---|
+//! | [`PAUSE`] | the pod sandbox: a 15-line static C program (`tests/fixtures/pause.c`), containerd's `sandbox_image` |
+//! | [`BUSYBOX`] | Debian's static busybox with a link per applet (`sh`, `wget`, `nslookup`, `httpd`, ...), user root |
+//! | `registry.k8s.io/coredns/coredns:<version>` ([`coredns`]) | the test bed's static CoreDNS at `/coredns` |
+//! | `xcc:<workspace version>` ([`xcc`]) | the stripped release binaries `xcc-agent`, `xcc-controller`, `xcc-coredns-patcher` at `/usr/local/bin/`, the libc files `ldd` names, CA certificates, `/etc/passwd` with `nonroot` (65532), user 65532: the layout of the project's `Dockerfile` (distroless cc) |
+//!
+//! Archives are cached in `$XCC_TESTBED_DIR/images/` (default `~/.cache/xcc-testbed/images/`),
+//! named by image and a SHA-256 of their inputs (every file's content and destination, the image
+//! config): an unchanged image is never rebuilt, a changed input makes a new archive.
+//!
+//! The xcc image needs the release build (`cargo build --release --locked -p xcc-agent -p
+//! xcc-controller -p xcc-coredns-patcher`, a step of `./test.sh`); it fails, naming that command,
+//! when a binary is missing or older than the sources.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::SystemTime,
+};
+
+use anyhow::{Context, bail};
+
+use crate::binaries::{Binaries, NodeBinaries};
+
+/// The pod sandbox image (containerd's `sandbox_image` on the test bed's nodes).
+pub const PAUSE: &str = "registry.k8s.io/pause:3.10";
+/// Static busybox: test client pods, and an HTTP server (`busybox httpd -f -p 80 -h /www`).
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+/// The release binaries of xcc, as the manifests name them.
+pub const XCC_BINARIES: [&str; 3] = ["xcc-agent", "xcc-controller", "xcc-coredns-patcher"];
+
+const RELEASE_BUILD: &str =
+    "cargo build --release --locked -p xcc-agent -p xcc-controller -p xcc-coredns-patcher";
+
+/// An image archive ready for `ctr images import`.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// Full reference, e.g. `docker.io/library/xcc:0.1.0`.
+    pub reference: String,
+    pub archive: PathBuf,
+}
+
+/// The CoreDNS image's reference for the test bed's CoreDNS version.
+pub fn coredns(node: &NodeBinaries) -> String {
+    format!("registry.k8s.io/coredns/coredns:{}", node.coredns_version)
+}
+
+/// `xcc:<version of the workspace>` (as the manifests name it), fully qualified.
+pub fn xcc() -> String {
+    format!("docker.io/library/xcc:{}", workspace_version())
+}
+
+/// The workspace's `version` (`[workspace.package]` of the root Cargo.toml).
+pub fn workspace_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// The workspace root (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Where the images are cached.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XCC_TESTBED_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/xcc-testbed")))
+        .unwrap_or_else(|| std::env::temp_dir().join("xcc-testbed"))
+        .join("images")
+}
+
+/// Builds (or finds in the cache) every image the nodes need: pause, busybox, CoreDNS and xcc.
+pub fn build_all(binaries: &Binaries) -> anyhow::Result<Vec<Image>> {
+    let node = binaries
+        .node
+        .as_ref()
+        .context("the test bed has no node binaries: run tests/testbed/install.sh")?;
+    let cache = cache_dir();
+    std::fs::create_dir_all(&cache)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("xcc-images-")
+        .tempdir_in(&cache)?;
+    Ok(vec![
+        pause(&cache, scratch.path())?,
+        busybox(&cache)?,
+        build(
+            &cache,
+            &coredns(node),
+            &[File::copy(&node.coredns_static, "coredns", 0o755)],
+            &["/coredns"],
+            None,
+        )?,
+        xcc_image(&cache)?,
+    ])
+}
+
+/// A file of an image: its content comes from `source`, it lands at `dest` (relative).
+struct File {
+    source: Source,
+    dest: String,
+    mode: u32,
+}
+
+enum Source {
+    Copy(PathBuf),
+    /// The stripped copy of a binary.
+    Strip(PathBuf),
+    Text(String),
+    Symlink(String),
+    Dir,
+}
+
+impl File {
+    fn copy(source: &Path, dest: &str, mode: u32) -> File {
+        File {
+            source: Source::Copy(source.to_path_buf()),
+            dest: dest.into(),
+            mode,
+        }
+    }
+    fn text(dest: &str, text: &str) -> File {
+        File {
+            source: Source::Text(text.into()),
+            dest: dest.into(),
+            mode: 0o644,
+        }
+    }
+    fn dir(dest: &str, mode: u32) -> File {
+        File {
+            source: Source::Dir,
+            dest: dest.into(),
+            mode,
+        }
+    }
+}
+
+fn pause(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
+    let source = workspace_root().join("tests/fixtures/pause.c");
+    // Keyed by the C source: compile only when that image is not cached yet.
+    let key_file = File::copy(&source, "pause.c", 0o644);
+    let key = key(&[key_file], &["/pause"], None)?;
+    let archive = cache.join(format!("pause-{key}.tar"));
+    if !archive.is_file() {
+        let bin = scratch.join("pause");
+        run(Command::new("gcc")
+            .args(["-static", "-O2", "-o"])
+            .arg(&bin)
+            .arg(&source))
+        .context("compiling the pause program (gcc -static)")?;
+        write_archive(
+            &archive,
+            PAUSE,
+            &[File::copy(&bin, "pause", 0o755)],
+            &["/pause"],
+            None,
+        )?;
+    }
+    Ok(Image {
+        reference: PAUSE.into(),
+        archive,
+    })
+}
+
+fn busybox(cache: &Path) -> anyhow::Result<Image> {
+    let bin = Path::new("/bin/busybox");
+    let ldd = Command::new("ldd").arg(bin).output()?;
+    if ldd.status.success() {
+        bail!(
+            "/bin/busybox is not static: install the Debian package busybox-static (tests/testbed/install.sh does)"
+        );
+    }
+    let list = Command::new(bin).arg("--list").output()?;
+    let mut files = vec![
+        File::copy(bin, "bin/busybox", 0o755),
+        File::dir("tmp", 0o1777),
+        File::dir("www", 0o755),
+        File::text(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        ),
+        File::text("etc/group", "root:x:0:\nnobody:x:65534:\n"),
+    ];
+    for applet in String::from_utf8(list.stdout)?.split_whitespace() {
+        if applet != "busybox" {
+            files.push(File {
+                source: Source::Symlink("busybox".into()),
+                dest: format!("bin/{applet}"),
+                mode: 0o777,
+            });
+        }
+    }
+    build(cache, BUSYBOX, &files, &["/bin/sh"], None)
+}
+
+fn xcc_image(cache: &Path) -> anyhow::Result<Image> {
+    let binaries = release_binaries()?;
+    let mut files = vec![
+        File::dir("tmp", 0o1777),
+        File::dir("home/nonroot", 0o755),
+        File::text(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+        ),
+        File::text(
+            "etc/group",
+            "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
+        ),
+    ];
+    let certs = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if certs.is_file() {
+        files.push(File::copy(
+            certs,
+            "etc/ssl/certs/ca-certificates.crt",
+            0o644,
+        ));
+    }
+    let mut libs = std::collections::BTreeSet::new();
+    for bin in &binaries {
+        libs.extend(ldd(bin)?);
+        files.push(File {
+            source: Source::Strip(bin.clone()),
+            dest: format!(
+                "usr/local/bin/{}",
+                bin.file_name().expect("a file").to_string_lossy()
+            ),
+            mode: 0o755,
+        });
+    }
+    for lib in libs {
+        let dest = lib.strip_prefix("/").unwrap_or(&lib).display().to_string();
+        files.push(File::copy(&lib, &dest, 0o755));
+    }
+    build(
+        cache,
+        &xcc(),
+        &files,
+        &["xcc-agent", "--help"],
+        Some("65532:65532"),
+    )
+}
+
+/// The release binaries, checked to be at least as new as every source they are built from.
+pub fn release_binaries() -> anyhow::Result<Vec<PathBuf>> {
+    let root = workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let mut newest_source: Option<(SystemTime, PathBuf)> = None;
+    for dir in [
+        "dns",
+        "agent",
+        "controller",
+        "coredns-patcher",
+        "kube-support",
+    ] {
+        newest(&root.join(dir), &mut newest_source)?;
+    }
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        let path = root.join(file);
+        let modified = std::fs::metadata(&path)?.modified()?;
+        if newest_source.as_ref().is_none_or(|(t, _)| modified > *t) {
+            newest_source = Some((modified, path));
+        }
+    }
+    let mut out = Vec::new();
+    for name in XCC_BINARIES {
+        let bin = target.join("release").join(name);
+        let Ok(meta) = std::fs::metadata(&bin) else {
+            bail!(
+                "the xcc image needs the release binary {}, which is missing: run `{RELEASE_BUILD}` (./test.sh does)",
+                bin.display()
+            );
+        };
+        if let Some((t, source)) = &newest_source
+            && meta.modified()? < *t
+        {
+            bail!(
+                "the release binary {} is older than {}: run `{RELEASE_BUILD}` (./test.sh does)",
+                bin.display(),
+                source.display()
+            );
+        }
+        out.push(bin);
+    }
+    Ok(out)
+}
+
+/// The newest `.rs` / `Cargo.toml` / `build.rs` input under `dir` (skipping `target`, tests).
+fn newest(dir: &Path, found: &mut Option<(SystemTime, PathBuf)>) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().to_string();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            if name != "target" && name != "tests" && name != "benches" && !name.starts_with('.') {
+                newest(&path, found)?;
+            }
+        } else if name.ends_with(".rs") || name == "Cargo.toml" {
+            let modified = entry.metadata()?.modified()?;
+            if found.as_ref().is_none_or(|(t, _)| modified > *t) {
+                *found = Some((modified, path));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The shared libraries (and the dynamic loader) `ldd` names for `bin`, symlinks resolved to the
+/// paths the loader asks for.
+fn ldd(bin: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(bin).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        if text.contains("not a dynamic executable") {
+            return Ok(vec![]);
+        }
+        bail!("ldd {} failed", bin.display());
+    }
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let path = match line.split_once("=>") {
+            Some((_, right)) => right.split_whitespace().next(),
+            None => line
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/')),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            libs.push(PathBuf::from(p));
+        }
+    }
+    Ok(libs)
+}
+
+/// The cached archive of an image made of `files`, built when missing.
+fn build(
+    cache: &Path,
+    reference: &str,
+    files: &[File],
+    entrypoint: &[&str],
+    user: Option<&str>,
+) -> anyhow::Result<Image> {
+    let key = key(files, entrypoint, user)?;
+    let stem: String = reference
+        .rsplit('/')
+        .next()
+        .unwrap_or(reference)
+        .replace(':', "-");
+    let archive = cache.join(format!("{stem}-{key}.tar"));
+    if !archive.is_file() {
+        write_archive(&archive, reference, files, entrypoint, user)?;
+    }
+    Ok(Image {
+        reference: reference.into(),
+        archive,
+    })
+}
+
+/// SHA-256 (16 hex digits) of the image's inputs.
+fn key(files: &[File], entrypoint: &[&str], user: Option<&str>) -> anyhow::Result<String> {
+    let mut manifest = format!("v1 {entrypoint:?} {user:?}\n");
+    let sources: Vec<&Path> = files
+        .iter()
+        .filter_map(|f| match &f.source {
+            Source::Copy(p) | Source::Strip(p) => Some(p.as_path()),
+            _ => None,
+        })
+        .collect();
+    let sums = sha256_files(&sources)?;
+    let mut sums = sums.into_iter();
+    for f in files {
+        let what = match &f.source {
+            Source::Copy(_) => format!("copy {}", sums.next().expect("one per source")),
+            Source::Strip(_) => format!("strip {}", sums.next().expect("one per source")),
+            Source::Text(t) => format!("text {t:?}"),
+            Source::Symlink(t) => format!("link {t}"),
+            Source::Dir => "dir".into(),
+        };
+        manifest.push_str(&format!("{} {:o} {what}\n", f.dest, f.mode));
+    }
+    Ok(sha256_bytes(manifest.as_bytes())?[..16].to_string())
+}
+
+fn sha256_files(paths: &[&Path]) -> anyhow::Result<Vec<String>> {
+    if paths.is_empty() {
+        return Ok(vec![]);
+    }
+    let out = Command::new("sha256sum").args(paths).output()?;
+    if !out.status.success() {
+        bail!(
+            "sha256sum failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+        .collect())
+}
+
+fn sha256_bytes(bytes: &[u8]) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().expect("piped").write_all(bytes)?;
+    let out = child.wait_with_output()?;
+    Ok(String::from_utf8(out.stdout)?
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string())
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let out = command.output()?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Writes a Docker image archive of `files` to `archive` (atomically: a temporary name, then a
+/// rename, so that concurrent builders of the same image never see half an archive).
+fn write_archive(
+    archive: &Path,
+    reference: &str,
+    files: &[File],
+    entrypoint: &[&str],
+    user: Option<&str>,
+) -> anyhow::Result<()> {
+    let work = tempfile::Builder::new()
+        .prefix("xcc-image-")
+        .tempdir_in(archive.parent().expect("in the cache"))?;
+    let rootfs = work.path().join("rootfs");
+    std::fs::create_dir_all(&rootfs)?;
+    for f in files {
+        let dest = rootfs.join(&f.dest);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match &f.source {
+            Source::Copy(p) => {
+                std::fs::copy(p, &dest).with_context(|| format!("copying {}", p.display()))?;
+            }
+            Source::Strip(p) => run(Command::new("strip")
+                .arg("--strip-all")
+                .arg("-o")
+                .arg(&dest)
+                .arg(p))
+            .with_context(|| format!("stripping {}", p.display()))?,
+            Source::Text(t) => std::fs::write(&dest, t)?,
+            Source::Symlink(t) => std::os::unix::fs::symlink(t, &dest)?,
+            Source::Dir => std::fs::create_dir_all(&dest)?,
+        }
+        if !matches!(f.source, Source::Symlink(_)) {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(f.mode))?;
+        }
+    }
+    let layer = work.path().join("layer.tar");
+    run(Command::new("tar")
+        .args([
+            "--sort=name",
+            "--mtime=@0",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "-C",
+        ])
+        .arg(&rootfs)
+        .arg("-cf")
+        .arg(&layer)
+        .arg("."))?;
+    let diff_id = sha256_files(&[&layer])?.remove(0);
+    let mut config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "1970-01-01T00:00:00Z",
+        "config": {
+            "Entrypoint": entrypoint,
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "WorkingDir": "/",
+        },
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{diff_id}")]},
+    });
+    if let Some(user) = user {
+        config["config"]["User"] = user.into();
+    }
+    let config = serde_json::to_vec(&config)?;
+    let config_id = sha256_bytes(&config)?;
+    let image_dir = work.path().join("image");
+    std::fs::create_dir_all(image_dir.join(&diff_id))?;
+    std::fs::rename(&layer, image_dir.join(&diff_id).join("layer.tar"))?;
+    std::fs::write(image_dir.join(format!("{config_id}.json")), &config)?;
+    let manifest = serde_json::json!([{
+        "Config": format!("{config_id}.json"),
+        "RepoTags": [reference],
+        "Layers": [format!("{diff_id}/layer.tar")],
+    }]);
+    std::fs::write(
+        image_dir.join("manifest.json"),
+        serde_json::to_vec(&manifest)?,
+    )?;
+    let tmp = work.path().join("image.tar");
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(&image_dir)
+        .arg("-cf")
+        .arg(&tmp)
+        .arg("."))?;
+    std::fs::rename(&tmp, archive)?;
+    Ok(())
+}

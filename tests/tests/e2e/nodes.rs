@@ -1,0 +1,242 @@
+//! Real nodes: two clusters with a node each run pods; each cluster's CoreDNS answers its pods; a
+//! LoadBalancer Service of cluster-a gets an address of its pool that a pod of cluster-b reaches,
+//! while cluster-a's pods are out of cluster-b's reach.
+
+use std::time::{Duration, Instant};
+
+use xcc_e2e::{Testbed, images, require_node_testbed};
+
+/// A busybox pod that sleeps, to exec commands in.
+fn client_pod() -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: client
+    image: {image}
+    imagePullPolicy: Never
+    command: [sleep, '3600']
+",
+        image = images::BUSYBOX
+    )
+}
+
+/// A busybox httpd Deployment serving one page, behind a LoadBalancer Service `name`.
+fn web(name: &str, page: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: httpd
+        image: {image}
+        imagePullPolicy: Never
+        command: [sh, -c, 'mkdir -p /www && echo {page} > /www/index.html && exec httpd -f -p 80 -h /www']
+        ports:
+        - containerPort: 80
+        readinessProbe:
+          tcpSocket: {{port: 80}}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  type: LoadBalancer
+  selector: {{app: {name}}}
+  ports:
+  - port: 80
+    targetPort: 80
+",
+        image = images::BUSYBOX
+    )
+}
+
+fn lb_service(name: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  type: LoadBalancer
+  selector: {{app: nothing}}
+  ports:
+  - port: 80
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_dns_and_load_balancers_on_two_node_clusters() {
+    let Some(binaries) = require_node_testbed() else {
+        return;
+    };
+    let start = Instant::now();
+    let bed = Testbed::start_with_nodes(
+        &binaries,
+        &["cluster-a", "cluster-b"],
+        &["cluster-a", "cluster-b"],
+    )
+    .await
+    .expect("test bed with two nodes starts");
+    let up = start.elapsed();
+    let a = bed.cluster("cluster-a");
+    let b = bed.cluster("cluster-b");
+    let node_a = a.node().expect("cluster-a has a node");
+    let node_b = b.node().expect("cluster-b has a node");
+    assert_ne!(node_a.plan.pod_cidr, node_b.plan.pod_cidr);
+    assert_ne!(node_a.plan.service_cidr, node_b.plan.service_cidr);
+
+    let t = Instant::now();
+    let minute = Duration::from_secs(60);
+    for c in [a, b] {
+        c.apply_yaml(&client_pod()).await.expect("client pod");
+    }
+    a.apply_yaml(&web("web", "hello-from-cluster-a"))
+        .await
+        .expect("web on cluster-a");
+    a.wait_pod_ready("default", "client", minute)
+        .await
+        .expect("client on cluster-a");
+    b.wait_pod_ready("default", "client", minute)
+        .await
+        .expect("client on cluster-b");
+    a.wait_rollout("default", "web", minute)
+        .await
+        .expect("web rolls out");
+    let pods_up = t.elapsed();
+
+    // Each cluster's CoreDNS answers its pods, with its own kubernetes Service address.
+    for c in [a, b] {
+        let node = c.node().expect("node");
+        let out = c
+            .exec(
+                "default",
+                "client",
+                &["nslookup", "kubernetes.default.svc.cluster.local"],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("nslookup on {}: {e:#}", c.name));
+        assert!(
+            out.contains(&node.plan.kubernetes_ip.to_string()),
+            "{}: nslookup answers {}: {out}",
+            c.name,
+            node.plan.kubernetes_ip
+        );
+        assert!(
+            out.contains(&node.plan.dns_ip.to_string()),
+            "{}: answered by its CoreDNS at {}: {out}",
+            c.name,
+            node.plan.dns_ip
+        );
+        // CoreDNS (a pod) found that address by listing Services through the `kubernetes`
+        // Service, verifying the API server with the `kube-root-ca.crt` ConfigMap and its token.
+    }
+
+    // The LoadBalancer Service of cluster-a gets the first address of cluster-a's pool.
+    let lb = a
+        .wait_load_balancer("default", "web", Duration::from_secs(10))
+        .await
+        .expect("web gets an address");
+    assert_eq!(lb, node_a.plan.lb_address(1), "the pool's first address");
+    let web_pod = a
+        .kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ])
+        .await
+        .expect("web pod IP");
+
+    // Positive controls: the web pod answers at its pod IP inside cluster-a, and at the
+    // LoadBalancer address from cluster-b.
+    let fetch = |url: String| {
+        vec![
+            "timeout".to_string(),
+            "5".into(),
+            "wget".into(),
+            "-qO-".into(),
+            url,
+        ]
+    };
+    let direct = fetch(format!("http://{web_pod}/"));
+    let direct: Vec<&str> = direct.iter().map(String::as_str).collect();
+    let page = a
+        .exec("default", "client", &direct)
+        .await
+        .expect("cluster-a's client reaches the web pod");
+    assert_eq!(page.trim(), "hello-from-cluster-a");
+    let via_lb = fetch(format!("http://{lb}/"));
+    let via_lb: Vec<&str> = via_lb.iter().map(String::as_str).collect();
+    let page = b
+        .exec("default", "client", &via_lb)
+        .await
+        .expect("cluster-b's client reaches cluster-a's LoadBalancer address");
+    assert_eq!(page.trim(), "hello-from-cluster-a");
+
+    // The same pod IP from cluster-b: not routed.
+    let denied = b.exec("default", "client", &direct).await;
+    assert!(
+        denied.is_err(),
+        "cluster-a's pod {web_pod} is reachable from cluster-b: {denied:?}"
+    );
+
+    // Addresses are released: with `web` holding .1, a second Service gets .2; once `web` is
+    // deleted, a third gets .1 again.
+    a.apply_yaml(&lb_service("second")).await.expect("second");
+    let second = a
+        .wait_load_balancer("default", "second", Duration::from_secs(10))
+        .await
+        .expect("second gets an address");
+    assert_eq!(second, node_a.plan.lb_address(2));
+    a.kubectl(&["delete", "service", "web", "--wait=true"])
+        .await
+        .expect("delete web");
+    a.apply_yaml(&lb_service("third")).await.expect("third");
+    let third = a
+        .wait_load_balancer("default", "third", Duration::from_secs(10))
+        .await
+        .expect("third gets an address");
+    assert_eq!(
+        third,
+        node_a.plan.lb_address(1),
+        "web's address was released"
+    );
+
+    // kubectl logs goes through the kubelet.
+    let logs = a
+        .kubectl(&["logs", "-n", "kube-system", "deployment/coredns"])
+        .await
+        .expect("kubectl logs");
+    assert!(logs.contains("CoreDNS"), "CoreDNS logs: {logs}");
+
+    eprintln!(
+        "two node clusters up in {:.1} s, pods ready in {:.1} s, test done in {:.1} s",
+        up.as_secs_f64(),
+        pods_up.as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    );
+}
