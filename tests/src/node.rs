@@ -208,6 +208,7 @@ impl Network {
         if nodes.len() > MAX_NODES {
             bail!("at most {MAX_NODES} node clusters per test bed");
         }
+        sweep_dead_beds();
         let mut bed = None;
         for b in 0..MAX_BEDS {
             // Creating the host link is the lock: it fails when another test bed has index b.
@@ -1030,6 +1031,45 @@ fn remove_cgroup_tree(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
+    }
+}
+
+/// Kills what is left in the cgroups of node test beds whose test process died (containers and
+/// shims outlive a SIGKILLed test process), and removes those cgroups.
+fn sweep_dead_beds() {
+    for h in cgroup_hierarchies() {
+        let Ok(entries) = std::fs::read_dir(&h) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(pid) = name
+                .strip_prefix("xcc-testbed-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let mut pids = Vec::new();
+                collect_cgroup_pids(&e.path(), &mut pids);
+                if pids.is_empty() || Instant::now() > deadline {
+                    break;
+                }
+                for pid in pids {
+                    // SAFETY: a leftover process of a dead test bed.
+                    unsafe {
+                        libc::kill(pid as i32, libc::SIGKILL);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = remove_cgroup_tree(&e.path());
+        }
     }
 }
 

@@ -226,6 +226,36 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
         "web's address was released"
     );
 
+    // The xcc image runs: its libc files are there.
+    a.apply_yaml(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: xcc
+  namespace: default
+spec:
+  restartPolicy: Never
+  containers:
+  - name: xcc
+    image: {}
+    imagePullPolicy: Never
+    command: [xcc-agent, --help]
+",
+        images::xcc()
+    ))
+    .await
+    .expect("xcc pod");
+    a.kubectl(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "--timeout=30s",
+        "pod/xcc",
+    ])
+    .await
+    .expect("xcc-agent --help exits 0 in the xcc image");
+    let help = a.kubectl(&["logs", "xcc"]).await.expect("xcc logs");
+    assert!(help.contains("--records"), "xcc-agent --help: {help}");
+
     // kubectl logs goes through the kubelet.
     let logs = a
         .kubectl(&["logs", "-n", "kube-system", "deployment/coredns"])
