@@ -144,7 +144,15 @@ impl Testbed {
         // The images are built (or found in the cache) while the rest starts.
         let images_task = node_bins.as_ref().map(|_| {
             let binaries = binaries.clone();
-            tokio::task::spawn_blocking(move || images::build_all(&binaries))
+            tokio::task::spawn_blocking(move || {
+                let t = Instant::now();
+                let built = images::build_all(&binaries);
+                eprintln!(
+                    "node images built or found in the cache in {:.1} s",
+                    t.elapsed().as_secs_f64()
+                );
+                built
+            })
         });
         let dir = tempfile::Builder::new().prefix("xcc-testbed-").tempdir()?;
         let (network, plans) = if with_nodes.is_empty() {
@@ -237,7 +245,10 @@ impl Testbed {
     ) -> anyhow::Result<()> {
         let t = Instant::now();
         let images = images_task.await??;
-        eprintln!("node images ready in {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "node images: waited {:.1} s for them after the API servers",
+            t.elapsed().as_secs_f64()
+        );
         let network = self.network.as_ref().expect("a network with nodes");
         let t = Instant::now();
         let prepared: Vec<anyhow::Result<Node>> = std::thread::scope(|scope| {

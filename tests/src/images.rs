@@ -364,11 +364,38 @@ fn build(
     let archive = cache.join(format!("{stem}-{key}.tar"));
     if !archive.is_file() {
         write_archive(&archive, reference, files, entrypoint, user)?;
+        prune(cache, &stem, &archive);
     }
     Ok(Image {
         reference: reference.into(),
         archive,
     })
+}
+
+/// Removes the archives of earlier inputs of image `stem` (each release build makes a new xcc
+/// archive), except those written in the last ten minutes, which a concurrent test bed may be
+/// importing.
+fn prune(cache: &Path, stem: &str, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(key) = name
+            .strip_prefix(&format!("{stem}-"))
+            .and_then(|rest| rest.strip_suffix(".tar"))
+        else {
+            continue;
+        };
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > std::time::Duration::from_secs(600));
+        if path != keep && key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()) && old {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// SHA-256 (16 hex digits) of the image's inputs.
