@@ -11,6 +11,7 @@ mod cli_link;
 mod cluster_group;
 mod failover;
 mod https;
+mod install;
 mod isolation;
 mod least_privilege;
 mod measure;
