@@ -8,7 +8,7 @@
 //! | image | what |
 //! |---|---|
 //! | [`PAUSE`] | the pod sandbox: a 15-line static C program (`tests/fixtures/pause.c`), containerd's `sandbox_image` |
-//! | [`BUSYBOX`] | Debian's static busybox with a link per applet (`sh`, `wget`, `nslookup`, `httpd`, ...), user root |
+//! | [`BUSYBOX`] | Debian's static busybox with a link per applet (`sh`, `wget`, `nslookup`, `httpd`, ...), and `lookup` (`tests/fixtures/lookup/lookup.c`: lookups through the C library with the pod's resolv.conf, and their latency), user root |
 //! | `registry.k8s.io/coredns/coredns:<version>` ([`coredns`]) | the test bed's static CoreDNS at `/coredns` |
 //! | `xcc:<workspace version>` ([`xcc`]) | the stripped release binaries `xcc-agent`, `xcc-controller`, `xcc-coredns-patcher` at `/usr/local/bin/`, the libc files `ldd` names, CA certificates, `/etc/passwd` with `nonroot` (65532), user 65532: the layout of the project's `Dockerfile` (distroless cc) |
 //!
@@ -18,12 +18,11 @@
 //!
 //! The xcc image needs the release build (`cargo build --release --locked -p xcc-agent -p
 //! xcc-controller -p xcc-coredns-patcher`, a step of `./test.sh`); it fails, naming that command,
-//! when a binary is missing or older than the sources.
+//! when a binary is missing or older than one of its sources (as listed in cargo's dep-info file).
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    time::SystemTime,
 };
 
 use anyhow::{Context, bail};
@@ -93,7 +92,7 @@ pub fn build_all(binaries: &Binaries) -> anyhow::Result<Vec<Image>> {
         .tempdir_in(&cache)?;
     Ok(vec![
         pause(&cache, scratch.path())?,
-        busybox(&cache)?,
+        busybox(&cache, scratch.path())?,
         build(
             &cache,
             &coredns(node),
@@ -172,10 +171,10 @@ fn pause(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
     })
 }
 
-fn busybox(cache: &Path) -> anyhow::Result<Image> {
+fn busybox(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
     let bin = Path::new("/bin/busybox");
-    let ldd = Command::new("ldd").arg(bin).output()?;
-    if ldd.status.success() {
+    let linked = Command::new("ldd").arg(bin).output()?;
+    if linked.status.success() {
         bail!(
             "/bin/busybox is not static: install the Debian package busybox-static (tests/testbed/install.sh does)"
         );
@@ -191,6 +190,20 @@ fn busybox(cache: &Path) -> anyhow::Result<Image> {
         ),
         File::text("etc/group", "root:x:0:\nnobody:x:65534:\n"),
     ];
+    // `lookup` (tests/fixtures/lookup/lookup.c): names resolved through the C library, as an
+    // application does, with the pod's resolv.conf; linked against the C library, which comes
+    // along (busybox's own resolver is not the one applications use).
+    let lookup = scratch.join("lookup");
+    run(Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&lookup)
+        .arg(workspace_root().join("tests/fixtures/lookup/lookup.c")))
+    .context("compiling the lookup program (gcc)")?;
+    for lib in ldd(&lookup)? {
+        let dest = lib.strip_prefix("/").unwrap_or(&lib).display().to_string();
+        files.push(File::copy(&lib, &dest, 0o755));
+    }
+    files.push(File::copy(&lookup, "bin/lookup", 0o755));
     for applet in String::from_utf8(list.stdout)?.split_whitespace() {
         if applet != "busybox" {
             files.push(File {
@@ -250,29 +263,13 @@ fn xcc_image(cache: &Path) -> anyhow::Result<Image> {
     )
 }
 
-/// The release binaries, checked to be at least as new as every source they are built from.
+/// The release binaries, checked to be at least as new as every source they are built from (the
+/// files cargo's dep-info `<binary>.d` lists, which are exactly the workspace sources of that
+/// binary: cargo rebuilds when one of them is newer).
 pub fn release_binaries() -> anyhow::Result<Vec<PathBuf>> {
-    let root = workspace_root();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let mut newest_source: Option<(SystemTime, PathBuf)> = None;
-    for dir in [
-        "dns",
-        "agent",
-        "controller",
-        "coredns-patcher",
-        "kube-support",
-    ] {
-        newest(&root.join(dir), &mut newest_source)?;
-    }
-    for file in ["Cargo.toml", "Cargo.lock"] {
-        let path = root.join(file);
-        let modified = std::fs::metadata(&path)?.modified()?;
-        if newest_source.as_ref().is_none_or(|(t, _)| modified > *t) {
-            newest_source = Some((modified, path));
-        }
-    }
+        .unwrap_or_else(|| workspace_root().join("target"));
     let mut out = Vec::new();
     for name in XCC_BINARIES {
         let bin = target.join("release").join(name);
@@ -282,42 +279,61 @@ pub fn release_binaries() -> anyhow::Result<Vec<PathBuf>> {
                 bin.display()
             );
         };
-        if let Some((t, source)) = &newest_source
-            && meta.modified()? < *t
-        {
-            bail!(
-                "the release binary {} is older than {}: run `{RELEASE_BUILD}` (./test.sh does)",
-                bin.display(),
-                source.display()
-            );
+        let built = meta.modified()?;
+        let dep_info = target.join("release").join(format!("{name}.d"));
+        let sources = std::fs::read_to_string(&dep_info).with_context(|| {
+            format!(
+                "reading {} (cargo's list of the sources of {name}): run `{RELEASE_BUILD}`",
+                dep_info.display()
+            )
+        })?;
+        for source in dep_info_sources(&sources) {
+            let newer = match std::fs::metadata(&source).and_then(|m| m.modified()) {
+                Ok(modified) => modified > built,
+                Err(_) => true, // gone: the binary was built from sources that changed since
+            };
+            if newer {
+                bail!(
+                    "the release binary {} is older than its source {}: run `{RELEASE_BUILD}` (./test.sh does)",
+                    bin.display(),
+                    source.display()
+                );
+            }
         }
         out.push(bin);
     }
     Ok(out)
 }
 
-/// The newest `.rs` / `Cargo.toml` / `build.rs` input under `dir` (skipping `target`, tests).
-fn newest(dir: &Path, found: &mut Option<(SystemTime, PathBuf)>) -> anyhow::Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
+/// The prerequisites of a Makefile-style dep-info file (`target: a.rs b\ c.rs ...`).
+fn dep_info_sources(text: &str) -> Vec<PathBuf> {
+    let Some(line) = text.lines().next() else {
+        return vec![];
     };
-    for entry in entries {
-        let entry = entry?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().to_string();
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            if name != "target" && name != "tests" && name != "benches" && !name.starts_with('.') {
-                newest(&path, found)?;
+    let Some((_, deps)) = line.split_once(": ") else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut chars = deps.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&' ') => {
+                current.push(' ');
+                chars.next();
             }
-        } else if name.ends_with(".rs") || name == "Cargo.toml" {
-            let modified = entry.metadata()?.modified()?;
-            if found.as_ref().is_none_or(|(t, _)| modified > *t) {
-                *found = Some((modified, path));
+            ' ' => {
+                if !current.is_empty() {
+                    out.push(PathBuf::from(std::mem::take(&mut current)));
+                }
             }
+            c => current.push(c),
         }
     }
-    Ok(())
+    if !current.is_empty() {
+        out.push(PathBuf::from(current));
+    }
+    out
 }
 
 /// The shared libraries (and the dynamic loader) `ldd` names for `bin`, symlinks resolved to the
@@ -557,4 +573,22 @@ fn write_archive(
         .arg("."))?;
     std::fs::rename(&tmp, archive)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dep_info_lists_every_source_with_escaped_spaces() {
+        let text = "/t/release/xcc-agent: /w/agent/src/main.rs /w/my\\ dir/lib.rs /w/dns/src/zone.rs\n\n/w/agent/src/main.rs:\n";
+        assert_eq!(
+            dep_info_sources(text),
+            vec![
+                PathBuf::from("/w/agent/src/main.rs"),
+                PathBuf::from("/w/my dir/lib.rs"),
+                PathBuf::from("/w/dns/src/zone.rs"),
+            ]
+        );
+    }
 }
