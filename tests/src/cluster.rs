@@ -358,9 +358,12 @@ impl Drop for Testbed {
             drop(cluster.node.take());
         }
         drop(self.network.take());
-        for cluster in &self.clusters {
-            cluster.stop();
-        }
+        // In parallel: each may take its grace period to drain.
+        std::thread::scope(|scope| {
+            for cluster in &self.clusters {
+                scope.spawn(|| cluster.stop());
+            }
+        });
         self.etcd.stop(Duration::from_secs(3));
         if (std::thread::panicking() || std::env::var_os("XCC_KEEP_TESTBED").is_some())
             && let Some(dir) = self.dir.take()

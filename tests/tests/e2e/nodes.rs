@@ -197,6 +197,22 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
         .expect("cluster-b's client reaches cluster-a's LoadBalancer address");
     assert_eq!(page.trim(), "hello-from-cluster-a");
 
+    // The host (the test) reaches the LoadBalancer address too.
+    let from_host = async {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut conn = tokio::net::TcpStream::connect((lb, 80)).await?;
+        conn.write_all(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await?;
+        anyhow::Ok(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(5), from_host)
+        .await
+        .expect("answer within 5 s")
+        .expect("the host reaches the LoadBalancer address");
+    assert!(response.contains("hello-from-cluster-a"), "{response}");
+
     // The same pod IP from cluster-b: not routed.
     let denied = b.exec("default", "client", &direct).await;
     assert!(
