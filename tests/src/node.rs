@@ -58,7 +58,9 @@
 //! Dropping the test bed SIGKILLs every process in the node's cgroups and namespaces (daemons,
 //! shims, containers) and the holders, removes the cgroups, and the namespaces, veths and routes go
 //! with their last process. Should the test process die instead, the holders, router and daemons
-//! die with it (`PR_SET_PDEATHSIG`), which removes the namespaces, veths and routes.
+//! die with it (`PR_SET_PDEATHSIG`), which removes the namespaces, veths and routes; whatever is
+//! left in the cgroups of a dead test process is killed, and the cgroups removed, when the next
+//! node test bed starts.
 
 use std::{
     net::Ipv4Addr,
