@@ -55,6 +55,8 @@ pub struct Cluster {
     admin_token: String,
     /// The real node of a cluster started by [`Testbed::start_with_nodes`].
     node: Option<Node>,
+    /// The host's address on the test network of the nodes, in a bed with nodes.
+    host_ip: Option<std::net::Ipv4Addr>,
 }
 
 /// Several clusters sharing one etcd. Dropping it stops every process it started.
@@ -193,7 +195,16 @@ impl Testbed {
         let mut clusters = Vec::new();
         for name in names {
             let plan = plans.iter().find(|p| p.cluster == *name);
-            clusters.push(Cluster::spawn(binaries, dir.path(), name, etcd_port, plan)?);
+            // Every API server of a bed with nodes is reachable from the nodes' pods.
+            let host_ip = plans.first().map(|p| p.host_ip);
+            clusters.push(Cluster::spawn(
+                binaries,
+                dir.path(),
+                name,
+                etcd_port,
+                plan,
+                host_ip,
+            )?);
         }
         let mut bed = Testbed {
             clusters,
@@ -429,11 +440,15 @@ impl Cluster {
         name: &str,
         etcd_port: u16,
         plan: Option<&NodePlan>,
+        host_ip: Option<std::net::Ipv4Addr>,
     ) -> anyhow::Result<Cluster> {
         let dir = root.join(name);
         std::fs::create_dir_all(dir.join("certs"))?;
         match plan {
-            None => certs::write(&dir)?,
+            None => match host_ip {
+                None => certs::write(&dir)?,
+                Some(ip) => certs::write_with_sans(&dir, &[ip.to_string()])?,
+            },
             Some(plan) => {
                 certs::write_with_sans(
                     &dir,
@@ -516,6 +531,11 @@ impl Cluster {
                     "--egress-selector-config-file={}",
                     p("egress.yaml")
                 ));
+                if host_ip.is_some() {
+                    // Pods of the bed's nodes reach it at the host's address.
+                    args.retain(|a| !a.starts_with("--bind-address="));
+                    args.push("--bind-address=0.0.0.0".into());
+                }
                 Some(egress)
             }
             Some(plan) => {
@@ -562,6 +582,7 @@ impl Cluster {
             port,
             admin_token: token,
             node: None,
+            host_ip,
         };
         cluster.start_apiserver()?;
         Ok(cluster)
@@ -813,9 +834,16 @@ impl Cluster {
         self.node.as_ref()
     }
 
-    /// The API server's port (on 127.0.0.1, and for node clusters on every address).
+    /// The API server's port (on 127.0.0.1, and in a test bed with nodes on every address).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// In a test bed with nodes, the API server's URL for pods of any of its nodes:
+    /// `https://<host's address on the test network>:<port>`, a name of its serving certificate.
+    /// Every cluster of such a bed, with a node or not, is reachable there.
+    pub fn url_from_pods(&self) -> Option<String> {
+        self.host_ip.map(|ip| format!("https://{ip}:{}", self.port))
     }
 
     /// Waits until every Node of the cluster (at least one) reports Ready.

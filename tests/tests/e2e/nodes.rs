@@ -94,7 +94,7 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
     let start = Instant::now();
     let bed = Testbed::start_with_nodes(
         &binaries,
-        &["cluster-a", "cluster-b"],
+        &["management", "cluster-a", "cluster-b"],
         &["cluster-a", "cluster-b"],
     )
     .await
@@ -151,6 +151,33 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
         );
         // CoreDNS (a pod) found that address by listing Services through the `kubernetes`
         // Service, verifying the API server with the `kube-root-ca.crt` ConfigMap and its token.
+    }
+
+    // Every API server of the bed, with a node or not, answers pods at the host's address (plain
+    // HTTP to its HTTPS port: its 400 proves the path; busybox's TLS cannot talk to it).
+    assert!(bed.cluster("management").node().is_none());
+    for target in ["management", "cluster-a"] {
+        let url = bed
+            .cluster(target)
+            .url_from_pods()
+            .expect("a bed with nodes")
+            .replace("https://", "http://");
+        let out = b
+            .exec(
+                "default",
+                "client",
+                &[
+                    "sh",
+                    "-c",
+                    &format!("timeout 5 wget -qO- {url}/ 2>&1; true"),
+                ],
+            )
+            .await
+            .expect("wget runs");
+        assert!(
+            out.contains("400"),
+            "{target}'s API server answers a pod of cluster-b at {url}: {out}"
+        );
     }
 
     // The LoadBalancer Service of cluster-a gets the first address of cluster-a's pool.
