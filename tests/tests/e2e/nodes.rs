@@ -70,6 +70,39 @@ spec:
     )
 }
 
+/// A ConfigMap and a pod that mounts it at /cfg.
+fn config_pod() -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: default
+data:
+  value: first
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: reader
+    image: {image}
+    imagePullPolicy: Never
+    command: [sleep, '3600']
+    volumeMounts:
+    - {{name: settings, mountPath: /cfg}}
+  volumes:
+  - name: settings
+    configMap: {{name: settings}}
+",
+        image = images::BUSYBOX
+    )
+}
+
 fn lb_service(name: &str) -> String {
     format!(
         "apiVersion: v1
@@ -115,6 +148,9 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
     a.apply_yaml(&web("web", "hello-from-cluster-a"))
         .await
         .expect("web on cluster-a");
+    b.apply_yaml(&config_pod())
+        .await
+        .expect("reader on cluster-b");
     a.wait_pod_ready("default", "client", minute)
         .await
         .expect("client on cluster-a");
@@ -124,7 +160,43 @@ async fn pods_dns_and_load_balancers_on_two_node_clusters() {
     a.wait_rollout("default", "web", minute)
         .await
         .expect("web rolls out");
+    b.wait_pod_ready("default", "reader", minute)
+        .await
+        .expect("reader on cluster-b");
     let pods_up = t.elapsed();
+
+    // A ConfigMap edit reaches a mounted volume within seconds (kubelet's syncFrequency: 5s).
+    let value = b
+        .exec("default", "reader", &["cat", "/cfg/value"])
+        .await
+        .expect("cat");
+    assert_eq!(value, "first");
+    b.kubectl(&[
+        "patch",
+        "configmap",
+        "settings",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"value":"second"}}"#,
+    ])
+    .await
+    .expect("patch the ConfigMap");
+    let edited = Instant::now();
+    loop {
+        let value = b
+            .exec("default", "reader", &["cat", "/cfg/value"])
+            .await
+            .expect("cat");
+        if value == "second" {
+            break;
+        }
+        assert!(
+            edited.elapsed() < Duration::from_secs(30),
+            "the ConfigMap edit did not reach the pod in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let config_delay = edited.elapsed();
 
     // Each cluster's CoreDNS answers its pods, with its own kubernetes Service address.
     for c in [a, b] {
@@ -307,9 +379,10 @@ spec:
     assert!(logs.contains("CoreDNS"), "CoreDNS logs: {logs}");
 
     eprintln!(
-        "two node clusters up in {:.1} s, pods ready in {:.1} s, test done in {:.1} s",
+        "two node clusters up in {:.1} s, pods ready in {:.1} s, a ConfigMap edit in the pod after {:.1} s, test done in {:.1} s",
         up.as_secs_f64(),
         pods_up.as_secs_f64(),
+        config_delay.as_secs_f64(),
         start.elapsed().as_secs_f64()
     );
 }
