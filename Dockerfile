@@ -1,5 +1,5 @@
 # Builds the three xcc binaries into one small, non-root image:
-#   docker build -t xcc:latest .
+#   docker build -t xcc:0.1.0 .   (the tag the manifests name: the workspace version)
 # The manifests run it as `xcc-agent`, `xcc-controller` or `xcc-coredns-patcher`.
 FROM rust:1-bookworm AS build
 WORKDIR /src

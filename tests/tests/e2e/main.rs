@@ -2,6 +2,7 @@
 //! Without a test bed they skip with one loud line, except with CI=true where they fail.
 
 mod agent_leader;
+mod bench_pods;
 mod bench_projection;
 mod bench_propagation;
 mod bench_resource_sync;
@@ -20,6 +21,7 @@ mod moved_copies;
 mod nodes;
 mod peer_http2;
 mod plumber;
+mod pods;
 mod projection;
 mod projection_workload;
 mod resource_sync;
