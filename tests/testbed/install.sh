@@ -5,12 +5,11 @@
 #    cached outside the repository, keyed by version:
 #      kube-apiserver, kubectl, kube-controller-manager  (k8s.io/kubernetes $K8S_VERSION)
 #      etcd                                              (the version Kubernetes pins)
-#      coredns                                           (github.com/coredns/coredns $COREDNS_VERSION)
+#      coredns, static (CGO_ENABLED=0)                  (github.com/coredns/coredns $COREDNS_VERSION)
 #    and, for the test bed's real nodes (docs/testing.md, "Nodes"):
 #      kubelet, kube-proxy, kube-scheduler               (k8s.io/kubernetes $K8S_VERSION, version-stamped)
-#      a static coredns (CGO_ENABLED=0) for the CoreDNS image
 #    plus the Debian packages the nodes use: containerd, runc, CNI plugins, iptables, conntrack,
-#    buildah, busybox-static;
+#    busybox-static;
 # and writes $XCC_TESTBED_DIR/env, which exports XCC_KUBE_APISERVER, XCC_KUBECTL,
 # XCC_KUBE_CONTROLLER_MANAGER, XCC_ETCD, XCC_COREDNS and, for the nodes, XCC_KUBELET,
 # XCC_KUBE_PROXY, XCC_KUBE_SCHEDULER, XCC_COREDNS_STATIC, XCC_CNI_DIR, XCC_K8S_VERSION,
@@ -29,13 +28,12 @@ pkgs=()
 command -v dig >/dev/null || pkgs+=(dnsutils)
 command -v dnsperf >/dev/null || pkgs+=(dnsperf)
 command -v knotd >/dev/null || pkgs+=(knot)
-# The nodes: container runtime, CNI plugins, kube-proxy's tools, image building, test images.
+# The nodes: container runtime, CNI plugins, kube-proxy's tools, test images.
 command -v containerd >/dev/null || pkgs+=(containerd)
 command -v runc >/dev/null || pkgs+=(runc)
 [ -x /usr/lib/cni/bridge ] || pkgs+=(containernetworking-plugins)
 command -v iptables >/dev/null || pkgs+=(iptables)
 command -v conntrack >/dev/null || pkgs+=(conntrack)
-command -v buildah >/dev/null || pkgs+=(buildah)
 case "$(ldd /bin/busybox 2>&1 || true)" in *"not a dynamic executable"*) ;; *) pkgs+=(busybox-static) ;; esac
 command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -83,15 +81,7 @@ if [ ! -x "$k8s/bin/kube-apiserver" ] || [ ! -x "$k8s/bin/kubectl" ] || [ ! -x "
   step "Kubernetes built in $(( $(date +%s) - start )) s"
 fi
 
-# --- CoreDNS ---------------------------------------------------------------------------------
 coredns=$dir/coredns-$COREDNS_VERSION
-if [ ! -x "$coredns/bin/coredns" ]; then
-  start=$(date +%s)
-  step "building CoreDNS $COREDNS_VERSION"
-  mkdir -p "$coredns"
-  GOBIN="$coredns/bin" GOFLAGS= go install -trimpath -ldflags="$ldflags" "github.com/coredns/coredns@$COREDNS_VERSION"
-  step "CoreDNS built in $(( $(date +%s) - start )) s"
-fi
 
 # --- Node binaries: kubelet, kube-proxy, kube-scheduler ---------------------------------------
 # Same throw-away module as above, a separate folder of the same version so that the block above
@@ -126,11 +116,11 @@ if [ ! -x "$node/bin/kubelet" ] || [ ! -x "$node/bin/kube-proxy" ] || [ ! -x "$n
   step "node binaries built in $(( $(date +%s) - start )) s"
 fi
 
-# --- A static CoreDNS for the CoreDNS image (the one above may link libc through cgo) ---------
+# --- CoreDNS: one static build (CGO_ENABLED=0), for the host processes and the CoreDNS image ----
 coredns_static=$coredns/static
 if [ ! -x "$coredns_static/coredns" ]; then
   start=$(date +%s)
-  step "building a static CoreDNS $COREDNS_VERSION (CGO_ENABLED=0) for the image"
+  step "building CoreDNS $COREDNS_VERSION (static, CGO_ENABLED=0)"
   mkdir -p "$coredns_static"
   GOBIN="$coredns_static" GOFLAGS= CGO_ENABLED=0 nice go install -trimpath -ldflags="$ldflags" "github.com/coredns/coredns@$COREDNS_VERSION"
   step "static CoreDNS built in $(( $(date +%s) - start )) s"
@@ -141,7 +131,7 @@ export XCC_KUBE_APISERVER=$k8s/bin/kube-apiserver
 export XCC_KUBECTL=$k8s/bin/kubectl
 export XCC_KUBE_CONTROLLER_MANAGER=$k8s/bin/kube-controller-manager
 export XCC_ETCD=$k8s/bin/etcd
-export XCC_COREDNS=$coredns/bin/coredns
+export XCC_COREDNS=$coredns_static/coredns
 export XCC_KUBELET=$node/bin/kubelet
 export XCC_KUBE_PROXY=$node/bin/kube-proxy
 export XCC_KUBE_SCHEDULER=$node/bin/kube-scheduler
