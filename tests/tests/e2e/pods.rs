@@ -396,6 +396,47 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
         );
     }
 
+    // Leader election: one agent replica of each workload cluster holds the Lease.
+    for c in [ca, cb] {
+        let pods = c
+            .kubectl(&[
+                "-n",
+                "xcc-dns",
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=xcc-agent",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ])
+            .await
+            .unwrap();
+        until(
+            &format!("{}: an agent replica holds Lease xcc-agent", c.name),
+            Duration::from_secs(30),
+            || async {
+                let holder = c
+                    .kubectl(&[
+                        "-n",
+                        "xcc-dns",
+                        "get",
+                        "lease",
+                        "xcc-agent",
+                        "-o",
+                        "jsonpath={.spec.holderIdentity}",
+                    ])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if pods.split_whitespace().any(|p| p == holder) {
+                    Ok(())
+                } else {
+                    Err(format!("holder {holder:?}, pods {pods:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
     // cluster-a's gateway and a client pod on each workload cluster.
     ca.apply_yaml(&gateway()).await.unwrap();
     let lb = ca
@@ -451,11 +492,12 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
     assert_eq!(nslookup(cb, NGINX).await, Ok(vec![lb.to_string()]));
 
     // 2. The agent restarted (rollout) on cluster-b while its client resolves the name 10 times a
-    //    second: not one lookup fails. 400 lookups span 40 s, more than the rollout takes (checked).
+    //    second: not one lookup fails. 600 lookups span 60 s: the rollout and the old replicas'
+    //    drain (5 s) must fall inside them (checked).
     let mut lookups = tokio::process::Command::new(&bed.binaries.kubectl)
         .arg(format!("--kubeconfig={}", cb.kubeconfig.display()))
         .args([
-            "exec", "-n", "default", "client", "--", "lookup", "-4", "-n", "400", "-i", "100",
+            "exec", "-n", "default", "client", "--", "lookup", "-4", "-n", "600", "-i", "100",
             NGINX,
         ])
         .stdout(std::process::Stdio::piped())
@@ -502,11 +544,11 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
         rollout.as_secs_f64()
     );
     assert!(
-        rollout < Duration::from_secs(36),
-        "the rollout ({rollout:?}) ended within the 40 s of lookups"
+        rollout < Duration::from_secs(50),
+        "the rollout ({rollout:?}) and the drain ended within the 60 s of lookups"
     );
     assert!(
-        out.status.success() && report.contains(" ok=400 failed=0 "),
+        out.status.success() && report.contains(" ok=600 failed=0 "),
         "every lookup during the rollout succeeded: {report} {}",
         String::from_utf8_lossy(&out.stderr)
     );
