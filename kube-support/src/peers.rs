@@ -1,7 +1,9 @@
 //! Peer clients: one `kube::Client` per peer cluster, keyed by the kubeconfig Secret that defines
-//! the peer (`namespace/name`). A client is reused while the Secret's UID and `resourceVersion`
-//! stay the same, rebuilt when they change, and dropped with [`PeerClients::forget`] when the
-//! Secret goes. One cache serves every reconciler of a process; each client is built by the gate
+//! the peer (`namespace/name`). A client is rebuilt only when what it connects with changes
+//! (server, CA, TLS settings, credentials: its [`PeerClient::identity`]), never because the
+//! Secret was written again with the same kubeconfig (group sync rewrites peer Secrets, and a
+//! rebuilt client restarts every watch made with it). It is dropped with [`PeerClients::forget`]
+//! when the Secret goes. One cache serves every reconciler of a process; each client is built by the gate
 //! in [`crate::trust`], so every peer of every component passes the same trust rules.
 //!
 //! The cache also knows whether each peer's API server answers ([`Reach`]): a prober
@@ -23,7 +25,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     KubeconfigError,
-    trust::{PeerClient, PeerTrust, kubeconfig_key, peer_client, secret_name},
+    trust::{PeerClient, PeerTrust, build, kubeconfig_key, screen_secret, secret_name},
 };
 
 /// Whether a peer's API server answers, as the last probe found.
@@ -45,11 +47,21 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct PeerClients {
     trust: PeerTrust,
-    cache: Arc<Mutex<HashMap<String, PeerClient>>>,
+    cache: Arc<Mutex<HashMap<String, Cached>>>,
     /// The last probe of each server in use, keyed by its URL.
     reach: Arc<Mutex<BTreeMap<String, Reach>>>,
     /// The URL of every server whose [`Reach`] changed between answering and silent.
     changes: broadcast::Sender<String>,
+    /// How many clients were built: each one restarts whatever was made with the previous one.
+    built: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A client and the last version of its Secret (`@uid/resourceVersion`) found to give it, so
+/// that an unchanged Secret is not screened again.
+#[derive(Clone)]
+struct Cached {
+    peer: PeerClient,
+    seen: String,
 }
 
 impl Default for PeerClients {
@@ -65,22 +77,54 @@ impl PeerClients {
             cache: Arc::default(),
             reach: Arc::default(),
             changes: broadcast::channel(256).0,
+            built: Arc::default(),
         }
     }
 
-    /// The client for the peer that `secret` defines; built on first use and whenever the
-    /// Secret changed since. A refused kubeconfig drops the client built from an earlier one.
+    /// The client for the peer that `secret` defines; built on first use and whenever what it
+    /// connects with changed since. A refused kubeconfig drops the client built from an earlier
+    /// one.
     pub async fn client_for(&self, secret: &Secret) -> Result<PeerClient, KubeconfigError> {
         let key = secret_name(secret);
-        if let Some(cached) = self.lock().get(&key)
-            && cached.identity.ends_with(&version(secret))
+        let seen = version(secret);
+        let cached = self.lock().get(&key).cloned();
+        if let Some(cached) = &cached
+            && cached.seen == seen
         {
-            return Ok(cached.clone());
+            return Ok(cached.peer.clone());
         }
-        match peer_client(secret, kubeconfig_key(secret), self.trust).await {
+        let screened = match screen_secret(secret, kubeconfig_key(secret), self.trust) {
+            Ok(screened) => screened,
+            Err(error) => {
+                self.lock().remove(&key);
+                return Err(error);
+            }
+        };
+        if let Some(cached) = cached
+            && cached.peer.identity == screened.identity
+        {
+            // Written again with the same connection: the same client, and its watches go on.
+            self.lock().insert(
+                key,
+                Cached {
+                    peer: cached.peer.clone(),
+                    seen,
+                },
+            );
+            return Ok(cached.peer);
+        }
+        match build(screened).await {
             Ok(peer) => {
-                self.lock().insert(key.clone(), peer.clone());
-                tracing::debug!(secret = %key, "built a peer client");
+                self.lock().insert(
+                    key.clone(),
+                    Cached {
+                        peer: peer.clone(),
+                        seen,
+                    },
+                );
+                self.built
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(secret = %key, identity = %peer.identity, "built a peer client");
                 Ok(peer)
             }
             Err(error) => {
@@ -101,8 +145,13 @@ impl PeerClients {
     ) -> Option<PeerClient> {
         self.lock()
             .get(&format!("{namespace}/{name}"))
-            .filter(|cached| cached.identity.ends_with(&format!("/{resource_version}")))
-            .cloned()
+            .filter(|cached| cached.seen.ends_with(&format!("/{resource_version}")))
+            .map(|cached| cached.peer.clone())
+    }
+
+    /// How many peer clients were built since start (a steady group builds none).
+    pub fn built(&self) -> u64 {
+        self.built.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The kubeconfig Secret `namespace/name` is gone (or unusable): drop its client.
@@ -114,7 +163,7 @@ impl PeerClients {
     pub fn server_of(&self, namespace: &str, name: &str) -> Option<String> {
         self.lock()
             .get(&format!("{namespace}/{name}"))
-            .map(|peer| peer.server.clone())
+            .map(|cached| cached.peer.server.clone())
     }
 
     /// What the last probe found of `server`.
@@ -160,7 +209,7 @@ impl PeerClients {
         let servers: BTreeMap<String, Client> = self
             .lock()
             .values()
-            .map(|peer| (peer.server.clone(), peer.client.clone()))
+            .map(|cached| (cached.peer.server.clone(), cached.peer.client.clone()))
             .collect();
         let probes = servers.into_iter().map(|(server, client)| async move {
             let reach = match tokio::time::timeout(deadline, client.apiserver_version()).await {
@@ -209,7 +258,7 @@ impl PeerClients {
         self.reach.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PeerClient>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -219,7 +268,7 @@ impl PeerClients {
     }
 }
 
-/// `@uid/resourceVersion`: the end of the identity of a client built from `secret`.
+/// `@uid/resourceVersion` of `secret`.
 fn version(secret: &Secret) -> String {
     use kube::ResourceExt;
     format!(
@@ -310,11 +359,14 @@ current-context: x
     fn insert(peers: &PeerClients, secret: &str, server: &str, client: Client) {
         peers.lock().insert(
             format!("project-1/{secret}"),
-            PeerClient {
-                client,
-                identity: format!("project-1/{secret}@uid/1"),
-                server: server.into(),
-                tls: crate::PeerTls::Verified,
+            Cached {
+                peer: PeerClient {
+                    client,
+                    identity: format!("project-1/{secret}@{server}"),
+                    server: server.into(),
+                    tls: crate::PeerTls::Verified,
+                },
+                seen: "@uid/1".into(),
             },
         );
     }
@@ -395,7 +447,7 @@ current-context: x
     }
 
     #[tokio::test]
-    async fn a_client_is_reused_until_its_secret_changes() {
+    async fn a_client_is_rebuilt_only_when_what_it_connects_with_changes() {
         let peers = PeerClients::default();
         let first = peers
             .client_for(&secret("kubeconfig", "a", "1", KUBECONFIG))
@@ -406,22 +458,39 @@ current-context: x
             .map(|p| p.identity);
         assert_eq!(cached.as_deref(), Some(first.identity.as_str()));
         assert!(peers.cached("project-1", "energy-source", "2").is_none());
-        let again = peers
-            .client_for(&secret("kubeconfig", "a", "1", KUBECONFIG))
-            .await
-            .unwrap();
-        assert_eq!(first.identity, again.identity);
-        let changed = peers
-            .client_for(&secret("value", "a", "2", KUBECONFIG))
-            .await
-            .unwrap();
-        assert_ne!(first.identity, changed.identity);
-        // Deleted and made again under the same name: another UID, another client.
-        let recreated = peers
-            .client_for(&secret("value", "b", "2", KUBECONFIG))
-            .await
-            .unwrap();
-        assert_ne!(changed.identity, recreated.identity);
+        // The Secret written again (new resourceVersion, another key, deleted and made again
+        // with another UID), the same kubeconfig: the same client, not a new one.
+        for (key, uid, version) in [
+            ("kubeconfig", "a", "1"),
+            ("value", "a", "2"),
+            ("value", "b", "3"),
+        ] {
+            let again = peers
+                .client_for(&secret(key, uid, version, KUBECONFIG))
+                .await
+                .unwrap();
+            assert_eq!(first.identity, again.identity, "{key} {uid} {version}");
+            assert_eq!(peers.built(), 1, "rebuilt for {key} {uid} {version}");
+        }
+        assert!(peers.cached("project-1", "energy-source", "3").is_some());
+        // Another server, CA or token: another client.
+        let mut identities = vec![first.identity.clone()];
+        for (version, changed) in [
+            KUBECONFIG.replace("127.0.0.1:6443", "127.0.0.1:6444"),
+            KUBECONFIG.replace("{server: ", "{certificate-authority-data: Zm9v, server: "),
+            KUBECONFIG.replace("token: abc", "token: abd"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let rebuilt = peers
+                .client_for(&secret("kubeconfig", "b", &format!("1{version}"), &changed))
+                .await
+                .unwrap();
+            assert!(!identities.contains(&rebuilt.identity), "{changed}");
+            identities.push(rebuilt.identity);
+        }
+        assert_eq!(peers.built(), 4);
         assert_eq!(peers.len(), 1);
         peers.forget("project-1", "energy-source");
         assert_eq!(peers.len(), 0);

@@ -61,7 +61,10 @@ pub const INSECURE_PEER_REASON: &str = "TLSNotVerified";
 #[derive(Clone)]
 pub struct PeerClient {
     pub client: Client,
-    /// `namespace/name@uid/resourceVersion` of the kubeconfig Secret: changes when the client does.
+    /// `namespace/name@<fingerprint>`: the kubeconfig Secret and a hash of what the client
+    /// connects with (server, CA, TLS settings, credentials). It changes when the client does,
+    /// and only then: a Secret written again with the same kubeconfig (a new resourceVersion, or
+    /// deleted and made again) keeps it, so nothing built on the client is restarted.
     pub identity: String,
     /// The API server's URL: peers behind one server share its reachability.
     pub server: String,
@@ -117,6 +120,15 @@ pub fn secret_name(secret: &Secret) -> String {
     )
 }
 
+/// A kubeconfig Secret that passed the trust gate, before a client is built from it.
+pub struct Screened {
+    /// What [`PeerClient::identity`] will be.
+    pub identity: String,
+    kubeconfig: Kubeconfig,
+    tls: PeerTls,
+    origin: String,
+}
+
 /// The client for the peer whose kubeconfig is under `key` of `secret`, if `trust` accepts it.
 /// The only way any xcc component turns a kubeconfig from an object into a client.
 pub async fn peer_client(
@@ -124,6 +136,16 @@ pub async fn peer_client(
     key: &str,
     trust: PeerTrust,
 ) -> Result<PeerClient, KubeconfigError> {
+    build(screen_secret(secret, key, trust)?).await
+}
+
+/// The trust gate alone: the kubeconfig under `key` of `secret`, checked, with the identity of
+/// the client it gives (so that a cache can tell whether it already holds that client).
+pub fn screen_secret(
+    secret: &Secret,
+    key: &str,
+    trust: PeerTrust,
+) -> Result<Screened, KubeconfigError> {
     let name = secret_name(secret);
     let origin = format!("Secret {name} key {key:?}");
     let data = secret
@@ -142,7 +164,7 @@ pub async fn peer_client(
             secret: name.clone(),
             key: key.to_string(),
         })?;
-    let (kubeconfig, tls) = screen(data, trust).map_err(|refusal| match refusal {
+    let (kubeconfig, tls, fingerprint) = screen(data, trust).map_err(|refusal| match refusal {
         Refusal::Parse(source) => KubeconfigError::Parse {
             origin: origin.clone(),
             source,
@@ -157,6 +179,22 @@ pub async fn peer_client(
             why,
         },
     })?;
+    Ok(Screened {
+        identity: format!("{name}@{fingerprint:016x}"),
+        kubeconfig,
+        tls,
+        origin,
+    })
+}
+
+/// The client of a screened kubeconfig.
+pub async fn build(screened: Screened) -> Result<PeerClient, KubeconfigError> {
+    let Screened {
+        identity,
+        kubeconfig,
+        tls,
+        origin,
+    } = screened;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|source| KubeconfigError::Config {
@@ -166,11 +204,6 @@ pub async fn peer_client(
     let server = config.cluster_url.to_string();
     let client =
         crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
-    let identity = format!(
-        "{name}@{}/{}",
-        secret.uid().unwrap_or_default(),
-        secret.resource_version().unwrap_or_default()
-    );
     Ok(PeerClient {
         client,
         identity,
@@ -184,7 +217,7 @@ pub async fn peer_client(
 /// that nothing the readers would refuse is ever stored. `origin` names the text in errors.
 pub fn check(text: &[u8], origin: &str, trust: PeerTrust) -> Result<PeerTls, KubeconfigError> {
     screen(text, trust)
-        .map(|(_, tls)| tls)
+        .map(|(_, tls, _)| tls)
         .map_err(|refusal| match refusal {
             Refusal::Parse(source) => KubeconfigError::Parse {
                 origin: origin.to_string(),
@@ -227,7 +260,8 @@ const INLINE_ONLY: &str = "only inline credentials are accepted: token, or clien
 
 /// Checks kubeconfig `text` against the trust rules without running or reading anything, and
 /// returns a kubeconfig holding only the accepted fields of its selected context.
-fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls), Refusal> {
+/// The accepted kubeconfig, its TLS mode, and the fingerprint of what it connects with.
+fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), Refusal> {
     let root: Value = serde_yaml::from_slice(text).map_err(Refusal::Parse)?;
     let root = root
         .as_mapping()
@@ -420,9 +454,24 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls), Refusa
     out.insert("users".into(), entry("user", user_out));
     out.insert("contexts".into(), entry("context", context_out));
     out.insert("current-context".into(), "peer".into());
-    let kubeconfig = serde_yaml::from_value(Value::Mapping(out))
+    let out = Value::Mapping(out);
+    let fingerprint = fingerprint(&out, tls);
+    let kubeconfig = serde_yaml::from_value(out)
         .map_err(|e| Refusal::Invalid(format!("a field has the wrong type: {e}")))?;
-    Ok((kubeconfig, tls))
+    Ok((kubeconfig, tls, fingerprint))
+}
+
+/// A hash of the fields a client is built from (the screened kubeconfig holds nothing else):
+/// equal for equal connections, whatever else the Secret or the original kubeconfig carries.
+/// Only the hash is kept, never the credentials, so identities can be logged.
+fn fingerprint(screened: &Value, tls: PeerTls) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new()` has fixed keys: the same value hashes the same in one process,
+    // which is all a cache key needs.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    screened.hash(&mut hasher);
+    (tls == PeerTls::Verified).hash(&mut hasher);
+    hasher.finish()
 }
 
 fn str_field<'a>(map: &'a Mapping, key: &str) -> Option<&'a str> {
@@ -513,7 +562,7 @@ current-context: x
     const SERVER: &str = "server: 'https://127.0.0.1:6443'";
 
     fn screened(cluster: &str, user: &str, trust: PeerTrust) -> Result<PeerTls, Refusal> {
-        screen(kubeconfig(cluster, user).as_bytes(), trust).map(|(_, tls)| tls)
+        screen(kubeconfig(cluster, user).as_bytes(), trust).map(|(_, tls, _)| tls)
     }
 
     fn refused_field(cluster: &str, user: &str, trust: PeerTrust) -> String {
@@ -551,7 +600,7 @@ current-context: x
     #[test]
     fn only_the_selected_context_is_read_and_kept() {
         // The other context's exec user and CA file are never looked at, nor passed on.
-        let (kubeconfig, _) = screen(
+        let (kubeconfig, _, _) = screen(
             kubeconfig(&body(&[SERVER]), "{token: abc}").as_bytes(),
             PeerTrust::default(),
         )
@@ -718,7 +767,30 @@ current-context: x
         let peer = peer_client(&secret("value", &text), "value", PeerTrust::default())
             .await
             .unwrap();
-        assert_eq!(peer.identity, "dev-team/cluster-a-kubeconfig@uid-1/7");
+        assert!(
+            peer.identity.starts_with("dev-team/cluster-a-kubeconfig@"),
+            "{}",
+            peer.identity
+        );
+        assert!(!peer.identity.contains("abc"), "no credentials in it");
+        // Written again (another resourceVersion, key or UID), with other contexts and names
+        // around the same connection: the same identity. Another token: another one.
+        let renamed = text
+            .replace("- name: c\n", "- name: renamed\n")
+            .replace("{cluster: c,", "{cluster: renamed,");
+        assert_ne!(renamed, text);
+        let mut again = secret("kubeconfig", &renamed);
+        again.metadata.resource_version = Some("8".into());
+        again.metadata.uid = Some("uid-2".into());
+        let same = peer_client(&again, "kubeconfig", PeerTrust::default())
+            .await
+            .unwrap();
+        assert_eq!(same.identity, peer.identity);
+        let other = kubeconfig(&body(&[SERVER]), "{token: abd}");
+        let other = peer_client(&secret("value", &other), "value", PeerTrust::default())
+            .await
+            .unwrap();
+        assert_ne!(other.identity, peer.identity);
         assert_eq!(peer.tls, PeerTls::Verified);
         assert_eq!(peer.insecure_message(), None);
     }

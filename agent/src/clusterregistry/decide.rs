@@ -8,6 +8,10 @@
 //!   original is reachable, so nothing ping-pongs).
 //! - A copy is deleted only when its owner is live, its list of that kind is complete, and the
 //!   object is not there. An unreachable owner never causes a deletion.
+//! - A live peer whose watch has not listed yet (it just started, or restarted) is *unknown*: it
+//!   neither holds nor lacks the object. Unknown never wins or loses: when it could outrank the
+//!   best known source, nothing is written until it has listed, so a restarted watch never
+//!   changes a decision (the source would flip to another peer and back).
 //! - A copy that a rule writes under another kind, namespace or name than its source carries
 //!   [`SOURCE_ANNOTATION`] naming the source's key; that is how it is found again when the source
 //!   changes or goes. A key already held by another key's copy is left to that copy.
@@ -242,7 +246,7 @@ pub fn decide(
     let live_owner = |id: &str| peers.iter().any(|p| p.live && p.id == id);
     let namespaced = (local.namespaced)(&key.gvk);
     let mut candidates: Vec<(bool, &PeerView<'_>, &Value, &RuleSet, &Rule)> = Vec::new();
-    for peer in peers.iter().filter(|p| p.live) {
+    for peer in peers.iter().filter(|p| p.live && p.listed) {
         let Some(object) = peer.object else { continue };
         let owner = owner(object, peer.id);
         if sync_disabled(object) || owner == local_id || (owner != peer.id && live_owner(owner)) {
@@ -258,9 +262,20 @@ pub fn decide(
     }
     // Originals first, then by cluster name: every cluster picks the same source.
     candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
-    let Some((_, peer, object, set, rule)) = candidates.first() else {
+    let Some((is_copy, peer, object, set, rule)) = candidates.first() else {
         return gone(local_id, local, &copies, peers);
     };
+    // A peer not listed yet may hold an original that would win over this source (or, when the
+    // source is a copy, a copy of its own that sorts first): wait for it. Peers that rank after
+    // the source cannot change the decision, so they hold nothing up.
+    if peers
+        .iter()
+        .any(|p| p.live && !p.listed && (false, p.name) < (*is_copy, peer.name))
+    {
+        return Decision::only(Action::Keep(
+            "a peer that may hold the source has not listed yet",
+        ));
+    }
     let invalid = |message: String| {
         Decision::only(Action::Invalid {
             rule: set.name.clone(),
@@ -524,6 +539,56 @@ mod tests {
                 &[]
             ),
             Action::Delete(copy.clone())
+        );
+    }
+
+    #[test]
+    fn a_peer_that_has_not_listed_never_wins_or_loses() {
+        let at_a = secret("MQ==", None);
+        let at_b = secret("Mg==", None);
+        let copy_from_a = secret("MQ==", Some("a"));
+        // Both listed: a sorts first and wins.
+        let both = [peer("a", Some(&at_a)), peer("b", Some(&at_b))];
+        let action = one("here", None, &both, &all_secrets(), true, &[]);
+        assert!(matches!(action, Action::Apply { from, .. } if from == "a"));
+        assert_eq!(
+            one("here", Some(&copy_from_a), &both, &all_secrets(), true, &[]),
+            Action::Keep("up to date")
+        );
+        // a's watch restarted: b does not win meanwhile, and a's copy is not deleted.
+        let mut restarted = peer("a", None);
+        restarted.listed = false;
+        for local in [None, Some(&copy_from_a)] {
+            assert_eq!(
+                one(
+                    "here",
+                    local,
+                    &[restarted, peer("b", Some(&at_b))],
+                    &all_secrets(),
+                    true,
+                    &[]
+                ),
+                Action::Keep("a peer that may hold the source has not listed yet")
+            );
+        }
+        // A peer that sorts after the source changes nothing by not having listed.
+        let mut late = peer("c", None);
+        late.listed = false;
+        let action = one(
+            "here",
+            None,
+            &[peer("a", Some(&at_a)), late],
+            &all_secrets(),
+            true,
+            &[],
+        );
+        assert!(matches!(action, Action::Apply { from, .. } if from == "a"));
+        // Even an object in a store that has not listed is not read.
+        let mut stale = peer("a", Some(&at_a));
+        stale.listed = false;
+        assert_eq!(
+            one("here", None, &[stale], &all_secrets(), true, &[]),
+            Action::Keep("nothing to copy")
         );
     }
 

@@ -733,11 +733,13 @@ impl Engine {
             .filter_map(|(place, source)| {
                 let name = place.cluster.as_ref()?;
                 let state = table.get(name)?;
-                let features = self
-                    .sources
-                    .get(&Place::peer(name, &feature_gvk()))
+                let feature_source = self.sources.get(&Place::peer(name, &feature_gvk()));
+                let features = feature_source
                     .map(|f| f.view.store().state().iter().map(|o| to_value(o)).collect())
                     .unwrap_or_default();
+                // Features not listed yet are unknown too: which rules read the peer is not
+                // known.
+                let features_listed = feature_source.is_none_or(|f| f.view.listed());
                 Some(PeerHolding {
                     name: name.clone(),
                     id: state.id.clone(),
@@ -745,6 +747,7 @@ impl Engine {
                     // A source filtered by type says nothing of objects of another type: their
                     // absence there is no deletion.
                     listed: source.view.listed()
+                        && features_listed
                         && filter_covers(&source.identity, local_type.as_deref()),
                     features,
                     object: self.object(source, key),

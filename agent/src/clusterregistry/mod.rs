@@ -15,6 +15,8 @@
 mod access;
 pub mod api;
 mod clusters;
+#[cfg(test)]
+mod convergence;
 mod core;
 mod decide;
 mod engine;
