@@ -35,7 +35,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// plumberctl's commands: register the clusters plumber replicates to (the Secret
-    /// `kubeconfig`, key `config`, in namespace plumber-system of the primary cluster).
+    /// `config`, key `config`, in namespace `kubeconfig` of the primary cluster, as plumberctl).
     Plumber(PlumberArgs),
     /// Cluster groups (cluster-registry): join clusters with one command, or leave.
     Cluster {
@@ -98,7 +98,8 @@ pub struct PlumberArgs {
     #[arg(long, env = "XCC_PLUMBER_ACTIVATION", global = true)]
     pub activation_file: Option<PathBuf>,
 
-    /// Namespace of the Secret `kubeconfig` on the primary cluster.
+    /// plumber's namespace on the primary cluster, where xcc 0.1 kept its Secret `kubeconfig`
+    /// (still read for one release; plumberctl's Secret is `config` in namespace `kubeconfig`).
     #[arg(
         long,
         env = "XCC_PLUMBER_NAMESPACE",

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  kubectl xcc plumber activate|add|remove|view   plumberctl's commands: the Secret
-//!                                                 plumber-system/kubeconfig on the primary
+//!                                                 kubeconfig/config on the primary
 //!  kubectl xcc cluster join|leave                 cluster-registry's Cluster + Secret exchange
 //!  kubectl xcc status                             every xcc object this context sees, Ready or not
 //!  kubectl xcc dns NAME                           the agent's answer for NAME and where it came from

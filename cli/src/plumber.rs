@@ -1,8 +1,14 @@
 //! plumberctl's commands. `activate` records which kubeconfig file and context reach the
-//! primary cluster; `add`, `remove` and `view` edit the Secret `kubeconfig` (key `config`) in
-//! namespace plumber-system there, which holds one context per target cluster. Unlike
-//! plumberctl, a context keeps every credential the trust rules accept (tokens included), and
-//! one they refuse is refused here, before anything is written.
+//! primary cluster; `add`, `remove` and `view` edit the Secret `config` (key `config`) in
+//! namespace `kubeconfig` there, where plumberctl and the original controller keep it, which
+//! holds one context per target cluster. Unlike plumberctl, a context keeps every credential the
+//! trust rules accept (tokens included), and one they refuse is refused here, before anything is
+//! written.
+//!
+//! xcc 0.1 kept the Secret as `kubeconfig` in plumber-system (`--namespace`); the agent still
+//! reads it for one release. `view` lists both (the original's location wins for a context in
+//! both), the first `add` copies its contexts to the original's location, and `remove` removes a
+//! context from both.
 
 use std::path::{Path, PathBuf};
 
@@ -26,9 +32,12 @@ use crate::{
     output::{Table, structured},
 };
 
-/// Name of the Secret, and its key.
-pub const SECRET: &str = "kubeconfig";
+/// Namespace and name of the Secret (plumberctl's), and its key.
+pub const SECRET_NAMESPACE: &str = "kubeconfig";
+pub const SECRET: &str = "config";
 pub const KEY: &str = "config";
+/// xcc 0.1's Secret, in `--namespace`.
+pub const LEGACY_SECRET: &str = "kubeconfig";
 const FIELD_MANAGER: &str = "kubectl-xcc";
 
 pub async fn run(args: PlumberArgs) -> Result<(), Error> {
@@ -40,16 +49,7 @@ pub async fn run(args: PlumberArgs) -> Result<(), Error> {
         PlumberCommand::Activate {
             path,
             activate_context,
-        } => {
-            activate(
-                &args.namespace,
-                args.timeout,
-                &file,
-                &path,
-                &activate_context,
-            )
-            .await
-        }
+        } => activate(args.timeout, &file, &path, &activate_context).await,
         PlumberCommand::Add { target_context } => {
             let (activation, kubeconfig, primary) = primary(&file, args.timeout).await?;
             add(
@@ -123,7 +123,6 @@ impl Activation {
 }
 
 async fn activate(
-    namespace: &str,
     timeout: std::time::Duration,
     file: &Path,
     path: &Path,
@@ -135,7 +134,7 @@ async fn activate(
     let target = contexts::client(&kubeconfig, context, timeout).await?;
     let namespaces: Api<Namespace> = Api::all(target.client.clone());
     let found = namespaces
-        .get_opt(namespace)
+        .get_opt(SECRET_NAMESPACE)
         .await
         .map_err(Error::api(format!(
             "cannot reach context {context:?} ({})",
@@ -153,7 +152,9 @@ async fn activate(
         .map_err(|e| Error::Failed(format!("cannot write {}: {e}", file.display())))?;
     println!("activate file was written out to {}", file.display());
     if found.is_none() {
-        println!("note: namespace {namespace} does not exist yet on {context}; `add` creates it");
+        println!(
+            "note: namespace {SECRET_NAMESPACE} does not exist yet on {context}; `add` creates it"
+        );
     }
     println!("Successfully activated to the cluster.");
     Ok(())
@@ -181,14 +182,16 @@ async fn primary(
     Ok((activation, kubeconfig, target))
 }
 
-/// The stored kubeconfig and the Secret's resourceVersion (`None` when there is no Secret).
+/// The stored kubeconfig of Secret `namespace/name` and its resourceVersion (`None` when
+/// there is no Secret).
 async fn stored(
     primary: &Target,
     namespace: &str,
+    name: &str,
 ) -> Result<Option<(Option<Vec<u8>>, String)>, Error> {
     let secrets: Api<Secret> = Api::namespaced(primary.client.clone(), namespace);
-    let secret = secrets.get_opt(SECRET).await.map_err(Error::api(format!(
-        "cannot read Secret {namespace}/{SECRET} on {} ({})",
+    let secret = secrets.get_opt(name).await.map_err(Error::api(format!(
+        "cannot read Secret {namespace}/{name} on {} ({})",
         primary.context, primary.server
     )))?;
     Ok(secret.map(|s| {
@@ -229,35 +232,52 @@ async fn add(
         &format!("context {context:?} of {}", activation.path.display()),
         PeerTrust::default(),
     )?;
-    let current = stored(primary, namespace).await?;
-    let merged = merge(
-        current.as_ref().and_then(|(d, _)| d.as_deref()),
-        &extracted,
-        context,
-    )?;
-    write(primary, namespace, &merged, current.map(|(_, rv)| rv)).await?;
+    let current = stored(primary, SECRET_NAMESPACE, SECRET).await?;
+    // The first write at the original's location starts from xcc 0.1's Secret, if there is
+    // one, so that no registered context is lost in the move.
+    let legacy = match &current {
+        None => stored(primary, namespace, LEGACY_SECRET)
+            .await?
+            .and_then(|(d, _)| d),
+        Some(_) => None,
+    };
+    let base = current
+        .as_ref()
+        .and_then(|(d, _)| d.as_deref())
+        .or(legacy.as_deref());
+    let merged = merge(base, &extracted, context)?;
+    write(primary, &merged, current.map(|(_, rv)| rv)).await?;
     println!(
-        "added context {context} to Secret {namespace}/{SECRET} on {} (ClusterDetector {detector})",
+        "added context {context} to Secret {SECRET_NAMESPACE}/{SECRET} on {} (ClusterDetector {detector})",
         primary.context
     );
+    if legacy.is_some() {
+        println!(
+            "note: the contexts of Secret {namespace}/{LEGACY_SECRET} (where xcc 0.1 kept them) were copied \
+             to {SECRET_NAMESPACE}/{SECRET}; the agent reads the old Secret for one more release: \
+             delete it with `kubectl -n {namespace} delete secret {LEGACY_SECRET}`"
+        );
+    }
     Ok(())
 }
 
 async fn remove(primary: &Target, namespace: &str, context: &str) -> Result<(), Error> {
-    let current = stored(primary, namespace).await?;
-    let Some((Some(data), rv)) = current else {
-        println!("context {context} is not registered; nothing changed");
-        return Ok(());
-    };
-    match remove_context(&data, context)? {
-        Some(kept) => {
-            write(primary, namespace, &kept, Some(rv)).await?;
+    let mut removed = false;
+    for (ns, name) in [(SECRET_NAMESPACE, SECRET), (namespace, LEGACY_SECRET)] {
+        let Some((Some(data), rv)) = stored(primary, ns, name).await? else {
+            continue;
+        };
+        if let Some(kept) = remove_context(&data, context)? {
+            write_to(primary, ns, name, &kept, Some(rv)).await?;
             println!(
-                "removed context {context} from Secret {namespace}/{SECRET} on {}",
+                "removed context {context} from Secret {ns}/{name} on {}",
                 primary.context
             );
+            removed = true;
         }
-        None => println!("context {context} is not registered; nothing changed"),
+    }
+    if !removed {
+        println!("context {context} is not registered; nothing changed");
     }
     Ok(())
 }
@@ -271,10 +291,29 @@ pub struct Registered {
 }
 
 async fn view(primary: &Target, namespace: &str, output: Output) -> Result<(), Error> {
-    let rows = match stored(primary, namespace).await? {
+    let mut rows = match stored(primary, SECRET_NAMESPACE, SECRET).await? {
         Some((Some(data), _)) => registered(&data)?,
         _ => Vec::new(),
     };
+    if let Some((Some(data), _)) = stored(primary, namespace, LEGACY_SECRET).await? {
+        let legacy: Vec<Registered> = registered(&data)?
+            .into_iter()
+            .filter(|r| !rows.iter().any(|o| o.context == r.context))
+            .collect();
+        if !legacy.is_empty() {
+            eprintln!(
+                "note: {} from Secret {namespace}/{LEGACY_SECRET} (xcc 0.1's location, read by the agent \
+                 for one more release): run `kubectl xcc plumber add` for each to move it",
+                legacy
+                    .iter()
+                    .map(|r| r.context.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        rows.extend(legacy);
+        rows.sort_by(|a, b| a.context.cmp(&b.context));
+    }
     let text = match output {
         Output::Table => {
             let mut table = Table::new(&["CONTEXT", "CLUSTER", "USER"]);
@@ -289,11 +328,27 @@ async fn view(primary: &Target, namespace: &str, output: Output) -> Result<(), E
     Ok(())
 }
 
-/// Writes the kubeconfig into the Secret (creating its namespace if needed). With
+/// Writes the kubeconfig into plumberctl's Secret (creating its namespace if needed). With
 /// `resource_version`, the write fails if someone changed the Secret since it was read.
 async fn write(
     primary: &Target,
+    kubeconfig: &Mapping,
+    resource_version: Option<String>,
+) -> Result<(), Error> {
+    write_to(
+        primary,
+        SECRET_NAMESPACE,
+        SECRET,
+        kubeconfig,
+        resource_version,
+    )
+    .await
+}
+
+async fn write_to(
+    primary: &Target,
     namespace: &str,
+    name: &str,
     kubeconfig: &Mapping,
     resource_version: Option<String>,
 ) -> Result<(), Error> {
@@ -301,7 +356,7 @@ async fn write(
         .map_err(|e| Error::Failed(format!("cannot write the kubeconfig: {e}")))?;
     let what = || {
         format!(
-            "cannot write Secret {namespace}/{SECRET} on {} ({})",
+            "cannot write Secret {namespace}/{name} on {} ({})",
             primary.context, primary.server
         )
     };
@@ -329,7 +384,7 @@ async fn write(
     }
     let secret = Secret {
         metadata: ObjectMeta {
-            name: Some(SECRET.into()),
+            name: Some(name.into()),
             namespace: Some(namespace.into()),
             resource_version: resource_version.clone(),
             ..Default::default()
@@ -343,16 +398,16 @@ async fn write(
     object["kind"] = "Secret".into();
     let secrets: Api<Secret> = Api::namespaced(primary.client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    match secrets.patch(SECRET, &params, &Patch::Apply(object)).await {
+    match secrets.patch(name, &params, &Patch::Apply(object)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 && resource_version.is_some() => {
             Err(Error::Failed(format!(
-                "Secret {namespace}/{SECRET} on {} changed while this command ran; nothing was written: run it again",
+                "Secret {namespace}/{name} on {} changed while this command ran; nothing was written: run it again",
                 primary.context
             )))
         }
         Err(e) if is_not_found(&e) && resource_version.is_some() => Err(Error::Failed(format!(
-            "Secret {namespace}/{SECRET} on {} was deleted while this command ran; nothing was written: run it again",
+            "Secret {namespace}/{name} on {} was deleted while this command ran; nothing was written: run it again",
             primary.context
         ))),
         Err(e) => Err(Error::api(what())(e)),
@@ -689,7 +744,7 @@ mod tests {
             .unwrap();
             let server = tokio::spawn(async move {
                 let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.uri().path(), "/api/v1/namespaces/plumber-system");
+                assert_eq!(request.uri().path(), "/api/v1/namespaces/kubeconfig");
                 respond.send_response(status(404, "NotFound"));
                 let (request, respond) = handle.next_request().await.unwrap();
                 assert_eq!(request.method(), "POST");
@@ -699,7 +754,7 @@ mod tests {
                 assert_eq!(request.method(), "PATCH");
                 assert_eq!(
                     request.uri().path(),
-                    "/api/v1/namespaces/plumber-system/secrets/kubeconfig"
+                    "/api/v1/namespaces/kubeconfig/secrets/config"
                 );
                 assert!(
                     request
@@ -721,9 +776,7 @@ mod tests {
                 assert!(text.contains("token: secret-token"), "{text}");
                 respond.send_response(json(200, sent));
             });
-            write(&target, "plumber-system", &stored, None)
-                .await
-                .unwrap();
+            write(&target, &stored, None).await.unwrap();
             server.await.unwrap();
         }
 
@@ -743,7 +796,7 @@ mod tests {
                 assert_eq!(sent["metadata"]["resourceVersion"], "41");
                 respond.send_response(status(409, "Conflict"));
             });
-            let e = write(&target, "plumber-system", &stored, Some("41".into()))
+            let e = write(&target, &stored, Some("41".into()))
                 .await
                 .unwrap_err();
             assert!(

@@ -258,18 +258,18 @@ mod tests {
         let detector = object(json!({
             "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ClusterDetector",
             "metadata": {"name": "kubernetes.kubernetes-admin", "namespace": "plumber-system"},
-            "status": {"clusterstatus": "Running", "reason": ""}
+            "status": {"clusterstatus": "RUNNING", "reason": ""}
         }));
         let r = row(&KINDS[6], &detector);
         assert_eq!(
             (r.ready.as_str(), r.namespace.as_deref()),
-            ("Running", Some("plumber-system"))
+            ("RUNNING", Some("plumber-system"))
         );
         let replicator = object(json!({
             "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
-            "metadata": {"name": "replicator-sample"}, "status": {"synced": true}
+            "metadata": {"name": "replicator-sample"}, "status": {"synced": "synced"}
         }));
-        assert_eq!(row(&KINDS[5], &replicator).ready, "true");
+        assert_eq!(row(&KINDS[5], &replicator).ready, "synced");
         let fresh = object(json!({
             "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
             "metadata": {"name": "g", "namespace": "dev-team"}

@@ -26,11 +26,11 @@ use serde::{Deserialize, Serialize};
     singular = "replicator",
     shortname = "rep",
     status = "ReplicatorStatus",
-    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.replicationNamespace"}"#,
-    printcolumn = r#"{"name":"Synced","type":"boolean","jsonPath":".status.synced"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"SYNCED","type":"string","jsonPath":".status.synced"}"#,
+    printcolumn = r#"{"name":"NAMESPACE","type":"string","priority":1,"jsonPath":".spec.replicationNamespace"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicatorSpec {
@@ -84,9 +84,10 @@ pub struct ReplicatorStatus {
     /// One entry per object per cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied: Vec<ApplyStatus>,
-    /// Every object applied on every cluster.
+    /// `"synced"` when every object is applied on every cluster, else `"not synced"` (the
+    /// original's strings; printer column SYNCED).
     #[serde(default)]
-    pub synced: bool,
+    pub synced: SyncState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`: synced, and if not, why.
@@ -125,7 +126,7 @@ pub struct ApplyStatus {
     printcolumn = r#"{"name":"CLUSTER","type":"string","jsonPath":".spec.cluster"}"#,
     printcolumn = r#"{"name":"USER","type":"string","jsonPath":".spec.user"}"#,
     printcolumn = r#"{"name":"CLUSTERSTATUS","type":"string","jsonPath":".status.clusterstatus"}"#,
-    printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","priority":1,"jsonPath":".status.reason"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct ClusterDetectorSpec {
@@ -136,14 +137,117 @@ pub struct ClusterDetectorSpec {
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct ClusterDetectorStatus {
-    /// `Running` or `Unknown`.
+    /// `RUNNING` or `UNKNOWN`, as the original writes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clusterstatus: Option<String>,
-    /// Why not `Running` (bounded text).
+    pub clusterstatus: Option<ClusterState>,
+    /// Why not `RUNNING` (bounded text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
+/// A Replicator's `status.synced`: the original's strings. Reads what older versions wrote (a
+/// boolean) and anything else as [`SyncState::Unknown`] rather than failing the whole object.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub enum SyncState {
+    #[serde(rename = "synced")]
+    Synced,
+    #[default]
+    #[serde(rename = "not synced")]
+    NotSynced,
+    /// A value this version does not know (never written by it).
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl SyncState {
+    pub fn from_bool(synced: bool) -> SyncState {
+        if synced {
+            SyncState::Synced
+        } else {
+            SyncState::NotSynced
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SyncState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(s) if s == "synced" => SyncState::Synced,
+            serde_json::Value::String(s) if s == "not synced" => SyncState::NotSynced,
+            // xcc before 0.2 wrote a boolean.
+            serde_json::Value::Bool(b) => SyncState::from_bool(b),
+            _ => SyncState::Unknown,
+        })
+    }
+}
+
+impl JsonSchema for SyncState {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SyncState".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // A plain string, as the original's schema: older objects keep validating.
+        schemars::json_schema!({ "type": "string", "description": "`synced` or `not synced`." })
+    }
+}
+
+/// A ClusterDetector's `status.clusterstatus`: the original's upper-case values. Older xcc's
+/// `Running`/`Unknown` read as the same states; anything else as [`ClusterState::Unknown`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum ClusterState {
+    #[serde(rename = "RUNNING", alias = "Running")]
+    Running,
+    #[serde(rename = "UNKNOWN", alias = "Unknown", other)]
+    Unknown,
+}
+
+impl JsonSchema for ClusterState {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ClusterState".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "description": "`RUNNING` or `UNKNOWN`." })
+    }
+}
+
 fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_values_are_the_originals_and_older_ones_still_read() {
+        let json = |v: &SyncState| serde_json::to_value(v).unwrap();
+        assert_eq!(json(&SyncState::Synced), "synced");
+        assert_eq!(json(&SyncState::NotSynced), "not synced");
+        let read = |v: serde_json::Value| serde_json::from_value::<SyncState>(v).unwrap();
+        assert_eq!(read("synced".into()), SyncState::Synced);
+        assert_eq!(read("not synced".into()), SyncState::NotSynced);
+        assert_eq!(read(true.into()), SyncState::Synced);
+        assert_eq!(read(false.into()), SyncState::NotSynced);
+        assert_eq!(read("half".into()), SyncState::Unknown);
+        assert_eq!(read(serde_json::json!(3)), SyncState::Unknown);
+
+        let state = |v: &str| serde_json::from_value::<ClusterState>(v.into()).unwrap();
+        assert_eq!(
+            serde_json::to_value(ClusterState::Running).unwrap(),
+            "RUNNING"
+        );
+        assert_eq!(
+            serde_json::to_value(ClusterState::Unknown).unwrap(),
+            "UNKNOWN"
+        );
+        assert_eq!(state("RUNNING"), ClusterState::Running);
+        assert_eq!(state("Running"), ClusterState::Running);
+        assert_eq!(state("Unknown"), ClusterState::Unknown);
+        assert_eq!(state("DOWN"), ClusterState::Unknown);
+
+        // A whole status as the previous version stored it still reads.
+        let status: ReplicatorStatus =
+            serde_json::from_value(serde_json::json!({"synced": true, "applied": []})).unwrap();
+        assert_eq!(status.synced, SyncState::Synced);
+    }
 }

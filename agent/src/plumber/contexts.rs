@@ -1,5 +1,10 @@
-//! plumber's kubeconfig Secret (`kubeconfig`, key `config`): one kubeconfig holding every cluster
-//! as a context, as `plumberctl` (and `kubectl xcc plumber`) writes it.
+//! plumber's kubeconfig Secret: one kubeconfig holding every cluster as a context, as
+//! `plumberctl` (and `kubectl xcc plumber`) writes it, where the original keeps it (Secret
+//! `config` in namespace `kubeconfig`, key `config`: its `pkg/constants/const.go`).
+//!
+//! xcc 0.1 kept it in Secret `kubeconfig` of the plumber namespace; that Secret is still read,
+//! for one release ([`Location::Legacy`]): a context in both is taken from the original's
+//! location.
 //!
 //! Each context becomes a client through the one trust gate and the one peer-client cache: the
 //! Secret is handed to [`PeerClients::client_for`] once per context, as a Secret named
@@ -11,9 +16,32 @@ use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::ResourceExt;
 use serde_yaml::Value;
 
-/// Name of plumber's kubeconfig Secret, and its data key.
-pub const SECRET: &str = "kubeconfig";
+/// Namespace, name and data key of plumber's kubeconfig Secret (the original's).
+pub const NAMESPACE: &str = "kubeconfig";
+pub const SECRET: &str = "config";
 pub const KEY: &str = "config";
+/// Name of xcc 0.1's Secret, in the plumber namespace (read for one release).
+pub const LEGACY_SECRET: &str = "kubeconfig";
+
+/// Where a kubeconfig Secret is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Location {
+    /// `kubeconfig/config`, where plumberctl and the original keep it; wins.
+    Original,
+    /// `<plumber namespace>/kubeconfig`, where xcc 0.1 kept it.
+    Legacy,
+}
+
+impl Location {
+    /// `(namespace, name)` of the Secret; `plumber_namespace` is the agent's
+    /// `--plumber-namespace`.
+    pub fn key(self, plumber_namespace: &str) -> (&str, &'static str) {
+        match self {
+            Location::Original => (NAMESPACE, SECRET),
+            Location::Legacy => (plumber_namespace, LEGACY_SECRET),
+        }
+    }
+}
 
 /// One context of the Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,7 +218,7 @@ current-context: primary
     pub fn secret(text: &str) -> Secret {
         let mut s = Secret::default();
         s.metadata.name = Some(SECRET.into());
-        s.metadata.namespace = Some("plumber-system".into());
+        s.metadata.namespace = Some(NAMESPACE.into());
         s.metadata.uid = Some("u".into());
         s.metadata.resource_version = Some("7".into());
         s.data = Some([(KEY.to_string(), ByteString(text.as_bytes().to_vec()))].into());
@@ -223,8 +251,9 @@ current-context: primary
             .unwrap();
         assert_eq!(ok.server, "https://127.0.0.1:6444/");
         assert!(
+            ok.identity.starts_with("kubeconfig/config#secondary1@"),
+            "{}",
             ok.identity
-                .starts_with("plumber-system/kubeconfig#secondary1@u/7")
         );
         let refused = peers
             .client_for(&for_context(&s, "secondary2").unwrap())
@@ -232,7 +261,7 @@ current-context: primary
             .unwrap_err()
             .to_string();
         assert!(refused.contains("certificate-authority"), "{refused}");
-        assert!(refused.contains("kubeconfig#secondary2"), "{refused}");
+        assert!(refused.contains("config#secondary2"), "{refused}");
     }
 
     #[test]

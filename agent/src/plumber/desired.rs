@@ -1,9 +1,14 @@
 //! What a Replicator asks for on every cluster, as the original fills it in: the namespace, the
-//! ConfigMap, the Deployment (selector and template labels `app: <deploymentName>`), the Service
-//! (selector `app: <deploymentName>`), the Ingress (with TLS and nginx client-auth annotations
-//! when `ingressSecureEnabled`), the certificate Secrets, then `resources[]`. Every object
-//! carries the origin annotation `plumber/replicator/<name>`: what makes it ours to update and
-//! delete.
+//! ConfigMap, the Deployment (selector and template label `apps: nginx`, the original's, unless
+//! `deploymentSpec.selector.matchLabels` names others), the Service (selector the same), the
+//! Ingress (class `nginx` unless the spec names one; TLS and nginx client-auth annotations when
+//! `ingressSecureEnabled`), the certificate Secrets, then `resources[]`. Every object carries
+//! the origin annotation `plumber/replicator/<name>`: what makes it ours to update and delete.
+//!
+//! An object the original controller made (its field manager `plumberctl`, no origin
+//! annotation, no owner but this Replicator) is adopted ([`made_by_original`]); a Deployment
+//! found with another selector keeps it ([`keep_selector`]), since a selector cannot change and
+//! a changed pod template would start new pods.
 
 use std::collections::BTreeMap;
 
@@ -68,6 +73,91 @@ pub fn hosts(replicator: &Replicator) -> Vec<String> {
         }
     }
     hosts
+}
+
+/// The original's selector (and pod label) for every Replicator's Deployment and Service.
+pub const ORIGINAL_SELECTOR: (&str, &str) = ("apps", "nginx");
+/// The original's Ingress class (`pkg/constants`), set when the spec names none.
+pub const ORIGINAL_INGRESS_CLASS: &str = "nginx";
+/// The field manager of the original controller's writes (`pkg/constants.FieldManager`).
+pub const ORIGINAL_FIELD_MANAGER: &str = "plumberctl";
+
+/// The Deployment's selector labels: `deploymentSpec.selector.matchLabels` when set, else the
+/// original's `apps: nginx`.
+pub fn selector_labels(replicator: &Replicator) -> serde_json::Map<String, Value> {
+    replicator
+        .spec
+        .deployment_spec
+        .as_ref()
+        .and_then(|d| d.pointer("/selector/matchLabels"))
+        .and_then(Value::as_object)
+        .filter(|m| !m.is_empty())
+        .cloned()
+        .unwrap_or_else(|| {
+            let (k, v) = ORIGINAL_SELECTOR;
+            [(k.to_string(), json!(v))].into_iter().collect()
+        })
+}
+
+/// Whether `current` (an object of `replicator`'s name and kind, without our origin
+/// annotation) was made by the original plumber controller for it: written under its field
+/// manager, and owned by no one or by a Replicator of this name. Such an object is adopted.
+pub fn made_by_original(current: &Value, replicator: &str) -> bool {
+    let metadata = &current["metadata"];
+    let by_plumber = metadata["managedFields"].as_array().is_some_and(|fields| {
+        fields
+            .iter()
+            .any(|f| f["manager"] == ORIGINAL_FIELD_MANAGER)
+    });
+    let owners_ok = metadata["ownerReferences"]
+        .as_array()
+        .map(|owners| {
+            owners.iter().all(|o| {
+                o["controller"] != true
+                    || (o["kind"] == "Replicator"
+                        && o["apiVersion"] == "plumber.jnytnai0613.github.io/v1"
+                        && o["name"] == replicator)
+            })
+        })
+        .unwrap_or(true);
+    by_plumber && owners_ok && metadata["annotations"][ORIGIN_ANNOTATION].is_null()
+}
+
+/// `deployment` (the desired body) with the selector `found` (that of the Deployment already
+/// there, which cannot change): the template carries the found selector's labels instead of
+/// the ones this version would choose, unless the spec's template names those itself. The
+/// Service selector to use on that cluster is returned with it.
+pub fn keep_selector(
+    replicator: &Replicator,
+    deployment: &Value,
+    found: &Value,
+) -> Option<(Value, serde_json::Map<String, Value>)> {
+    let found_labels = found.get("matchLabels").and_then(Value::as_object)?;
+    if deployment["spec"]["selector"] == *found || found_labels.is_empty() {
+        return None;
+    }
+    let mut body = deployment.clone();
+    body["spec"]["selector"] = found.clone();
+    let own = replicator
+        .spec
+        .deployment_spec
+        .as_ref()
+        .and_then(|d| d.pointer("/template/metadata/labels"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let labels = &mut body["spec"]["template"]["metadata"]["labels"];
+    if let Some(map) = labels.as_object_mut() {
+        for key in selector_labels(replicator).keys() {
+            if !own.contains_key(key) {
+                map.remove(key);
+            }
+        }
+        for (k, v) in found_labels {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    Some((body, found_labels.clone()))
 }
 
 pub fn secure(replicator: &Replicator) -> bool {
@@ -151,7 +241,8 @@ pub fn objects(
         if !dspec.is_object() {
             return Err("spec.deploymentSpec is not an object".into());
         }
-        dspec["selector"] = json!({"matchLabels": {"app": deployment}});
+        let selector = selector_labels(replicator);
+        dspec["selector"] = json!({ "matchLabels": selector });
         if !dspec["template"].is_object() {
             dspec["template"] = json!({});
         }
@@ -161,7 +252,9 @@ pub fn objects(
         if !dspec["template"]["metadata"]["labels"].is_object() {
             dspec["template"]["metadata"]["labels"] = json!({});
         }
-        dspec["template"]["metadata"]["labels"]["app"] = json!(deployment);
+        for (k, v) in selector {
+            dspec["template"]["metadata"]["labels"][k] = v;
+        }
         out.push(object::<Deployment>(
             true,
             deployment,
@@ -176,8 +269,8 @@ pub fn objects(
         if !sspec.is_object() {
             return Err("spec.serviceSpec is not an object".into());
         }
-        if let Some(app) = &app {
-            sspec["selector"] = json!({"app": app});
+        if app.is_some() {
+            sspec["selector"] = Value::Object(selector_labels(replicator));
         }
         out.push(object::<Service>(
             true,
@@ -213,6 +306,12 @@ pub fn objects(
         let mut ispec = spec.ingress_spec.clone().unwrap_or_else(|| json!({}));
         if !ispec.is_object() {
             return Err("spec.ingressSpec is not an object".into());
+        }
+        if ispec["ingressClassName"]
+            .as_str()
+            .is_none_or(|class| class.is_empty())
+        {
+            ispec["ingressClassName"] = json!(ORIGINAL_INGRESS_CLASS);
         }
         let mut extra = Vec::new();
         if secure(replicator) {
@@ -375,17 +474,22 @@ mod tests {
         );
         let deployment = &objects[2].body;
         assert_eq!(deployment["metadata"]["namespace"], "test-ns");
+        // The original's selector and pod label.
         assert_eq!(
-            deployment["spec"]["selector"]["matchLabels"]["app"],
-            "nginx"
+            deployment["spec"]["selector"],
+            json!({"matchLabels": {"apps": "nginx"}})
         );
         assert_eq!(
-            deployment["spec"]["template"]["metadata"]["labels"]["app"],
-            "nginx"
+            deployment["spec"]["template"]["metadata"]["labels"],
+            json!({"apps": "nginx"})
         );
         assert_eq!(deployment["spec"]["replicas"], 3);
-        assert_eq!(objects[3].body["spec"]["selector"]["app"], "nginx");
+        assert_eq!(
+            objects[3].body["spec"]["selector"],
+            json!({"apps": "nginx"})
+        );
         let ingress = &objects[6].body;
+        assert_eq!(ingress["spec"]["ingressClassName"], "nginx");
         assert_eq!(ingress["spec"]["tls"][0]["hosts"][0], "nginx.example.com");
         assert_eq!(ingress["spec"]["tls"][0]["secretName"], "ca-secret");
         assert_eq!(
@@ -434,6 +538,67 @@ mod tests {
             sa.body["metadata"]["annotations"][ORIGIN_ANNOTATION],
             "plumber/replicator/r"
         );
+    }
+
+    #[test]
+    fn a_class_or_selector_of_the_spec_is_kept() {
+        let mut rep = sample();
+        rep.spec.ingress_spec.as_mut().unwrap()["ingressClassName"] = json!("traefik");
+        rep.spec.deployment_spec.as_mut().unwrap()["selector"] =
+            json!({"matchLabels": {"team": "web"}});
+        let objects = objects(&rep, "r", None, &Kinds::new()).unwrap();
+        let find = |kind: &str| objects.iter().find(|o| o.kind() == kind).unwrap();
+        assert_eq!(find("Ingress").body["spec"]["ingressClassName"], "traefik");
+        assert_eq!(
+            find("Deployment").body["spec"]["template"]["metadata"]["labels"],
+            json!({"team": "web"})
+        );
+        assert_eq!(
+            find("Service").body["spec"]["selector"],
+            json!({"team": "web"})
+        );
+    }
+
+    #[test]
+    fn the_originals_objects_are_adopted_and_a_found_selector_is_kept() {
+        let original = json!({"metadata": {"name": "nginx",
+            "managedFields": [{"manager": "plumberctl", "operation": "Apply"}],
+            "ownerReferences": [{"apiVersion": "plumber.jnytnai0613.github.io/v1",
+                "kind": "Replicator", "name": "replicator-sample", "uid": "u", "controller": true}]}});
+        assert!(made_by_original(&original, "replicator-sample"));
+        assert!(!made_by_original(&original, "another"));
+        let mut someone = original.clone();
+        someone["metadata"]["managedFields"][0]["manager"] = json!("kubectl");
+        assert!(!made_by_original(&someone, "replicator-sample"));
+        let mut ours = original.clone();
+        ours["metadata"]["annotations"] = json!({ORIGIN_ANNOTATION: "plumber/replicator/x"});
+        assert!(!made_by_original(&ours, "replicator-sample"));
+        let mut secondary = original;
+        secondary["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        assert!(made_by_original(&secondary, "replicator-sample"));
+
+        // A Deployment made by xcc 0.1 (`app: nginx`) keeps its selector; the pod template
+        // carries that label instead of `apps`.
+        let rep = sample();
+        let objects = objects(&rep, "replicator-sample", None, &Kinds::new()).unwrap();
+        let deployment = &objects
+            .iter()
+            .find(|o| o.kind() == "Deployment")
+            .unwrap()
+            .body;
+        let found = json!({"matchLabels": {"app": "nginx"}});
+        let (kept, service) = keep_selector(&rep, deployment, &found).unwrap();
+        assert_eq!(kept["spec"]["selector"], found);
+        assert_eq!(
+            kept["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "nginx"})
+        );
+        assert_eq!(Value::Object(service), json!({"app": "nginx"}));
+        // The same selector: nothing to change.
+        assert!(keep_selector(&rep, deployment, &deployment["spec"]["selector"]).is_none());
     }
 
     #[test]

@@ -27,8 +27,9 @@ use xcc_kube::{PeerClients, Reach};
 
 use super::{
     Registry, Target,
-    api::{ClusterDetector, ClusterDetectorStatus},
+    api::{ClusterDetector, ClusterDetectorStatus, ClusterState},
     contexts,
+    contexts::Location,
 };
 use crate::{
     sink::{Counted, FIELD_MANAGER},
@@ -40,9 +41,6 @@ pub const ROLE_LABEL: &str = "app.kubernetes.io/role";
 /// Label that marks the detectors this agent manages (and may delete).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 const MANAGED_BY_VALUE: &str = "xcc-agent";
-
-pub const RUNNING: &str = "Running";
-pub const UNKNOWN: &str = "Unknown";
 
 /// How often the detectors are looked at without being woken (probes arrive at this pace).
 const TICK: Duration = Duration::from_secs(5);
@@ -58,12 +56,14 @@ pub struct Detector {
     /// kube-system UID of each cluster, by client identity.
     uids: HashMap<String, String>,
     local_uid: Option<String>,
-    /// Client keys in use (to forget those whose context went).
-    in_use: BTreeSet<String>,
-    /// The last refusal of the whole Secret that was logged.
+    /// `(namespace, client key)` of the clients in use (to forget those whose context went).
+    in_use: BTreeSet<(String, String)>,
+    /// The last refusal of a whole Secret that was logged.
     said: Option<String>,
-    /// The kubeconfig Secret as last read.
-    secret: Option<Secret>,
+    /// The contexts of the legacy Secret last logged as shadowed by the original's location.
+    said_shadowed: Vec<String>,
+    /// The kubeconfig Secrets as last read.
+    secrets: BTreeMap<Location, Secret>,
     /// Whether the missing CRDs or RBAC were logged (once).
     said_rbac: std::sync::atomic::AtomicBool,
 }
@@ -94,7 +94,8 @@ impl Detector {
             local_uid: None,
             in_use: BTreeSet::new(),
             said: None,
-            secret: None,
+            said_shadowed: Vec::new(),
+            secrets: BTreeMap::new(),
             said_rbac: Default::default(),
         }
     }
@@ -119,7 +120,7 @@ impl Detector {
                         None => return,
                         Some(SecretChange::Listed | SecretChange::Missed) => break,
                         Some(change) => {
-                            if change.key() == Some((self.namespace.clone(), contexts::SECRET.into())) {
+                            if self.watched(change.key()) {
                                 break;
                             }
                         }
@@ -129,51 +130,96 @@ impl Detector {
         }
     }
 
-    /// The kubeconfig Secret: read only when the shared watch of local Secrets (metadata) shows
-    /// it with a resourceVersion not read yet, so the steady tick costs no request.
-    async fn secret(
+    /// The kubeconfig Secret at `at`: read only when the shared watch of local Secrets
+    /// (metadata) shows it with a resourceVersion not read yet, so the steady tick costs no
+    /// request.
+    async fn read(
         &mut self,
         local: Option<&LocalSecrets>,
+        at: Location,
     ) -> Result<Option<Secret>, kube::Error> {
+        let plumber_namespace = self.namespace.clone();
+        let (namespace, name) = at.key(&plumber_namespace);
         let listed = local.is_some_and(|l| l.listed().load(std::sync::atomic::Ordering::Acquire));
         if let Some(local) = local.filter(|_| listed) {
-            let key = ObjectRef::new(contexts::SECRET).within(&self.namespace);
+            let key = ObjectRef::new(name).within(namespace);
             let Some(meta) = local.store().get(&key) else {
-                self.secret = None;
+                self.secrets.remove(&at);
                 return Ok(None);
             };
-            if let Some(cached) = &self.secret
+            if let Some(cached) = self.secrets.get(&at)
                 && cached.resource_version() == meta.resource_version()
                 && cached.uid() == meta.uid()
             {
                 return Ok(Some(cached.clone()));
             }
         }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        self.secret = match secrets.get_opt(contexts::SECRET).await {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let found = match secrets.get_opt(name).await {
             Ok(secret) => secret,
             // No RBAC for plumber, or the namespace is not there: nothing to detect.
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => None,
             Err(e) => return Err(e),
         };
-        Ok(self.secret.clone())
+        match &found {
+            Some(secret) => self.secrets.insert(at, secret.clone()),
+            None => self.secrets.remove(&at),
+        };
+        Ok(found)
     }
 
-    /// Reads the Secret, updates the registry and the detectors.
+    /// Whether a Secret change concerns one of the kubeconfig Secrets.
+    fn watched(&self, key: Option<(String, String)>) -> bool {
+        [Location::Original, Location::Legacy].iter().any(|at| {
+            let (namespace, name) = at.key(&self.namespace);
+            key.as_ref()
+                .is_some_and(|(n, m)| n == namespace && m == name)
+        })
+    }
+
+    /// Reads the Secrets, updates the registry and the detectors.
     pub async fn round(&mut self, local: Option<&LocalSecrets>) -> Result<(), kube::Error> {
-        let secret = self.secret(local).await?;
-        let entries = match secret.as_ref().map(contexts::entries).transpose() {
-            Ok(entries) => entries.unwrap_or_default(),
-            Err(error) => {
-                // Keep the detectors as they are: a broken edit must not remove them all.
-                let text = error.to_string();
-                if self.said.as_ref() != Some(&text) {
-                    tracing::warn!(namespace = %self.namespace, error = %text, "plumber kubeconfig Secret unusable");
-                    self.said = Some(text);
+        let original = self.read(local, Location::Original).await?;
+        let legacy = self.read(local, Location::Legacy).await?;
+        let any_secret = original.is_some() || legacy.is_some();
+        // Every context with the Secret it comes from; the original's location first, so a
+        // context in both is taken from there.
+        let mut entries: Vec<(contexts::Entry, Secret)> = Vec::new();
+        let mut shadowed = Vec::new();
+        for secret in [original, legacy].into_iter().flatten() {
+            match contexts::entries(&secret) {
+                Ok(list) => {
+                    for entry in list {
+                        if entries.iter().any(|(e, _)| e.context == entry.context) {
+                            shadowed.push(entry.context);
+                        } else {
+                            entries.push((entry, secret.clone()));
+                        }
+                    }
                 }
-                return Ok(());
+                Err(error) => {
+                    // Keep the detectors as they are: a broken edit must not remove them all.
+                    let text = error.to_string();
+                    if self.said.as_ref() != Some(&text) {
+                        tracing::warn!(namespace = %self.namespace, error = %text, "plumber kubeconfig Secret unusable");
+                        self.said = Some(text);
+                    }
+                    return Ok(());
+                }
             }
-        };
+        }
+        if shadowed != self.said_shadowed {
+            if !shadowed.is_empty() {
+                let (namespace, name) = Location::Legacy.key(&self.namespace);
+                tracing::warn!(
+                    contexts = ?shadowed,
+                    "contexts in both plumber kubeconfig Secrets: taken from {}/{}, not from {namespace}/{name} (read for one release; move its contexts and delete it)",
+                    contexts::NAMESPACE,
+                    contexts::SECRET,
+                );
+            }
+            self.said_shadowed = shadowed;
+        }
         self.said = None;
         if self.local_uid.is_none() {
             let namespaces: Api<Namespace> = Api::all(self.client.clone());
@@ -188,30 +234,31 @@ impl Detector {
         let mut found = Vec::new();
         let mut in_use = BTreeSet::new();
         let this = &*self;
-        let checks = entries.iter().map(|entry| {
-            let secret = secret.clone();
-            async move {
-                let secret = secret.expect("entries come from a Secret");
-                let client = match contexts::for_context(&secret, &entry.context) {
-                    Ok(one) => this
-                        .peers
-                        .client_for(&one)
-                        .await
-                        .map_err(|e| xcc_kube::bounded(&e)),
-                    Err(e) => Err(xcc_kube::bounded(&e)),
-                };
-                let uid = match &client {
-                    Ok(peer) => match this.uids.get(&peer.identity) {
-                        Some(uid) => Some(Ok(uid.clone())),
-                        None => Some(kube_system_uid(&peer.client).await),
-                    },
-                    Err(_) => None,
-                };
-                (entry.clone(), client, uid)
-            }
+        let checks = entries.iter().map(|(entry, secret)| async move {
+            let client = match contexts::for_context(secret, &entry.context) {
+                Ok(one) => this
+                    .peers
+                    .client_for(&one)
+                    .await
+                    .map_err(|e| xcc_kube::bounded(&e)),
+                Err(e) => Err(xcc_kube::bounded(&e)),
+            };
+            let uid = match &client {
+                Ok(peer) => match this.uids.get(&peer.identity) {
+                    Some(uid) => Some(Ok(uid.clone())),
+                    None => Some(kube_system_uid(&peer.client).await),
+                },
+                Err(_) => None,
+            };
+            let key = (
+                secret.namespace().unwrap_or_default(),
+                contexts::client_key(&secret.name_any(), &entry.context),
+            );
+            (entry.clone(), key, client, uid)
         });
-        for (entry, client, uid) in futures::future::join_all(checks).await {
-            in_use.insert(contexts::client_key(contexts::SECRET, &entry.context));
+        let mut verified_elsewhere = BTreeSet::new();
+        for (entry, key, client, uid) in futures::future::join_all(checks).await {
+            in_use.insert(key);
             let status = match (&client, &uid) {
                 (Err(why), _) => down(why.clone()),
                 (Ok(peer), uid) => match self.peers.reach(&peer.server) {
@@ -229,6 +276,9 @@ impl Detector {
                 self.uids.insert(peer.identity.clone(), uid.clone());
             }
             let primary = matches!((&uid, &self.local_uid), (Some(Ok(u)), Some(l)) if u == l);
+            if matches!((&uid, &self.local_uid), (Some(Ok(u)), Some(l)) if u != l) {
+                verified_elsewhere.insert(entry.detector());
+            }
             targets.push(Target {
                 detector: entry.detector(),
                 context: entry.context.clone(),
@@ -248,19 +298,41 @@ impl Detector {
             .collect();
         self.uids
             .retain(|identity, _| identities.contains(identity));
-        for gone in self.in_use.difference(&in_use) {
-            self.peers.forget(&self.namespace, gone);
+        for (namespace, gone) in self.in_use.difference(&in_use) {
+            self.peers.forget(namespace, gone);
         }
         self.in_use = in_use;
-        // The original registers the cluster it runs in itself; `plumberctl` (and
-        // `kubectl xcc plumber`) add only the secondaries. When no context reaches this cluster,
-        // its detector is this agent's own view of it.
-        if secret.is_some() && self.local_uid.is_some() && !found.iter().any(|f| f.primary) {
-            found.push(Found {
-                entry: local_entry(),
-                primary: true,
-                status: up(),
-            });
+        // The original registers the cluster it runs in itself, as context `primary`
+        // (`kubernetes.kubernetes-admin`, with the in-cluster address and no credentials the
+        // agent could use); `plumberctl` (and `kubectl xcc plumber`) add only the secondaries.
+        // When no context is shown (by its kube-system UID) to reach this cluster, the
+        // original's primary context is this cluster unless shown to reach another one, and
+        // without one the agent registers this cluster under the original's name itself.
+        if any_secret && self.local_uid.is_some() && !found.iter().any(|f| f.primary) {
+            let local = local_entry();
+            match found
+                .iter()
+                .position(|f| f.entry.detector() == local.detector())
+            {
+                Some(at) if !verified_elsewhere.contains(&local.detector()) => {
+                    found[at].primary = true;
+                    found[at].status = up();
+                    targets[at].primary = true;
+                }
+                Some(_) => found.push(Found {
+                    entry: fallback_local_entry(),
+                    primary: true,
+                    status: up(),
+                }),
+                None => found.push(Found {
+                    entry: local,
+                    primary: true,
+                    status: up(),
+                }),
+            }
+        }
+        if let Some(local) = found.iter().find(|f| f.primary) {
+            self.registry.set_local(local.entry.detector());
         }
         self.registry.set(targets);
         self.write(&found).await
@@ -362,8 +434,20 @@ impl Detector {
     }
 }
 
-/// The detector of the cluster this agent runs in when no context of the Secret reaches it.
-fn local_entry() -> contexts::Entry {
+/// The detector of the cluster this agent runs in when no context of the Secret reaches it:
+/// the original's primary (`pkg/constants`: context `primary`, cluster `kubernetes`, user
+/// `kubernetes-admin`), so that Replicator status names it as the original does.
+pub fn local_entry() -> contexts::Entry {
+    contexts::Entry {
+        context: "primary".into(),
+        cluster: "kubernetes".into(),
+        user: "kubernetes-admin".into(),
+    }
+}
+
+/// The detector of this cluster when a context named like the original's primary is shown to
+/// reach another cluster (a kubeadm cluster's default names).
+fn fallback_local_entry() -> contexts::Entry {
     contexts::Entry {
         context: "in-cluster".into(),
         cluster: "local".into(),
@@ -373,14 +457,14 @@ fn local_entry() -> contexts::Entry {
 
 fn up() -> ClusterDetectorStatus {
     ClusterDetectorStatus {
-        clusterstatus: Some(RUNNING.into()),
+        clusterstatus: Some(ClusterState::Running),
         reason: None,
     }
 }
 
 fn down(reason: String) -> ClusterDetectorStatus {
     ClusterDetectorStatus {
-        clusterstatus: Some(UNKNOWN.into()),
+        clusterstatus: Some(ClusterState::Unknown),
         reason: Some(xcc_kube::bounded(&reason)),
     }
 }
@@ -468,12 +552,14 @@ contexts:
         use base64::Engine as _;
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "kubeconfig", "namespace": "plumber-system", "uid": "s", "resourceVersion": "1"},
+            "metadata": {"name": "config", "namespace": "kubeconfig", "uid": "s", "resourceVersion": "1"},
             "data": {"config": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)},
         });
         let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+        let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
         let (client, seen) = api_server(vec![
             (200, secret),
+            (404, not_found),
             (
                 200,
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": "here"}}),
@@ -487,8 +573,8 @@ contexts:
             (200, detector("gone-cluster.admin")),
             (200, detector("gone-cluster.runner")),
             (200, detector("gone-cluster.runner")),
-            (200, detector("local.xcc-agent")),
-            (200, detector("local.xcc-agent")),
+            (200, detector("kubernetes.kubernetes-admin")),
+            (200, detector("kubernetes.kubernetes-admin")),
             (200, ok),
         ]);
         let mut registry = prometheus_client::registry::Registry::default();
@@ -515,6 +601,8 @@ contexts:
         assert_eq!(
             lines,
             [
+                "GET /api/v1/namespaces/kubeconfig/secrets/config".to_string(),
+                // xcc 0.1's location, read for one release.
                 "GET /api/v1/namespaces/plumber-system/secrets/kubeconfig".to_string(),
                 "GET /api/v1/namespaces/kube-system".to_string(),
                 format!("GET {detectors}"),
@@ -522,19 +610,25 @@ contexts:
                 format!("PATCH {detectors}/gone-cluster.admin/status"),
                 format!("PATCH {detectors}/gone-cluster.runner"),
                 format!("PATCH {detectors}/gone-cluster.runner/status"),
-                // No context reaches this cluster: it is registered as the primary anyway.
-                format!("PATCH {detectors}/local.xcc-agent"),
-                format!("PATCH {detectors}/local.xcc-agent/status"),
+                // No context reaches this cluster: it is registered as the primary anyway, under
+                // the original's name for it.
+                format!("PATCH {detectors}/kubernetes.kubernetes-admin"),
+                format!("PATCH {detectors}/kubernetes.kubernetes-admin/status"),
                 format!("DELETE {detectors}/gone.user"),
             ]
         );
         // The dead cluster is Unknown with why; the refused one names the field; neither is
         // the primary.
-        assert!(seen[4].1.contains("\"Unknown\""), "{}", seen[4].1);
-        assert!(seen[6].1.contains("exec"), "{}", seen[6].1);
-        assert!(seen[3].1.contains("\"secondary\""), "{}", seen[3].1);
-        assert!(seen[7].1.contains("\"primary\""), "{}", seen[7].1);
-        assert!(seen[8].1.contains("\"Running\""), "{}", seen[8].1);
+        assert!(seen[5].1.contains("\"UNKNOWN\""), "{}", seen[5].1);
+        assert!(seen[7].1.contains("exec"), "{}", seen[7].1);
+        assert!(seen[4].1.contains("\"secondary\""), "{}", seen[4].1);
+        assert!(seen[8].1.contains("\"primary\""), "{}", seen[8].1);
+        assert!(
+            seen[8].1.contains("\"context\":\"primary\""),
+            "{}",
+            seen[8].1
+        );
+        assert!(seen[9].1.contains("\"RUNNING\""), "{}", seen[9].1);
         assert!(
             !std::path::Path::new("/tmp/xcc-plumber-detector-test-ran").exists(),
             "nothing was run"
@@ -548,6 +642,6 @@ contexts:
                 .client
                 .is_ok()
         );
-        assert_eq!(shared.primary(), None);
+        assert_eq!(shared.primary(), "kubernetes.kubernetes-admin");
     }
 }

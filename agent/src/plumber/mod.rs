@@ -75,6 +75,8 @@ impl Target {
 #[derive(Clone)]
 pub struct Registry {
     targets: Arc<Mutex<Option<Vec<Target>>>>,
+    /// The ClusterDetector name of this cluster when no context of the Secret is it.
+    local: Arc<Mutex<String>>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -82,6 +84,7 @@ impl Default for Registry {
     fn default() -> Self {
         Registry {
             targets: Arc::default(),
+            local: Arc::new(Mutex::new(detector::local_entry().detector())),
             changed: tokio::sync::watch::channel(0).0,
         }
     }
@@ -117,13 +120,22 @@ impl Registry {
             .cloned())
     }
 
-    /// The primary's ClusterDetector name, if the Secret has a context for this cluster.
-    pub fn primary(&self) -> Option<String> {
-        self.lock()
-            .as_ref()?
-            .iter()
-            .find(|t| t.primary)
-            .map(|t| t.detector.clone())
+    /// The primary's ClusterDetector name: its context's, or the one the detector gave this
+    /// cluster (`kubernetes.kubernetes-admin`, the original's, unless that names another
+    /// cluster). Replicator status names this cluster so.
+    pub fn primary(&self) -> String {
+        let from_context = self.lock().as_ref().and_then(|targets| {
+            targets
+                .iter()
+                .find(|t| t.primary)
+                .map(|t| t.detector.clone())
+        });
+        from_context.unwrap_or_else(|| self.local.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    /// Names this cluster's detector when no context of the Secret is it.
+    pub fn set_local(&self, name: String) {
+        *self.local.lock().unwrap_or_else(|e| e.into_inner()) = name;
     }
 
     /// The identities of the clients of every context now.
@@ -175,7 +187,6 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
     let recorder = core.recorder();
     let ctx = Arc::new(replicator::Context::new(
         core.clone(),
-        namespace,
         registry,
         recorder,
         wake_tx,
@@ -290,10 +301,7 @@ mod tests {
                 .is_some()
         );
         assert!(registry.find("nope").unwrap().is_none());
-        assert_eq!(
-            registry.primary().as_deref(),
-            Some("kubernetes.kubernetes-admin")
-        );
+        assert_eq!(registry.primary(), "kubernetes.kubernetes-admin");
         // The same contexts again: no change announced.
         registry.set(vec![
             target("kubernetes.kubernetes-admin", "primary", true),

@@ -36,7 +36,7 @@ use xcc_kube::{ConditionStatus, PeerClients, Reach, set_condition};
 
 use super::{
     Registry,
-    api::{ApplyStatus, Replicator, ReplicatorStatus},
+    api::{ApplyStatus, Replicator, ReplicatorStatus, SyncState},
     certs::{self, Bundle},
     contexts,
     desired::{self, Kinds, Object},
@@ -93,7 +93,6 @@ pub struct Context {
     registry: Registry,
     recorder: Recorder,
     counted: Counted,
-    namespace: String,
     wake: UnboundedSender<ObjectRef<Replicator>>,
     /// The resourceVersion each of our writes (or checks) left; "" once we deleted it.
     written: Arc<Mutex<HashMap<Key, String>>>,
@@ -111,7 +110,6 @@ pub struct Context {
 impl Context {
     pub fn new(
         core: Core,
-        namespace: String,
         registry: Registry,
         recorder: Recorder,
         wake: UnboundedSender<ObjectRef<Replicator>>,
@@ -126,7 +124,6 @@ impl Context {
                 metrics: core.metrics,
                 reconciler: "plumber-replicator",
             },
-            namespace,
             wake,
             written: Arc::default(),
             watched: Mutex::default(),
@@ -195,10 +192,7 @@ pub fn error_policy(replicator: Arc<Replicator>, error: &Error, _ctx: Arc<Contex
 
 /// The primary and every target of `replicator` (deduplicated, the primary not twice).
 fn resolve(replicator: &Replicator, ctx: &Context, extra: &[String]) -> Vec<Resolved> {
-    let primary = ctx
-        .registry
-        .primary()
-        .unwrap_or_else(|| "primary".to_string());
+    let primary = ctx.registry.primary();
     let mut out = vec![Resolved::Ready(Cluster {
         name: primary.clone(),
         client: ctx.client.clone(),
@@ -210,7 +204,7 @@ fn resolve(replicator: &Replicator, ctx: &Context, extra: &[String]) -> Vec<Reso
         if !seen.insert(name.clone()) {
             continue;
         }
-        let secret = format!("{}/{}", ctx.namespace, contexts::SECRET);
+        let secret = format!("{}/{}", contexts::NAMESPACE, contexts::SECRET);
         match ctx.registry.find(name) {
             Err(()) => out.push(Resolved::Failed {
                 name: name.clone(),
@@ -366,15 +360,39 @@ fn silent(error: &kube::Error) -> bool {
     !matches!(error, kube::Error::Api(_))
 }
 
-/// Applies one object on one cluster; its status and message.
+/// Applies one object on one cluster; its status and message. `selector` carries, from the
+/// Deployment to the Service of the same cluster, the selector of a Deployment found there with
+/// another one (kept: it cannot change).
 async fn apply_one(
     ctx: &Context,
     cluster: &Cluster,
     object: &Object,
     origin: &str,
+    replicator: &Replicator,
+    selector: &mut Option<serde_json::Map<String, serde_json::Value>>,
 ) -> Result<(&'static str, Option<String>), kube::Error> {
     let api = api_for(&cluster.client, object);
     let current = api.get_opt(&object.name).await?;
+    let mut adjusted = None;
+    if object.kind() == "Deployment"
+        && let Some(found) = current
+            .as_ref()
+            .and_then(|c| c.data.pointer("/spec/selector"))
+        && let Some((body, labels)) = desired::keep_selector(replicator, &object.body, found)
+    {
+        tracing::debug!(replicator = %replicator.name_any(), cluster = %cluster.name, ?labels, "Deployment found with another selector: kept");
+        adjusted = Some(body);
+        *selector = Some(labels);
+    }
+    if object.kind() == "Service"
+        && replicator.spec.deployment_name.is_some()
+        && let Some(labels) = selector.as_ref()
+    {
+        let mut body = object.body.clone();
+        body["spec"]["selector"] = serde_json::Value::Object(labels.clone());
+        adjusted = Some(body);
+    }
+    let body = adjusted.as_ref().unwrap_or(&object.body);
     let remember = |rv: Option<String>| {
         ctx.written
             .lock()
@@ -383,7 +401,12 @@ async fn apply_one(
     };
     if let Some(current) = &current {
         let theirs = current.annotations().get(ORIGIN_ANNOTATION);
-        if theirs.map(String::as_str) != Some(origin) {
+        let adopt = theirs.is_none()
+            && desired::made_by_original(
+                &serde_json::to_value(current).unwrap_or_default(),
+                &replicator.name_any(),
+            );
+        if theirs.map(String::as_str) != Some(origin) && !adopt {
             if object.kind() == "Namespace" {
                 return Ok((state::EXISTING, None));
             }
@@ -405,8 +428,11 @@ async fn apply_one(
                 ))),
             ));
         }
+        if adopt {
+            tracing::info!(replicator = %replicator.name_any(), cluster = %cluster.name, kind = object.kind(), object = %object.name, "adopting an object the original plumber controller made");
+        }
         let as_json = serde_json::to_value(current).unwrap_or_default();
-        if desired::holds(&as_json, &object.body) {
+        if desired::holds(&as_json, body) {
             remember(current.resource_version());
             return Ok((state::APPLIED, None));
         }
@@ -415,7 +441,7 @@ async fn apply_one(
             .patch(
                 &object.name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&object.body),
+                &Patch::Apply(body),
             )
             .await?;
         ctx.counted.wrote("apply");
@@ -427,7 +453,7 @@ async fn apply_one(
         .patch(
             &object.name,
             &PatchParams::apply(FIELD_MANAGER),
-            &Patch::Apply(&object.body),
+            &Patch::Apply(body),
         )
         .await
     {
@@ -455,6 +481,7 @@ async fn apply_cluster(
     cluster: &Cluster,
     objects: &[Object],
     origin: &str,
+    replicator: &Replicator,
 ) -> Vec<ApplyStatus> {
     if let Some(server) = &cluster.server
         && let Reach::Silent { error } = ctx.peers.reach(server)
@@ -469,6 +496,7 @@ async fn apply_cluster(
     let deadline = tokio::time::Instant::now() + CLUSTER_DEADLINE;
     let mut out = Vec::new();
     let mut unreachable: Option<String> = None;
+    let mut selector = None;
     for object in objects {
         if let Some(why) = &unreachable {
             out.push(entry(
@@ -479,7 +507,8 @@ async fn apply_cluster(
             ));
             continue;
         }
-        match tokio::time::timeout_at(deadline, apply_one(ctx, cluster, object, origin)).await {
+        let one = apply_one(ctx, cluster, object, origin, replicator, &mut selector);
+        match tokio::time::timeout_at(deadline, one).await {
             Ok(Ok((status, message))) => out.push(entry(&cluster.name, object, status, message)),
             Ok(Err(error)) if silent(&error) => {
                 let why = xcc_kube::bounded(&error);
@@ -737,7 +766,7 @@ async fn write_status(
     let generation = replicator.meta().generation;
     let mut status = ReplicatorStatus {
         applied,
-        synced: ready,
+        synced: SyncState::from_bool(ready),
         observed_generation: generation,
         conditions: old.conditions.clone(),
     };
@@ -857,7 +886,9 @@ async fn apply(
         .collect();
     let work = clusters.iter().map(|c| async {
         match c {
-            Resolved::Ready(cluster) => apply_cluster(ctx, cluster, &objects, &origin).await,
+            Resolved::Ready(cluster) => {
+                apply_cluster(ctx, cluster, &objects, &origin, replicator).await
+            }
             Resolved::Failed { name, why } => objects
                 .iter()
                 .map(|o| entry(name, o, state::FAILED, Some(xcc_kube::bounded(why))))
@@ -1066,7 +1097,6 @@ mod tests {
                 metrics,
                 reconciler: "test",
             },
-            namespace: "plumber-system".into(),
             wake,
             written: Arc::default(),
             watched: Mutex::default(),
@@ -1084,15 +1114,18 @@ mod tests {
         }
     }
 
-    fn config_map() -> Object {
-        let replicator: Replicator = serde_json::from_value(json!({
+    fn app() -> Replicator {
+        serde_json::from_value(json!({
             "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
             "metadata": {"name": "app"},
             "spec": {"replicationNamespace": "test-ns", "configMapName": "nginx",
                      "configMapData": {"a": "1"}}
         }))
-        .unwrap();
-        desired::objects(&replicator, "app", None, &Kinds::new())
+        .unwrap()
+    }
+
+    fn config_map() -> Object {
+        desired::objects(&app(), "app", None, &Kinds::new())
             .unwrap()
             .remove(1)
     }
@@ -1119,6 +1152,8 @@ mod tests {
             &cluster(client),
             &config_map(),
             &desired::origin("app"),
+            &app(),
+            &mut None,
         )
         .await
         .unwrap();
@@ -1134,6 +1169,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_object_the_original_made_is_adopted_with_a_forced_apply() {
+        let mut theirs = current(None, "1", "5");
+        theirs["metadata"]["managedFields"] =
+            json!([{"manager": "plumberctl", "operation": "Apply"}]);
+        theirs["metadata"]["ownerReferences"] = json!([{"apiVersion": "plumber.jnytnai0613.github.io/v1",
+            "kind": "Replicator", "name": "app", "uid": "u", "controller": true}]);
+        let origin = desired::origin("app");
+        let (client, seen) =
+            api_server(vec![(200, theirs), (200, current(Some(&origin), "1", "6"))]);
+        let ctx = context(client.clone());
+        let (status, message) = apply_one(
+            &ctx,
+            &cluster(client),
+            &config_map(),
+            &origin,
+            &app(),
+            &mut None,
+        )
+        .await
+        .unwrap();
+        assert_eq!((status, message), (state::APPLIED, None));
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
+                && seen[1].contains("force=true"),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn our_drifted_object_is_put_back_and_its_new_version_remembered() {
         let origin = desired::origin("app");
         let (client, seen) = api_server(vec![
@@ -1143,7 +1208,9 @@ mod tests {
         let ctx = context(client.clone());
         let target = cluster(client);
         let object = config_map();
-        let (status, _) = apply_one(&ctx, &target, &object, &origin).await.unwrap();
+        let (status, _) = apply_one(&ctx, &target, &object, &origin, &app(), &mut None)
+            .await
+            .unwrap();
         assert_eq!(status, state::APPLIED);
         let seen = seen.lock().unwrap().clone();
         assert!(
@@ -1170,9 +1237,16 @@ mod tests {
         let origin = desired::origin("app");
         let (client, seen) = api_server(vec![(200, current(Some(&origin), "1", "5"))]);
         let ctx = context(client.clone());
-        let (status, _) = apply_one(&ctx, &cluster(client), &config_map(), &origin)
-            .await
-            .unwrap();
+        let (status, _) = apply_one(
+            &ctx,
+            &cluster(client),
+            &config_map(),
+            &origin,
+            &app(),
+            &mut None,
+        )
+        .await
+        .unwrap();
         assert_eq!(status, state::APPLIED);
         assert_eq!(seen.lock().unwrap().len(), 1);
 
@@ -1180,9 +1254,16 @@ mod tests {
         let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Apply failed with 1 conflict: conflict with \"kubectl\""});
         let (client, seen) = api_server(vec![(404, missing), (409, conflict)]);
         let ctx = context(client.clone());
-        let (status, message) = apply_one(&ctx, &cluster(client), &config_map(), &origin)
-            .await
-            .unwrap();
+        let (status, message) = apply_one(
+            &ctx,
+            &cluster(client),
+            &config_map(),
+            &origin,
+            &app(),
+            &mut None,
+        )
+        .await
+        .unwrap();
         assert_eq!(status, state::CONFLICT);
         assert!(message.unwrap().contains("made meanwhile"));
         let seen = seen.lock().unwrap().clone();

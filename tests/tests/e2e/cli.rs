@@ -142,10 +142,11 @@ async fn cluster_names(cluster: &Cluster) -> Vec<String> {
     names
 }
 
-/// The plumber Secret's kubeconfig on `cluster` (`None`: no Secret).
+/// The plumber Secret's kubeconfig on `cluster` (`None`: no Secret), where plumberctl keeps
+/// it: Secret `config` in namespace `kubeconfig`.
 async fn plumber_secret(cluster: &Cluster) -> Option<Value> {
-    let secret = Api::<Secret>::namespaced(cluster.client.clone(), "plumber-system")
-        .get_opt("kubeconfig")
+    let secret = Api::<Secret>::namespaced(cluster.client.clone(), "kubeconfig")
+        .get_opt("config")
         .await
         .unwrap()?;
     let data = secret.data?.get("config")?.0.clone();
@@ -447,8 +448,8 @@ ports: [{{name: admin, port: {port}, protocol: TCP}}]
     assert!(table.ok().starts_with("CONTEXT"), "{table:?}");
 
     // Refused credentials, an unknown context: one line, nothing written.
-    let before = Api::<Secret>::namespaced(first.client.clone(), "plumber-system")
-        .get("kubeconfig")
+    let before = Api::<Secret>::namespaced(first.client.clone(), "kubeconfig")
+        .get("config")
         .await
         .unwrap();
     user.run(&["plumber", "add", "-c", "exec-user"])
@@ -457,8 +458,8 @@ ports: [{{name: admin, port: {port}, protocol: TCP}}]
     user.run(&["plumber", "add", "-c", "nope"])
         .await
         .fails(2, &["\"nope\""]);
-    let after = Api::<Secret>::namespaced(first.client.clone(), "plumber-system")
-        .get("kubeconfig")
+    let after = Api::<Secret>::namespaced(first.client.clone(), "kubeconfig")
+        .get("config")
         .await
         .unwrap();
     assert_eq!(before.resource_version(), after.resource_version());

@@ -326,7 +326,12 @@ async fn the_workload_install_applies_and_its_agent_starts_without_a_warning() {
         .await
         .expect_err("a dry run before the namespaces exist");
     assert!(refused.to_string().contains("not found"), "{refused:#}");
-    for namespace in ["xcc-dns", "plumber-system", "services-toolkit"] {
+    for namespace in [
+        "xcc-dns",
+        "plumber-system",
+        "kubeconfig",
+        "services-toolkit",
+    ] {
         dry.kubectl(&["create", "namespace", namespace])
             .await
             .unwrap();

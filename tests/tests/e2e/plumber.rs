@@ -131,7 +131,7 @@ async fn setup(binaries: &xcc_e2e::Binaries) -> Bed {
             || async {
                 let d = detectors(primary).get_opt(name).await.ok()??;
                 (d.labels().get("app.kubernetes.io/role").map(String::as_str) == Some(role)
-                    && d.data["status"]["clusterstatus"] == "Running")
+                    && d.data["status"]["clusterstatus"] == "RUNNING")
                     .then_some(())
             },
         )
@@ -202,14 +202,15 @@ async fn sample_is_on(cluster: &Cluster) {
         .unwrap();
     let spec = d.spec.unwrap();
     assert_eq!(spec.replicas, Some(3));
+    // The original's selector and pod label.
     assert_eq!(
-        spec.selector.match_labels.unwrap()["app"],
+        spec.selector.match_labels.unwrap()["apps"],
         "nginx",
         "selector filled in on {}",
         cluster.name
     );
     assert_eq!(
-        spec.template.metadata.unwrap().labels.unwrap()["app"],
+        spec.template.metadata.unwrap().labels.unwrap()["apps"],
         "nginx"
     );
     let pod = spec.template.spec.unwrap();
@@ -222,11 +223,16 @@ async fn sample_is_on(cluster: &Cluster) {
         .get("nginx")
         .await
         .unwrap();
-    assert_eq!(s.spec.unwrap().selector.unwrap()["app"], "nginx");
+    assert_eq!(s.spec.unwrap().selector.unwrap()["apps"], "nginx");
     let i = Api::<Ingress>::namespaced(c.clone(), NS)
         .get("nginx")
         .await
         .unwrap();
+    assert_eq!(
+        i.spec.as_ref().unwrap().ingress_class_name.as_deref(),
+        Some("nginx"),
+        "the original's class when the spec names none"
+    );
     let tls = i.spec.clone().unwrap().tls.unwrap();
     assert_eq!(
         tls[0].hosts.as_deref(),
@@ -410,7 +416,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         SAMPLE,
         "the sample synced everywhere",
         Duration::from_secs(30),
-        |s| s["synced"] == true,
+        |s| s["synced"] == "synced",
     )
     .await;
     eprintln!(
@@ -595,7 +601,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         "plumber: dead target Unreachable after {:?}",
         stopped.elapsed()
     );
-    assert_eq!(status["synced"], false);
+    assert_eq!(status["synced"], "not synced");
     assert_eq!(ready(&status), Some(("False", "Unreachable")), "{status}");
     let second_cms = Api::<ConfigMap>::namespaced(second.client.clone(), NS);
     assert_eq!(
@@ -607,7 +613,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         Duration::from_secs(15).saturating_sub(stopped.elapsed()) + Duration::from_secs(1),
         || async {
             let d = detectors(primary).get_opt(THIRD).await.ok()??;
-            (d.data["status"]["clusterstatus"] == "Unknown"
+            (d.data["status"]["clusterstatus"] == "UNKNOWN"
                 && d.data["status"]["reason"]
                     .as_str()
                     .is_some_and(|r| !r.is_empty()))
@@ -725,7 +731,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
                 .get_opt("v1262-cluster.exec-user")
                 .await
                 .ok()??;
-            (d.data["status"]["clusterstatus"] == "Unknown")
+            (d.data["status"]["clusterstatus"] == "UNKNOWN")
                 .then(|| d.data["status"]["reason"].as_str().map(str::to_string))
                 .flatten()
         },
@@ -741,7 +747,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         edited.elapsed()
     );
     let second_detector = detectors(primary).get(SECOND).await.unwrap();
-    assert_eq!(second_detector.data["status"]["clusterstatus"], "Running");
+    assert_eq!(second_detector.data["status"]["clusterstatus"], "RUNNING");
 
     // After the Secret changed (new clients), a Replicator still syncs and its drift is reverted.
     primary
@@ -757,7 +763,7 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
         "after-edit",
         "after-edit synced",
         Duration::from_secs(30),
-        |s| s["synced"] == true,
+        |s| s["synced"] == "synced",
     )
     .await;
     second
@@ -808,7 +814,7 @@ async fn bench_plumber() {
         SAMPLE,
         "sample synced",
         Duration::from_secs(30),
-        |s| s["synced"] == true,
+        |s| s["synced"] == "synced",
     )
     .await;
     let one = created.elapsed();
@@ -844,7 +850,7 @@ async fn bench_plumber() {
                 .items
                 .iter()
                 .filter(|r| {
-                    r.name_any().starts_with("bench-") && r.data["status"]["synced"] == true
+                    r.name_any().starts_with("bench-") && r.data["status"]["synced"] == "synced"
                 })
                 .count();
             (synced == 100).then_some(())
