@@ -271,6 +271,24 @@ pub struct SyncArgs {
     )]
     pub group_sync: bool,
 
+    /// With resource sync: publish on this cluster the ClusterFeature
+    /// `cluster-registry-core-resources` (label
+    /// cluster-registry-controller.k8s.cisco.com/core-sync-resource: "true", featureName
+    /// cluster-registry-core-resources-source), as the original cluster-registry-controller does
+    /// with the setting of the same name. The original reads Clusters, peer Secrets and
+    /// ResourceSyncRules only from peers that have it, so in a group with original members keep
+    /// it on. Off: nothing is written (an existing one is left as it is).
+    #[arg(
+        long = "core-resources-source-enabled",
+        env = "XCC_CORE_RESOURCES_SOURCE_ENABLED",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub core_resources_source: bool,
+
     /// plumber (plumber.jnytnai0613.github.io): ClusterDetectors from the kubeconfig Secret
     /// `kubeconfig` (key `config`) in `--plumber-namespace`, and Replicators that push an app's
     /// namespace, ConfigMap, Deployment, Service, Ingress (and any `resources[]`) to this cluster
@@ -513,6 +531,7 @@ mod tests {
         let args = Args::try_parse_from(["xcc-agent"]).unwrap();
         assert!(args.sync.resource_sync);
         assert!(args.sync.group_sync);
+        assert!(args.sync.core_resources_source);
         let args = Args::try_parse_from(["xcc-agent", "--resource-sync=false"]).unwrap();
         assert!(!args.sync.resource_sync);
         let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();

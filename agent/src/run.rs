@@ -222,6 +222,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 secret_replication: args.sync.secret_replication,
                 resource_sync: args.sync.resource_sync,
                 group_sync: args.sync.group_sync,
+                core_resources_source: args.sync.core_resources_source,
                 plumber: args.sync.plumber,
                 plumber_namespace: args.sync.plumber_namespace.clone(),
                 api_projection: args.sync.api_projection,
@@ -387,6 +388,8 @@ struct Reconcilers {
     secret_replication: bool,
     resource_sync: bool,
     group_sync: bool,
+    /// Publish the ClusterFeature the original cluster-registry-controller reads peers by.
+    core_resources_source: bool,
     plumber: bool,
     plumber_namespace: String,
     api_projection: bool,
@@ -441,9 +444,13 @@ impl Reconcilers {
                 stop.clone(),
             ))
         });
+        let settings = clusterregistry::Settings {
+            group_sync: self.group_sync,
+            core_resources_source: self.core_resources_source,
+        };
         let resource_sync = self
             .resource_sync
-            .then(|| tokio::spawn(clusterregistry::run(core, self.group_sync, stop.clone())));
+            .then(|| tokio::spawn(clusterregistry::run(core, settings, stop.clone())));
         for (name, task) in [
             ("secret replication", replication),
             ("resource sync", resource_sync),

@@ -20,6 +20,7 @@ mod convergence;
 mod core;
 mod decide;
 mod engine;
+mod feature;
 mod links;
 mod rules;
 mod template;
@@ -109,12 +110,26 @@ async fn local_cluster_id(
     }
 }
 
+/// What of resource sync runs besides the Cluster reconciler and the rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The built-in rules that form the group ([`core`]).
+    pub group_sync: bool,
+    /// Publish the ClusterFeature the original cluster-registry-controller reads peers by
+    /// ([`feature`]).
+    pub core_resources_source: bool,
+}
+
 /// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
 pub async fn run(
     core: crate::core::Core,
-    group_sync: bool,
+    settings: Settings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let Settings {
+        group_sync,
+        core_resources_source,
+    } = settings;
     let client = core.client.clone();
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
         return;
@@ -178,7 +193,22 @@ pub async fn run(
         table_rx,
         group_sync,
     );
+    let published = core_resources_source.then(|| {
+        tokio::spawn(feature::publish(
+            client.clone(),
+            core.sources.clone(),
+            crate::sink::Counted {
+                metrics: core.metrics.clone(),
+                reconciler: "resource-sync",
+            },
+            stop.clone(),
+        ))
+    });
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
+    if let Some(published) = published {
+        // It returns on the same stop.
+        let _ = published.await;
+    }
     clusters_feed.abort();
 }
