@@ -133,15 +133,6 @@ struct State {
     health: Mutex<Health>,
 }
 
-impl State {
-    fn set_health(&self, health: Health, metrics: Option<&SyncMetrics>) {
-        if let Some(metrics) = metrics {
-            metrics.watch_state(&self.id.cluster, &self.id.gvk.kind, health.code());
-        }
-        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
-    }
-}
-
 /// One running watch, kept alive by its views.
 struct Shared {
     state: Arc<State>,
@@ -258,14 +249,15 @@ async fn run_source(
     mut wanted: watch::Receiver<usize>,
     metrics: Option<SyncMetrics>,
 ) {
-    let metrics = metrics.as_ref();
     let id = &state.id;
-    state.set_health(
-        Health::Listing {
-            since: SystemTime::now(),
-        },
-        metrics,
+    let mut tracker = Tracker::new(
+        &id.cluster,
+        &id.gvk.kind,
+        id.is_local(),
+        metrics.as_ref(),
+        &state.health,
     );
+    tracker.listing();
     loop {
         let detail = if *wanted.borrow_and_update() > 0 {
             Detail::Full
@@ -297,16 +289,7 @@ async fn run_source(
             let event = match event {
                 Ok(event) => event,
                 Err(error) => {
-                    let since = match &*state.health.lock().unwrap_or_else(|e| e.into_inner()) {
-                        Health::Reconnecting { since, .. } => *since,
-                        _ => SystemTime::now(),
-                    };
-                    let error = xcc_kube::bounded(&error);
-                    tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, %error, "watch failed; retrying");
-                    if let Some(metrics) = metrics {
-                        metrics.watch_error(&id.cluster, &id.gvk.kind);
-                    }
-                    state.set_health(Health::Reconnecting { since, error }, metrics);
+                    tracker.failed(&error);
                     continue;
                 }
             };
@@ -321,25 +304,167 @@ async fn run_source(
                 // Emitted before every list attempt, failed ones included: no contact yet.
                 watcher::Event::Init | watcher::Event::InitApply(_) => continue,
             };
-            if let Some(metrics) = metrics {
-                metrics.watch_contact(&id.cluster, &id.gvk.kind);
-            }
-            let synced = matches!(
-                *state.health.lock().unwrap_or_else(|e| e.into_inner()),
-                Health::Synced { .. }
-            );
-            if !synced {
-                state.set_health(
-                    Health::Synced {
-                        since: SystemTime::now(),
-                    },
-                    metrics,
-                );
-            }
+            tracker.answered();
             // No subscriber is fine: views read the store when they start.
             let _ = state.changes.send(change);
         }
     }
+}
+
+/// How long a watch may fail before it says so at WARN: a single failure (an API server
+/// restarting, a new CRD's storage still initializing, a watch expired) heals within a retry or
+/// two and is logged at DEBUG only.
+const WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The health of one watch, kept in its metric, its [`Health`] and its log lines.
+///
+/// - Every failure counts in `xcc_sync_watch_errors` and makes the watch reconnecting (state 2)
+///   since the outage began; it is synced (state 1) again once the server answers with a list
+///   or an event. With [`relisting`] under the watch, every failure is followed by a list, so
+///   a watch that recovers always says so, also when its kind has no objects.
+/// - The log says why a watch cannot list or watch at WARN once per outage, when it has lasted
+///   [`WARN_AFTER`], and once at INFO when it listed again; every other failure is at DEBUG.
+///   An outage ends when the watch has listed and then gone the backoff's quiet period without
+///   a failure (so a kind that lists but may not be watched warns once, not at every list).
+struct Tracker<'a> {
+    cluster: &'a str,
+    kind: &'a str,
+    metrics: Option<&'a SyncMetrics>,
+    health: &'a Mutex<Health>,
+    /// How long after a list without a failure an outage is over.
+    quiet: std::time::Duration,
+    outage: Option<Outage>,
+}
+
+struct Outage {
+    since: tokio::time::Instant,
+    began: SystemTime,
+    /// When the watch last listed or heard of a change since the last failure.
+    answered: Option<tokio::time::Instant>,
+    warned: bool,
+    told_listed: bool,
+}
+
+impl<'a> Tracker<'a> {
+    fn new(
+        cluster: &'a str,
+        kind: &'a str,
+        local: bool,
+        metrics: Option<&'a SyncMetrics>,
+        health: &'a Mutex<Health>,
+    ) -> Tracker<'a> {
+        let quiet = if local {
+            xcc_kube::Backoff::local().quiet()
+        } else {
+            xcc_kube::Backoff::peer().quiet()
+        };
+        Tracker {
+            cluster,
+            kind,
+            metrics,
+            health,
+            quiet,
+            outage: None,
+        }
+    }
+
+    fn set(&self, health: Health) {
+        if let Some(metrics) = self.metrics {
+            metrics.watch_state(self.cluster, self.kind, health.code());
+        }
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
+    }
+
+    /// The first list has not arrived yet.
+    fn listing(&self) {
+        self.set(Health::Listing {
+            since: SystemTime::now(),
+        });
+    }
+
+    /// A list or watch request failed; the watch retries on its backoff.
+    fn failed(&mut self, error: &watcher::Error) {
+        let now = tokio::time::Instant::now();
+        if self
+            .outage
+            .as_ref()
+            .and_then(|o| o.answered)
+            .is_some_and(|at| now.duration_since(at) >= self.quiet)
+        {
+            self.outage = None;
+        }
+        let outage = self.outage.get_or_insert_with(|| Outage {
+            since: now,
+            began: SystemTime::now(),
+            answered: None,
+            warned: false,
+            told_listed: false,
+        });
+        outage.answered = None;
+        let error = xcc_kube::bounded(error);
+        let failing = now.duration_since(outage.since);
+        let (cluster, kind) = (self.cluster, self.kind);
+        if !outage.warned && failing >= WARN_AFTER {
+            outage.warned = true;
+            tracing::warn!(%cluster, %kind, %error, failing_for = ?failing, "watch cannot list or watch; retrying");
+        } else {
+            tracing::debug!(%cluster, %kind, %error, "watch failed; retrying");
+        }
+        if let Some(metrics) = self.metrics {
+            metrics.watch_error(cluster, kind);
+        }
+        let since = outage.began;
+        self.set(Health::Reconnecting { since, error });
+    }
+
+    /// The server answered with a list or a change.
+    fn answered(&mut self) {
+        if let Some(metrics) = self.metrics {
+            metrics.watch_contact(self.cluster, self.kind);
+        }
+        if let Some(outage) = &mut self.outage
+            && outage.answered.is_none()
+        {
+            let now = tokio::time::Instant::now();
+            outage.answered = Some(now);
+            if outage.warned && !outage.told_listed {
+                outage.told_listed = true;
+                let after = now.duration_since(outage.since);
+                tracing::info!(cluster = %self.cluster, kind = %self.kind, ?after, "watch listed again");
+            }
+        }
+        let synced = matches!(
+            *self.health.lock().unwrap_or_else(|e| e.into_inner()),
+            Health::Synced { .. }
+        );
+        if !synced {
+            self.set(Health::Synced {
+                since: SystemTime::now(),
+            });
+        }
+    }
+}
+
+type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// A watcher that starts over with a list after every failure: `watch` makes a new one.
+///
+/// kube-runtime's watcher retries a watch that failed to start (or broke) from the
+/// resourceVersion it had listed, and says nothing when that retry works: a kind without
+/// objects would look failed until its next change. A new list after a failure costs one list
+/// (the watcher relists after an expired watch anyway) and ends in `InitDone`, so the source
+/// knows it is back. Put the backoff around it: the new watcher is polled after the delay.
+fn relisting<K: Send + 'static>(
+    watch: impl Fn() -> WatchEvents<K> + Send + 'static,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    let events = watch();
+    futures::stream::unfold((watch, events), |(watch, mut events)| async move {
+        let event = events.next().await?;
+        if event.is_err() {
+            events = watch();
+        }
+        Some((event, (watch, events)))
+    })
 }
 
 /// A source's kind, as whole objects and as metadata.
@@ -349,12 +474,8 @@ struct Apis {
 }
 
 /// The watch events of the kind in `detail`, with metadata-only objects as `DynamicObject`s
-/// without content.
-fn events(
-    apis: &Apis,
-    id: &SourceId,
-    detail: Detail,
-) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
+/// without content; a list after every failure, on the source's backoff.
+fn events(apis: &Apis, id: &SourceId, detail: Detail) -> WatchEvents<DynamicObject> {
     let mut config = watcher::Config::default();
     if let Some(fields) = &id.fields {
         config = config.fields(fields);
@@ -365,11 +486,22 @@ fn events(
         xcc_kube::Backoff::peer()
     };
     match detail {
-        Detail::Full => watcher(apis.full.clone(), config).backoff(backoff).boxed(),
-        Detail::Metadata => watcher(apis.metadata.clone(), config)
+        Detail::Full => {
+            let api = apis.full.clone();
+            relisting(move || watcher(api.clone(), config.clone()).boxed())
+                .backoff(backoff)
+                .boxed()
+        }
+        Detail::Metadata => {
+            let api = apis.metadata.clone();
+            relisting(move || {
+                watcher(api.clone(), config.clone())
+                    .map(|event| event.map(|event| map_event(event, without_content)))
+                    .boxed()
+            })
             .backoff(backoff)
-            .map(|event| event.map(|event| map_event(event, without_content)))
-            .boxed(),
+            .boxed()
+        }
     }
 }
 
@@ -716,32 +848,27 @@ impl<K: TypedKind> Typed<K> {
             .expect("a store made by store_shared hands out subscribers")
     }
 
-    /// Runs the watch until the future is dropped: retries on the local schedule, and reports
-    /// its state in the sync metrics under cluster [`LOCAL`].
+    /// Runs the watch until the future is dropped: lists again after a failure, retries on the
+    /// local schedule, and reports its state in the sync metrics under cluster [`LOCAL`].
     pub async fn run(self, api: Api<K>, metrics: SyncMetrics) {
         let kind = K::kind(&K::DynamicType::default()).to_string();
-        let events = watcher(api, watcher::Config::default())
+        let health = Mutex::new(Health::Listing {
+            since: SystemTime::now(),
+        });
+        let mut tracker = Tracker::new(LOCAL, &kind, true, Some(&metrics), &health);
+        tracker.listing();
+        let events = relisting(move || watcher(api.clone(), watcher::Config::default()).boxed())
             .backoff(xcc_kube::Backoff::local())
             .reflect_shared(self.writer);
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
-            let since = SystemTime::now();
-            let health = match event {
+            match event {
                 Ok(
                     watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
-                ) => {
-                    metrics.watch_contact(LOCAL, &kind);
-                    Health::Synced { since }
-                }
-                Ok(_) => continue,
-                Err(error) => {
-                    let error = xcc_kube::bounded(&error);
-                    tracing::debug!(%kind, %error, "watch failed; retrying");
-                    metrics.watch_error(LOCAL, &kind);
-                    Health::Reconnecting { since, error }
-                }
-            };
-            metrics.watch_state(LOCAL, &kind, health.code());
+                ) => tracker.answered(),
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Err(error) => tracker.failed(&error),
+            }
         }
     }
 }
@@ -811,12 +938,33 @@ mod tests {
     }
 
     fn mock() -> (Client, Server) {
+        mock_failing(0, 0)
+    }
+
+    /// An API server's error answer.
+    fn status(code: u16, reason: &str, message: &str) -> http::Response<kube::client::Body> {
+        let status = json!({
+            "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+            "code": code, "reason": reason, "message": message,
+        });
+        http::Response::builder()
+            .status(code)
+            .body(kube::client::Body::from(
+                serde_json::to_vec(&status).unwrap(),
+            ))
+            .unwrap()
+    }
+
+    /// [`mock`], whose first `lists` lists answer 404 (a kind not served yet) and whose first
+    /// `watches` watches answer 429 (a new kind's watch cache still initializing).
+    fn mock_failing(lists: usize, watches: usize) -> (Client, Server) {
         let (service, mut handle) = tower_test::mock::pair::<
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,
         >();
         let requests: Arc<Mutex<Vec<String>>> = Arc::default();
         let seen = requests.clone();
+        let (mut lists, mut watches) = (lists, watches);
         tokio::spawn(async move {
             while let Some((request, send)) = handle.next_request().await {
                 let uri = request.uri().to_string();
@@ -831,6 +979,24 @@ mod tests {
                     if watch { "watch" } else { "list" },
                     if metadata { "meta" } else { "full" }
                 ));
+                if watch && watches > 0 {
+                    watches -= 1;
+                    send.send_response(status(
+                        429,
+                        "TooManyRequests",
+                        "storage is (re)initializing",
+                    ));
+                    continue;
+                }
+                if !watch && lists > 0 {
+                    lists -= 1;
+                    send.send_response(status(
+                        404,
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    ));
+                    continue;
+                }
                 if watch {
                     // A watch that never answers (dropped with its source).
                     tokio::spawn(async move {
@@ -960,5 +1126,157 @@ mod tests {
         );
         feed.abort();
         drop(other);
+    }
+
+    /// Waits until `done` holds.
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        tokio::time::timeout(LIST_WAIT, async {
+            while !done() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+    }
+
+    fn count(server: &Server, request: &str) -> usize {
+        let requests = server.requests.lock().unwrap();
+        requests.iter().filter(|r| r.as_str() == request).count()
+    }
+
+    fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_fails_to_start_after_its_list_lists_again_and_is_synced() {
+        // The list works; the watch from its resourceVersion answers 429 once, as a new CRD's
+        // watch cache does while it initializes. No object ever changes.
+        let (client, server) = mock_failing(0, 1);
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let sources = Sources::new(Some(SyncMetrics::register(&mut registry)));
+        let view = sources.view(
+            SourceId::local(secret_gvk()),
+            client,
+            &ApiResource::erase::<Secret>(&()),
+            Detail::Metadata,
+        );
+        wait_until("the watch lists again after its failed start", || {
+            count(&server, "list meta") == 2
+                && matches!(sources.health()[0].1, Health::Synced { .. })
+        })
+        .await;
+        assert!(view.listed());
+        let text = metrics_text(&registry);
+        for line in [
+            r#"xcc_sync_watch_state{cluster="local",kind="Secret"} 1"#,
+            r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_typed_watch_of_a_kind_not_served_yet_is_synced_once_it_lists_and_watches() {
+        // Two lists answer 404 (the CRD not served yet), then the first watch answers 429.
+        let (client, server) = mock_failing(2, 1);
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let metrics = SyncMetrics::register(&mut registry);
+        let typed = Typed::<Secret>::new();
+        let store = typed.store();
+        let mut subscriber = typed.subscribe();
+        let run = tokio::spawn(typed.run(Api::all(client), metrics));
+        let drain = tokio::spawn(async move { while subscriber.next().await.is_some() {} });
+        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret"} 1"#;
+        wait_until("the typed watch is synced after three failures", || {
+            count(&server, "list full") == 4 && metrics_text(&registry).contains(synced)
+        })
+        .await;
+        let text = metrics_text(&registry);
+        assert!(
+            text.contains(r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 3"#),
+            "{text}"
+        );
+        assert_eq!(store.state().len(), 1);
+        run.abort();
+        drain.abort();
+    }
+
+    /// The lines a tracing subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn matching(&self, text: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .filter(|l| l.contains(text))
+                .count()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_warns_once_per_outage_and_says_when_it_listed_again() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _log = tracing::subscriber::set_default(subscriber);
+        let health = Mutex::new(Health::Listing {
+            since: SystemTime::now(),
+        });
+        let mut tracker = Tracker::new(LOCAL, "Secret", true, None, &health);
+        let fail = |tracker: &mut Tracker| tracker.failed(&watcher::Error::NoResourceVersion);
+        let warned = "watch cannot list or watch";
+        let listed_again = "watch listed again";
+
+        // A short outage: DEBUG only.
+        fail(&mut tracker);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tracker.answered();
+        assert!(matches!(*health.lock().unwrap(), Health::Synced { .. }));
+        assert_eq!(lines.matching(warned), 0);
+        assert_eq!(lines.matching("watch failed; retrying"), 1);
+
+        // A long one (it lists, but its watch keeps failing): one WARN, one INFO.
+        tokio::time::advance(tracker.quiet).await;
+        for _ in 0..8 {
+            fail(&mut tracker);
+            tokio::time::advance(Duration::from_secs(3)).await;
+            tracker.answered();
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        fail(&mut tracker);
+        assert!(matches!(
+            *health.lock().unwrap(),
+            Health::Reconnecting { .. }
+        ));
+        assert_eq!(lines.matching(warned), 1);
+        assert_eq!(lines.matching(" WARN "), 1);
+        assert_eq!(lines.matching(listed_again), 1);
+
+        // Back for the quiet period: the next failure starts a new outage, which warns again.
+        tracker.answered();
+        tokio::time::advance(tracker.quiet).await;
+        fail(&mut tracker);
+        assert_eq!(lines.matching(warned), 1);
+        tokio::time::advance(WARN_AFTER).await;
+        fail(&mut tracker);
+        assert_eq!(lines.matching(warned), 2);
     }
 }
