@@ -41,6 +41,12 @@ struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    reconciler: &'static str,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProxyLabels {
     link: String,
     verb: &'static str,
@@ -70,6 +76,7 @@ pub struct SyncMetrics {
     reconciles: Family<ResultLabels, Counter>,
     duration: Family<ReconcilerLabels, Histogram>,
     writes: Family<WriteLabels, Counter>,
+    churning: Family<KindLabels, Counter>,
     proxy_requests: Family<ProxyLabels, Counter>,
     proxy_upstream: Family<LinkLabels, Histogram>,
 }
@@ -85,6 +92,7 @@ impl SyncMetrics {
             reconciles: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             writes: Family::default(),
+            churning: Family::default(),
             proxy_requests: Family::default(),
             proxy_upstream: Family::new_with_constructor(duration_histogram),
         };
@@ -129,6 +137,12 @@ impl SyncMetrics {
             "sync_writes",
             "Writes to the local cluster per reconciler and verb (apply, replace, status, delete)",
             metrics.writes.clone(),
+        );
+        registry.register(
+            "sync_churning_objects",
+            "Objects written more than 5 times within a minute, per reconciler and kind; an \
+             object is counted again each minute it goes on (its Warning Event is Churn)",
+            metrics.churning.clone(),
         );
         registry.register(
             "projection_proxy_requests",
@@ -234,6 +248,16 @@ impl SyncMetrics {
             .get_or_create(&WriteLabels { reconciler, verb })
             .inc();
     }
+
+    /// An object of `kind` was written more than 5 times within a minute.
+    pub fn churning(&self, reconciler: &'static str, kind: &str) {
+        self.churning
+            .get_or_create(&KindLabels {
+                reconciler,
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +274,7 @@ mod tests {
         metrics.queue_depth("resource-sync", 7);
         metrics.reconciled("resource-sync", true, Duration::from_millis(3));
         metrics.wrote("resource-sync", "apply");
+        metrics.churning("resource-sync", "Secret");
         metrics.peer_reach([("https://gone:6443/", true)]);
         metrics.peer_reach([("https://a:6443/", true), ("https://b:6443/", false)]);
         let mut text = String::new();
@@ -261,6 +286,7 @@ mod tests {
             r#"xcc_sync_reconciles_total{reconciler="resource-sync",result="ok"} 1"#,
             r#"xcc_sync_reconcile_duration_seconds_count{reconciler="resource-sync"} 1"#,
             r#"xcc_sync_writes_total{reconciler="resource-sync",verb="apply"} 1"#,
+            r#"xcc_sync_churning_objects_total{reconciler="resource-sync",kind="Secret"} 1"#,
             r#"xcc_sync_peer_answers{server="https://a:6443/"} 1"#,
             r#"xcc_sync_peer_answers{server="https://b:6443/"} 0"#,
         ] {

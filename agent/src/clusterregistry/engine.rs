@@ -29,10 +29,10 @@ use super::{
     PeerTable,
     access::Access,
     api::{Cluster, GroupVersionKind, ResourceSyncRule},
-    core,
+    churn, core,
     decide::{Action, Key, LocalView, PeerView, decide},
     links::Links,
-    rules::RuleSet,
+    rules::{self, RuleSet},
 };
 use crate::{
     sink::{self, FIELD_MANAGER},
@@ -169,6 +169,8 @@ pub struct Engine {
     metrics: SyncMetrics,
     /// When this engine started ([`SETTLE`]).
     started: Instant,
+    /// Writes per object in the last minute ([`churn`]).
+    churn: std::sync::Mutex<churn::ChurnGuard>,
 }
 
 fn feature_gvk() -> GroupVersionKind {
@@ -220,6 +222,7 @@ impl Engine {
             registry: core.sources.clone(),
             metrics: core.metrics.clone(),
             started: Instant::now(),
+            churn: Default::default(),
         }
     }
 
@@ -844,6 +847,7 @@ impl Engine {
                     return Ok(());
                 };
                 sink::apply_whole(&api, &target.name, desired, &self.counted()).await?;
+                self.guard(&target).await;
                 if target == *key {
                     tracing::info!(%kind, %namespace, %name, %from, "copied from peer");
                 } else {
@@ -869,6 +873,7 @@ impl Engine {
                 .await?;
                 if deleted {
                     tracing::info!(%kind, %namespace, %name, copy = %copy.to_annotation(), "copy deleted");
+                    self.guard(&copy).await;
                 }
                 Ok(())
             }
@@ -894,6 +899,35 @@ impl Engine {
                         .is_none_or(|source| !source.view.listed()),
                 }
             })
+    }
+
+    /// Counts a write of `target`; one written more than [`churn::LIMIT`] times within a minute
+    /// is reported (metric, warning, Warning Event on the object).
+    async fn guard(&self, target: &Key) {
+        let writes = self
+            .churn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(target, Instant::now());
+        let Some(writes) = writes else { return };
+        let kind = &target.gvk.kind;
+        let namespace = target.namespace.as_deref().unwrap_or_default();
+        let name = &target.name;
+        self.metrics.churning(RECONCILER, kind);
+        tracing::warn!(%kind, %namespace, %name, writes, "object written again and again by resource sync");
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(rules::api_version(&target.gvk)),
+            kind: Some(kind.clone()),
+            namespace: target.namespace.clone(),
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let note = format!(
+            "resource sync wrote this object {writes} times within a minute: its sources or \
+             another writer keep changing it (see the agent's log for where each copy came from)"
+        );
+        self.event(&reference, EventType::Warning, "Churn", note)
+            .await;
     }
 
     /// Where this engine's writes are counted.

@@ -14,6 +14,7 @@
 
 mod access;
 pub mod api;
+mod churn;
 mod clusters;
 #[cfg(test)]
 mod convergence;
@@ -175,7 +176,24 @@ pub async fn run(
         .trigger_backoff(xcc_kube::Backoff::local())
         .reconcile_on(secrets)
         .graceful_shutdown_on(stopped)
-        .run(clusters::reconcile, clusters::error_policy, ctx)
+        .run(
+            {
+                // Counted like the engine's reconciles: a live agent checks every peer every
+                // few seconds, so the count shows it is working even when nothing is written.
+                let metrics = core.metrics.clone();
+                move |cluster, ctx| {
+                    let metrics = metrics.clone();
+                    async move {
+                        let started = std::time::Instant::now();
+                        let result = clusters::reconcile(cluster, ctx).await;
+                        metrics.reconciled("clusters", result.is_ok(), started.elapsed());
+                        result
+                    }
+                }
+            },
+            clusters::error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
