@@ -57,7 +57,9 @@ fn entries(cluster: &Cluster, context: &str, name: &str, user: &str) -> (Value, 
 }
 
 /// The kubeconfig Secret `plumber-system/kubeconfig` (key `config`) with the reference's three
-/// contexts, as `kubectl xcc plumber add` writes it.
+/// contexts, where xcc 0.1 kept it: the agent still reads it for one release (plumberctl's own
+/// location is tested by
+/// `plumberctls_files_and_secret_register_clusters_and_the_originals_objects_are_adopted`).
 fn kubeconfig_secret(primary: &Cluster, second: &Cluster, third: &Cluster) -> String {
     secret_of(&[
         entries(primary, "primary", "kubernetes", "kubernetes-admin"),
@@ -866,4 +868,399 @@ async fn bench_plumber() {
         hundred < Duration::from_secs(20),
         "100 Replicators: {hundred:?}"
     );
+}
+
+/// The kubeconfig as the original writes it (Go's `clientcmd.Write`: keys sorted, `preferences:
+/// {}`, an empty `current-context`): the original controller's own context `primary` (cluster
+/// `kubernetes`, user `kubernetes-admin`, no credentials: in a pod it uses its ServiceAccount),
+/// and `secondary1` as `plumberctl add` extracts it. plumberctl copies only client
+/// certificates; the test bed authenticates by token, so the user holds the token in its place.
+fn plumberctl_kubeconfig(primary: &Cluster, second: &Cluster) -> String {
+    let cluster = |c: &Cluster| {
+        let admin: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap();
+        (
+            admin["clusters"][0]["cluster"].clone(),
+            admin["users"][0]["user"]["token"].clone(),
+        )
+    };
+    let (primary_cluster, _) = cluster(primary);
+    let (second_cluster, second_token) = cluster(second);
+    let config = json!({
+        "apiVersion": "v1",
+        "clusters": [
+            {"cluster": primary_cluster, "name": "kubernetes"},
+            {"cluster": second_cluster, "name": "v1262-cluster"},
+        ],
+        "contexts": [
+            {"context": {"cluster": "kubernetes", "user": "kubernetes-admin"}, "name": "primary"},
+            {"context": {"cluster": "v1262-cluster", "user": "kubernetes-admin2"}, "name": "secondary1"},
+        ],
+        "current-context": "",
+        "kind": "Config",
+        "preferences": {},
+        "users": [
+            {"name": "kubernetes-admin", "user": {}},
+            {"name": "kubernetes-admin2", "user": {"token": second_token}},
+        ],
+    });
+    serde_yaml::to_string(&config).unwrap()
+}
+
+/// Applies `object` as the original controller does: server-side apply, field manager
+/// `plumberctl`, forced.
+async fn apply_as_original(cluster: &Cluster, object: Value) {
+    let gvk = GroupVersionKind::try_from(&kube::api::TypeMeta {
+        api_version: object["apiVersion"].as_str().unwrap().into(),
+        kind: object["kind"].as_str().unwrap().into(),
+    })
+    .unwrap();
+    let resource = ApiResource::from_gvk(&gvk);
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
+        None => Api::all_with(cluster.client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("plumberctl").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .unwrap();
+}
+
+/// The objects the original controller makes for `replicator` on one cluster (its
+/// `applyConfigMap`, `applyDeployment`, `applyService`, `applyIngress`): selector and pod label
+/// `apps: nginx`, Ingress class `nginx` and `rewrite-target`, and on the primary an owner
+/// reference to the Replicator.
+async fn make_as_original(cluster: &Cluster, replicator: &DynamicObject, primary: bool) {
+    let spec = &replicator.data["spec"];
+    Api::<Namespace>::all(cluster.client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let metadata = |name: &str| {
+        let mut m = json!({"name": name, "namespace": NS});
+        if primary {
+            m["ownerReferences"] = json!([{
+                "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
+                "name": replicator.name_any(), "uid": replicator.uid().unwrap(),
+                "blockOwnerDeletion": true, "controller": true,
+            }]);
+        }
+        m
+    };
+    let labels = json!({"apps": "nginx"});
+    apply_as_original(
+        cluster,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata("nginx"),
+               "data": spec["configMapData"]}),
+    )
+    .await;
+    let mut template = spec["deploymentSpec"]["template"].clone();
+    template["metadata"] = json!({ "labels": labels });
+    apply_as_original(
+        cluster,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata("nginx"),
+               "spec": {"selector": {"matchLabels": labels},
+                        "replicas": spec["deploymentSpec"]["replicas"],
+                        "strategy": spec["deploymentSpec"]["strategy"],
+                        "template": template}}),
+    )
+    .await;
+    let mut service = spec["serviceSpec"].clone();
+    service["selector"] = labels.clone();
+    apply_as_original(
+        cluster,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata("nginx"), "spec": service}),
+    )
+    .await;
+    let mut ingress = spec["ingressSpec"].clone();
+    ingress["ingressClassName"] = json!("nginx");
+    let mut meta = metadata("nginx");
+    meta["annotations"] = json!({"nginx.ingress.kubernetes.io/rewrite-target": "/"});
+    apply_as_original(
+        cluster,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": ingress}),
+    )
+    .await;
+}
+
+/// What must not change when the agent takes a Deployment over: its UID (not recreated), its
+/// pod template (no new ReplicaSet: the deployment controller names ReplicaSets by the hash of
+/// the template, and starts new pods only for a new one), its selector, its replicas. (Its
+/// generation does rise: the API server counts annotation changes, such as the origin
+/// annotation, because they are copied to the existing ReplicaSet.)
+async fn deployment_identity(cluster: &Cluster) -> (String, Value, Value, Value) {
+    let d = Api::<Deployment>::namespaced(cluster.client.clone(), NS)
+        .get("nginx")
+        .await
+        .unwrap();
+    let spec = serde_json::to_value(d.spec.as_ref().unwrap()).unwrap();
+    (
+        d.uid().unwrap(),
+        spec["template"].clone(),
+        spec["selector"].clone(),
+        spec["replicas"].clone(),
+    )
+}
+
+/// Issue 25, plumber: users keep plumberctl and the original's objects. The Secret and
+/// activation file that the original and plumberctl write register clusters (detectors
+/// `RUNNING`, the original's names); `kubectl xcc plumber view` lists what plumberctl added and
+/// `add` writes where plumberctl reads; status values and printer columns are the original's;
+/// objects a running original made (created before the agent starts) are adopted: no
+/// Conflict, not recreated, the Deployment's pod template and selector unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plumberctls_files_and_secret_register_clusters_and_the_originals_objects_are_adopted() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["primary", "second"])
+        .await
+        .unwrap();
+    let [primary, second] = [0, 1].map(|i| &bed.clusters[i]);
+    primary
+        .install_crds(&repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    for file in ["manifests/agent/agent.yaml", "manifests/agent/plumber.yaml"] {
+        primary
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    // plumberctl's Secret, written as plumberctl writes it (server-side apply, its field
+    // manager, Secret `config` of namespace `kubeconfig`, key `config`).
+    apply_as_original(
+        primary,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "config", "namespace": "kubeconfig"},
+               "data": {"config": base64_of(&plumberctl_kubeconfig(primary, second))}}),
+    )
+    .await;
+
+    // The sample as a running original left it: the Replicator, and its objects on both
+    // clusters (TLS off: the original's certificates are not taken over).
+    let mut sample: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(manifest("manifests/examples/replicator-sample.yaml")).unwrap(),
+    )
+    .unwrap();
+    sample["spec"]["targetCluster"] = json!([SECOND]);
+    sample["spec"]["ingressSecureEnabled"] = json!(false);
+    let replicator = replicators(primary)
+        .create(
+            &Default::default(),
+            &serde_json::from_value(sample).unwrap(),
+        )
+        .await
+        .unwrap();
+    make_as_original(primary, &replicator, true).await;
+    make_as_original(second, &replicator, false).await;
+    let before = [
+        deployment_identity(primary).await,
+        deployment_identity(second).await,
+    ];
+    let service_uid = Api::<Service>::namespaced(second.client.clone(), NS)
+        .get("nginx")
+        .await
+        .unwrap()
+        .uid();
+
+    let _agent = start_agent_with(
+        primary,
+        "xcc-agent.log",
+        &["--secret-replication=false", "--resource-sync=false"],
+    )
+    .await;
+
+    // The detectors of plumberctl's Secret, with the original's names, roles and values.
+    for (name, context, role) in [
+        (PRIMARY, "primary", "primary"),
+        (SECOND, "secondary1", "secondary"),
+    ] {
+        wait_for(
+            &format!("ClusterDetector {name} ({context}) {role} RUNNING"),
+            Duration::from_secs(30),
+            || async {
+                let d = detectors(primary).get_opt(name).await.ok()??;
+                (d.labels().get("app.kubernetes.io/role").map(String::as_str) == Some(role)
+                    && d.data["spec"]["context"] == context
+                    && d.data["status"]["clusterstatus"] == "RUNNING")
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    // The agent processed the Replicator: every object applied on both clusters, the
+    // primary's entries named after its context, synced as the original says it.
+    let (status, _) = wait_status(
+        primary,
+        SAMPLE,
+        "the original's objects adopted",
+        Duration::from_secs(30),
+        |s| s["synced"] == "synced",
+    )
+    .await;
+    for cluster in [PRIMARY, SECOND] {
+        for (kind, name) in [
+            ("ConfigMap", "nginx"),
+            ("Deployment", "nginx"),
+            ("Service", "nginx"),
+            ("Ingress", "nginx"),
+        ] {
+            assert_eq!(
+                entry(&status, cluster, kind, name),
+                Some("applied"),
+                "{cluster} {kind}: {status}"
+            );
+        }
+    }
+    assert!(
+        !status.to_string().contains("Conflict") && !status.to_string().contains("\"primary\""),
+        "{status}"
+    );
+    // Adopted (they carry the agent's origin now), not recreated, and the Deployment's pod
+    // template and selector are what the original left: no new ReplicaSet.
+    let origin = format!("plumber/replicator/{SAMPLE}");
+    for (cluster, before) in [primary, second].into_iter().zip(before) {
+        let d = Api::<Deployment>::namespaced(cluster.client.clone(), NS)
+            .get("nginx")
+            .await
+            .unwrap();
+        assert_eq!(
+            d.annotations()["xcc.test/origin"],
+            origin,
+            "{}",
+            cluster.name
+        );
+        assert_eq!(
+            deployment_identity(cluster).await,
+            before,
+            "Deployment on {}",
+            cluster.name
+        );
+        let i = Api::<Ingress>::namespaced(cluster.client.clone(), NS)
+            .get("nginx")
+            .await
+            .unwrap();
+        assert_eq!(i.spec.unwrap().ingress_class_name.as_deref(), Some("nginx"));
+    }
+    let service = Api::<Service>::namespaced(second.client.clone(), NS)
+        .get("nginx")
+        .await
+        .unwrap();
+    assert_eq!(service.uid(), service_uid);
+    assert_eq!(service.spec.unwrap().selector.unwrap()["apps"], "nginx");
+
+    // The original's printer columns.
+    let table = primary.kubectl(&["get", "replicators"]).await.unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SYNCED", "AGE"], "{table}");
+    assert!(table.contains(" synced "), "{table}");
+    let table = primary
+        .kubectl(&["-n", "plumber-system", "get", "clusterdetectors"])
+        .await
+        .unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "CONTEXT", "CLUSTER", "USER", "CLUSTERSTATUS", "AGE"],
+        "{table}"
+    );
+    assert!(table.contains("RUNNING"), "{table}");
+
+    // plumberctl's activation file (~/.plumber/config.toml, as its docs show it) and the
+    // user's kubeconfig: `kubectl xcc plumber view` lists what plumberctl added ...
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = home.path().join("config");
+    let admin = |c: &Cluster| -> Value {
+        serde_yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap()
+    };
+    let (a, b) = (admin(primary), admin(second));
+    std::fs::write(
+        &kubeconfig,
+        serde_yaml::to_string(&json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "primary",
+            "clusters": [
+                {"name": "kubernetes", "cluster": a["clusters"][0]["cluster"]},
+                {"name": "v1252-cluster", "cluster": b["clusters"][0]["cluster"]},
+            ],
+            "users": [
+                {"name": "kubernetes-admin", "user": a["users"][0]["user"]},
+                {"name": "kubernetes-admin3", "user": b["users"][0]["user"]},
+            ],
+            "contexts": [
+                {"name": "primary", "context": {"cluster": "kubernetes", "user": "kubernetes-admin"}},
+                {"name": "secondary2", "context": {"cluster": "v1252-cluster", "user": "kubernetes-admin3"}},
+            ],
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.path().join(".plumber")).unwrap();
+    std::fs::write(
+        home.path().join(".plumber/config.toml"),
+        format!("cluster = 'primary'\npath = '{}'\n", kubeconfig.display()),
+    )
+    .unwrap();
+    let user = crate::cli::User {
+        kubeconfig: kubeconfig.clone(),
+        home: home.path().to_path_buf(),
+    };
+    let view = user.run(&["plumber", "view", "-o", "json"]).await;
+    let view: Value = serde_json::from_str(view.ok()).unwrap();
+    assert_eq!(
+        view["contexts"],
+        json!([
+            {"context": "primary", "cluster": "kubernetes", "user": "kubernetes-admin"},
+            {"context": "secondary1", "cluster": "v1262-cluster", "user": "kubernetes-admin2"},
+        ])
+    );
+    // ... and what it adds lands where plumberctl reads: Secret kubeconfig/config, key config,
+    // plumberctl's contexts kept as they were.
+    user.run(&["plumber", "add", "-c", "secondary2"]).await.ok();
+    let secret = Api::<Secret>::namespaced(primary.client.clone(), "kubeconfig")
+        .get("config")
+        .await
+        .unwrap();
+    let stored: Value = serde_yaml::from_slice(&secret.data.unwrap()["config"].0).unwrap();
+    let written: Value = serde_yaml::from_str(&plumberctl_kubeconfig(primary, second)).unwrap();
+    let contexts = stored["contexts"].as_array().unwrap();
+    for old in written["contexts"].as_array().unwrap() {
+        assert!(contexts.contains(old), "{old:?} kept in {stored:?}");
+    }
+    assert!(
+        contexts.iter().any(|c| c["name"] == "secondary2"
+            && c["context"]["cluster"] == "v1252-cluster"
+            && c["context"]["user"] == "kubernetes-admin3"),
+        "{stored:?}"
+    );
+    assert!(
+        Api::<Secret>::namespaced(primary.client.clone(), "plumber-system")
+            .get_opt("kubeconfig")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing written to xcc 0.1's location"
+    );
+    wait_for(
+        &format!("ClusterDetector {THIRD} secondary RUNNING after kubectl xcc plumber add"),
+        Duration::from_secs(30),
+        || async {
+            let d = detectors(primary).get_opt(THIRD).await.ok()??;
+            (d.data["status"]["clusterstatus"] == "RUNNING").then_some(())
+        },
+    )
+    .await;
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }
