@@ -48,6 +48,22 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 ldflags='-s -w'
 
 # --- Kubernetes ------------------------------------------------------------------------------
+# A throw-away module in the current folder that requires k8s.io/kubernetes $K8S_VERSION. That
+# module replaces each staging module with ./staging/...: point them at their published versions
+# instead (tag kubernetes-1.X.Y ⇒ v0.X.Y). Sets $gomod (k8s.io/kubernetes's own go.mod).
+k8s_module() {
+  printf 'module xcc.invalid/testbed\n\ngo 1.25\n' > go.mod
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
+  gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
+  local minor staging m
+  minor=$(echo "$K8S_VERSION" | sed 's/^v1\.\([0-9]*\)\.\([0-9]*\)$/v0.\1.\2/')
+  staging=$(awk '/=> .\/staging/ {print $1}' "$gomod")
+  {
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    for m in $staging; do echo "replace $m => $m $minor"; done
+  } >> go.mod
+}
+
 k8s=$dir/kubernetes-$K8S_VERSION
 if [ ! -x "$k8s/bin/kube-apiserver" ] || [ ! -x "$k8s/bin/kubectl" ] || [ ! -x "$k8s/bin/kube-controller-manager" ] || [ ! -x "$k8s/bin/etcd" ]; then
   start=$(date +%s)
@@ -55,17 +71,7 @@ if [ ! -x "$k8s/bin/kube-apiserver" ] || [ ! -x "$k8s/bin/kubectl" ] || [ ! -x "
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cd "$work"
-  printf 'module xcc.invalid/testbed\n\ngo 1.25\n' > go.mod
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
-  gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
-  minor=$(echo "$K8S_VERSION" | sed 's/^v1\.\([0-9]*\)\.\([0-9]*\)$/v0.\1.\2/')
-  # k8s.io/kubernetes replaces each staging module with ./staging/...: point them at their
-  # published versions instead (tag kubernetes-1.X.Y ⇒ v0.X.Y).
-  staging=$(awk '/=> .\/staging/ {print $1}' "$gomod")
-  {
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    for m in $staging; do echo "replace $m => $m $minor"; done
-  } >> go.mod
+  k8s_module
   etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' "$gomod")
   go get "k8s.io/kubernetes@$K8S_VERSION" "go.etcd.io/etcd/server/v3@$etcd_version" >/dev/null 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION" "go.etcd.io/etcd/server/v3@$etcd_version"
   mkdir -p "$k8s/bin.tmp"
@@ -93,15 +99,7 @@ if [ ! -x "$node/bin/kubelet" ] || [ ! -x "$node/bin/kube-proxy" ] || [ ! -x "$n
   node_work=$(mktemp -d)
   trap 'rm -rf "${work:-}" "$node_work"' EXIT
   cd "$node_work"
-  printf 'module xcc.invalid/testbed\n\ngo 1.25\n' > go.mod
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
-  gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
-  minor=$(echo "$K8S_VERSION" | sed 's/^v1\.\([0-9]*\)\.\([0-9]*\)$/v0.\1.\2/')
-  staging=$(awk '/=> .\/staging/ {print $1}' "$gomod")
-  {
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    for m in $staging; do echo "replace $m => $m $minor"; done
-  } >> go.mod
+  k8s_module
   go get "k8s.io/kubernetes@$K8S_VERSION" >/dev/null 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION"
   major=$(echo "$K8S_VERSION" | sed 's/^v\([0-9]*\)\..*/\1/')
   minor_n=$(echo "$K8S_VERSION" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/')
@@ -123,7 +121,7 @@ if [ ! -x "$coredns_static/coredns" ]; then
   step "building CoreDNS $COREDNS_VERSION (static, CGO_ENABLED=0)"
   mkdir -p "$coredns_static"
   GOBIN="$coredns_static" GOFLAGS= CGO_ENABLED=0 nice go install -trimpath -ldflags="$ldflags" "github.com/coredns/coredns@$COREDNS_VERSION"
-  step "static CoreDNS built in $(( $(date +%s) - start )) s"
+  step "CoreDNS built in $(( $(date +%s) - start )) s"
 fi
 
 cat > "$dir/env.tmp" <<ENV

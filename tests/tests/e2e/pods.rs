@@ -110,6 +110,17 @@ async fn install(bed: &Testbed) {
         .unwrap();
 }
 
+/// The walkthrough's GatewayDNS, verbatim, on the management cluster.
+async fn apply_gateway_dns(mgmt: &Cluster) {
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+}
+
 /// `kubectl apply -k manifests/install/workload`, then the agent rolled out and the patcher Job
 /// complete.
 pub(crate) async fn install_workload(c: &Cluster) {
@@ -469,13 +480,7 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
 
     // 1. The walkthrough's GatewayDNS, verbatim: both pods fetch the page by name within 60 s.
     let applied = Instant::now();
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
+    apply_gateway_dns(mgmt).await;
     for c in [ca, cb] {
         until(
             &format!("{}: wget {}", c.name, http_url()),
@@ -604,13 +609,7 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
 
     // Applied again, then the gateway Service deleted: the name stops resolving; restored: it
     // resolves again and the page answers.
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
+    apply_gateway_dns(mgmt).await;
     until(
         "cluster-b: the name back with the GatewayDNS",
         Duration::from_secs(60),
