@@ -99,7 +99,7 @@ current-context: {name}
 
 /// A client for kubeconfig `yaml`; with kube's default retries of 429/503/504 (an API server
 /// whose storage is still initializing answers 429 for a moment) unless `retries` is false.
-async fn client_for(yaml: &str, retries: bool) -> anyhow::Result<Client> {
+pub async fn client_for(yaml: &str, retries: bool) -> anyhow::Result<Client> {
     let file: KubeconfigFile = serde_yaml::from_str(yaml)?;
     let mut config =
         kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?;

@@ -231,6 +231,22 @@ async fn wait_aggregated(cluster: &Cluster) {
     .await;
 }
 
+/// Once the installed CRDs are served and the aggregated RBAC is in, the installed agent.
+async fn installed_agent_when_served(cluster: &Cluster) -> InstalledAgent {
+    cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ])
+        .await
+        .unwrap();
+    wait_aggregated(cluster).await;
+    run_installed_agent(cluster, cluster.dir().join("agent.log")).await
+}
+
 async fn run_installed_agent(cluster: &Cluster, log: PathBuf) -> InstalledAgent {
     let kubeconfig = cluster
         .mint_kubeconfig("xcc-dns", "xcc-agent")
@@ -373,19 +389,7 @@ async fn the_workload_install_applies_and_its_agent_starts_without_a_warning() {
         .kubectl(&["apply", "-k", &install_dir("workload")])
         .await
         .unwrap();
-    cluster
-        .kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ])
-        .await
-        .unwrap();
-
-    wait_aggregated(cluster).await;
-    let mut agent = run_installed_agent(cluster, cluster.dir().join("agent.log")).await;
+    let mut agent = installed_agent_when_served(cluster).await;
     let metrics = agent
         .wait_initial_work(
             cluster,
@@ -664,19 +668,7 @@ components: [{}, {}]
         )
         .await
     );
-    cluster
-        .kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ])
-        .await
-        .unwrap();
-
-    wait_aggregated(cluster).await;
-    let mut agent = run_installed_agent(cluster, cluster.dir().join("agent.log")).await;
+    let mut agent = installed_agent_when_served(cluster).await;
     let metrics = agent
         .wait_initial_work(cluster, &["SecretExport", "Cluster"])
         .await;

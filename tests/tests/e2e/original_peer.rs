@@ -13,14 +13,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::{
-    Api, Client, Config,
+    Api, Client,
     api::{
         ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
         PostParams, WatchEvent, WatchParams,
     },
-    config::{KubeConfigOptions, Kubeconfig},
 };
-use xcc_e2e::{Testbed, require_testbed};
+use xcc_e2e::{Testbed, client_for, require_testbed};
 
 use crate::resource_sync::{TEST_SECRET, apply_namespaced, group, wait_for, wait_secret};
 
@@ -48,11 +47,7 @@ spec:
 ";
 
 async fn client_of(kubeconfig: &str) -> Client {
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    client_for(kubeconfig, true).await.unwrap()
 }
 
 fn status_code<T>(result: Result<T, kube::Error>) -> Option<u16> {
