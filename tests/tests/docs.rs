@@ -1,0 +1,612 @@
+//! The documentation against the code: no test bed, no cluster.
+//!
+//! - every relative link of `README.md` and `docs/*.md` (anchors included) leads somewhere;
+//! - every flag of an `xcc-agent`, `xcc-controller`, `xcc-coredns-patcher` or `kubectl xcc`
+//!   command line in the docs, and every subcommand, is in that command's `--help`;
+//! - every `XCC_*` environment variable the pages name is one a binary reads, every repository
+//!   path they name exists, and every `xcc_*` metric they name is in `docs/metrics.md`;
+//! - the benchmark plots are what `bench/plot.py` makes of `docs/bench-data/`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use xcc_e2e::xcc::binary;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate is in the workspace")
+        .to_path_buf()
+}
+
+/// `README.md` and every `docs/*.md`, as (path relative to the root, text).
+fn pages() -> Vec<(PathBuf, String)> {
+    let root = root();
+    let mut paths = vec![PathBuf::from("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/ exists")
+        .map(|e| e.expect("a docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .map(|p| p.strip_prefix(&root).expect("under the root").to_path_buf())
+        .collect();
+    docs.sort();
+    paths.extend(docs);
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(root.join(&p))
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+            (p, text)
+        })
+        .collect()
+}
+
+/// The pages whose prose names environment variables, paths and metrics of xcc (the others
+/// name the test bed's and the benchmarks' own).
+fn checked_for_names(path: &Path) -> bool {
+    [
+        "README.md",
+        "docs/architecture.md",
+        "docs/migration.md",
+        "docs/troubleshooting.md",
+        "docs/security.md",
+        "docs/managed-coredns.md",
+    ]
+    .iter()
+    .any(|p| path == Path::new(p))
+}
+
+/// A page cut into prose lines and the lines of its shell code blocks (other fences, such as
+/// program output or YAML, are left out), each with its 1-based line number.
+struct Parsed<'a> {
+    prose: Vec<(usize, &'a str)>,
+    code: Vec<(usize, &'a str)>,
+}
+
+fn parse(text: &str) -> Parsed<'_> {
+    let mut parsed = Parsed {
+        prose: Vec::new(),
+        code: Vec::new(),
+    };
+    // `None` outside a fence, else whether the fence holds shell commands.
+    let mut fence: Option<bool> = None;
+    for (i, line) in text.lines().enumerate() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            fence = match fence {
+                Some(_) => None,
+                None => Some(["sh", "bash", "shell", "console"].contains(&info.trim())),
+            };
+            continue;
+        }
+        match fence {
+            None => parsed.prose.push((i + 1, line)),
+            Some(true) => parsed.code.push((i + 1, line)),
+            Some(false) => {}
+        }
+    }
+    parsed
+}
+
+/// The inline code spans of a prose line.
+fn spans(line: &str) -> Vec<&str> {
+    line.split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 1)
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// GitHub's anchor of a heading: lower case, only letters, digits, spaces, `-` and `_` kept,
+/// spaces made `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeMap::<String, usize>::new();
+    let mut out = BTreeSet::new();
+    for (_, line) in parse(text).prose {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let base = slug(heading.trim_start_matches('#'));
+        let n = seen.entry(base.clone()).or_default();
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of the Markdown links (and images) of a prose line.
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        match after.find(')') {
+            Some(end) => {
+                out.push(&after[..end]);
+                rest = &after[end..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_leads_somewhere() {
+    let root = root();
+    let mut broken = Vec::new();
+    for (page, text) in pages() {
+        let dir = page.parent().unwrap_or(Path::new(""));
+        for (n, line) in parse(&text).prose {
+            for target in link_targets(line) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (file, anchor) = match target.split_once('#') {
+                    Some((f, a)) => (f, Some(a)),
+                    None => (target, None),
+                };
+                let path = if file.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(file)
+                };
+                let full = root.join(&path);
+                if !full.exists() {
+                    broken.push(format!("{}:{n}: {target}: no such file", page.display()));
+                    continue;
+                }
+                if let Some(anchor) = anchor
+                    && full.extension().is_some_and(|e| e == "md")
+                {
+                    let target_text = std::fs::read_to_string(&full).expect("a readable page");
+                    if !anchors(&target_text).contains(anchor) {
+                        broken.push(format!(
+                            "{}:{n}: {target}: no heading with anchor #{anchor} in {}",
+                            page.display(),
+                            path.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// What `--help` says about one command: its flags (with whether each takes a value), its
+/// subcommands, its environment variables.
+#[derive(Default, Debug)]
+struct Help {
+    flags: BTreeMap<String, bool>,
+    commands: BTreeSet<String>,
+    env: BTreeSet<String>,
+}
+
+fn help_of(bin: &Path, path: &[&str]) -> Help {
+    let out = Command::new(bin)
+        .args(path)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "{} {} --help failed: {}",
+        bin.display(),
+        path.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut help = Help::default();
+    let mut in_commands = false;
+    for line in text.lines() {
+        if line.starts_with("Commands:") {
+            in_commands = true;
+            continue;
+        }
+        if in_commands {
+            if line.is_empty() || !line.starts_with("  ") {
+                in_commands = false;
+            } else if let Some(name) = line.split_whitespace().next() {
+                help.commands.insert(name.to_string());
+            }
+        }
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('-') {
+            // `-n, --namespace <NS>`, `--zone <ZONE>`, `-h, --help`
+            let mut words = trimmed.split_whitespace().peekable();
+            while let Some(word) = words.next() {
+                let word = word.trim_end_matches(',');
+                if !word.starts_with('-') {
+                    break;
+                }
+                let takes_value = words.peek().is_some_and(|w| w.starts_with('<'));
+                help.flags.insert(word.to_string(), takes_value);
+            }
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("[env: ") {
+            let after = &rest[at + 6..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            help.env.insert(name);
+            rest = after;
+        }
+    }
+    help
+}
+
+/// Every command of the four binaries, by its path (`["kubectl-xcc", "cluster", "join"]`).
+struct Helps(BTreeMap<Vec<String>, Help>);
+
+impl Helps {
+    fn load() -> Helps {
+        let mut all = BTreeMap::new();
+        for name in [
+            "xcc-agent",
+            "xcc-controller",
+            "xcc-coredns-patcher",
+            "kubectl-xcc",
+        ] {
+            let bin = binary(name);
+            let mut todo = vec![Vec::<String>::new()];
+            while let Some(path) = todo.pop() {
+                let args: Vec<&str> = path.iter().map(String::as_str).collect();
+                let help = help_of(&bin, &args);
+                for command in &help.commands {
+                    if command != "help" {
+                        let mut next = path.clone();
+                        next.push(command.clone());
+                        todo.push(next);
+                    }
+                }
+                let mut key = vec![name.to_string()];
+                key.extend(path);
+                all.insert(key, help);
+            }
+        }
+        Helps(all)
+    }
+
+    fn env(&self) -> BTreeSet<&str> {
+        self.0
+            .values()
+            .flat_map(|h| h.env.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+/// Where a command line invokes one of our binaries: the binary's name and the words after it,
+/// up to the end of that shell command. A binary counts only where a command starts (after
+/// `VAR=value` words, `sudo`, `env`), as a path's last part too; `kubectl xcc` is the plugin,
+/// and `cargo run -p <binary> -- ...` runs it.
+fn invocations(text: &str) -> Vec<(&'static str, Vec<String>)> {
+    const BINARIES: [&str; 4] = [
+        "xcc-agent",
+        "xcc-controller",
+        "xcc-coredns-patcher",
+        "kubectl-xcc",
+    ];
+    let mut out = Vec::new();
+    let mut command: Vec<&str> = Vec::new();
+    let mut commands = Vec::new();
+    for word in text.split_whitespace() {
+        if ["|", "||", "&&", ";"].contains(&word) {
+            commands.push(std::mem::take(&mut command));
+        } else {
+            command.push(word);
+        }
+    }
+    commands.push(command);
+    for command in commands {
+        let mut words = command
+            .iter()
+            .copied()
+            .skip_while(|w| w.contains('=') || ["$", "sudo", "env", "time"].contains(w))
+            .take_while(|w| !["#", ">", "2>", "\\"].contains(w));
+        let Some(first) = words.next() else {
+            continue;
+        };
+        let rest: Vec<&str> = words.collect();
+        let program = first.rsplit('/').next().unwrap_or(first);
+        let (name, args): (&'static str, &[&str]) =
+            if let Some(name) = BINARIES.iter().find(|b| **b == program) {
+                (name, &rest[..])
+            } else if program == "kubectl" && rest.first() == Some(&"xcc") {
+                ("kubectl-xcc", &rest[1..])
+            } else if program == "cargo" && rest.first() == Some(&"run") {
+                let package = rest
+                    .windows(2)
+                    .find(|w| ["-p", "--package", "--bin"].contains(&w[0]))
+                    .map(|w| w[1]);
+                let Some(name) = package.and_then(|p| BINARIES.iter().find(|b| **b == p)) else {
+                    continue;
+                };
+                let after = rest
+                    .iter()
+                    .position(|w| *w == "--")
+                    .map_or(rest.len(), |i| i + 1);
+                (name, &rest[after..])
+            } else {
+                continue;
+            };
+        out.push((
+            name,
+            args.iter()
+                .map(|a| a.trim_end_matches([',', ')', ';']).to_string())
+                .collect(),
+        ));
+    }
+    out
+}
+
+/// Problems of one invocation: flags and subcommands its help does not list.
+fn check_invocation(helps: &Helps, name: &str, args: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut path = vec![name.to_string()];
+    let mut positional = 0;
+    let mut k = 0;
+    while k < args.len() {
+        let arg = &args[k];
+        k += 1;
+        if arg.starts_with('-') && arg.len() > 1 && arg != "--" {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            // A flag of this command or of one it belongs to (clap's global flags).
+            let known = (1..=path.len())
+                .rev()
+                .find_map(|n| helps.0.get(&path[..n]).and_then(|h| h.flags.get(flag)));
+            match known {
+                Some(takes_value) => {
+                    if *takes_value && !arg.contains('=') {
+                        k += 1;
+                    }
+                }
+                None => problems.push(format!("{} has no flag {flag}", path.join(" "))),
+            }
+            continue;
+        }
+        let help = helps.0.get(&path).expect("a loaded command");
+        if help.commands.contains(arg.as_str()) && positional == 0 {
+            path.push(arg.clone());
+            continue;
+        }
+        // A placeholder or a value of ours; a lower-case word where a subcommand is due is one
+        // that no longer exists.
+        let word_like = arg.chars().all(|c| c.is_ascii_lowercase() || c == '-');
+        if positional == 0 && !help.commands.is_empty() && word_like {
+            problems.push(format!("{} has no subcommand {arg}", path.join(" ")));
+        }
+        positional += 1;
+    }
+    problems
+}
+
+#[test]
+fn every_documented_command_flag_and_variable_exists() {
+    let helps = Helps::load();
+    let env = helps.env();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (page, text) in pages() {
+        let parsed = parse(&text);
+        let mut commands: Vec<(usize, String)> = Vec::new();
+        for (n, line) in &parsed.prose {
+            for span in spans(line) {
+                commands.push((*n, span.to_string()));
+            }
+        }
+        // Fenced blocks: a command may go on over lines ending in `\`.
+        let mut joined = String::new();
+        let mut start = 0;
+        for (n, line) in &parsed.code {
+            if joined.is_empty() {
+                start = *n;
+            }
+            let line = line.trim_start_matches("$ ");
+            match line.strip_suffix('\\') {
+                Some(head) => {
+                    joined.push_str(head);
+                    joined.push(' ');
+                }
+                None => {
+                    joined.push_str(line);
+                    commands.push((start, std::mem::take(&mut joined)));
+                }
+            }
+        }
+        for (n, command) in &commands {
+            for (name, args) in invocations(command) {
+                checked += 1;
+                for problem in check_invocation(&helps, name, &args) {
+                    problems.push(format!("{}:{n}: `{command}`: {problem}", page.display()));
+                }
+            }
+        }
+        if checked_for_names(&page) {
+            for (n, line) in &parsed.prose {
+                for span in spans(line) {
+                    for word in span.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                        // `XCC_<FEATURE>` is a placeholder.
+                        if word.starts_with("XCC_") && !word.ends_with('_') && !env.contains(word) {
+                            problems.push(format!(
+                                "{}:{n}: {word} is not an environment variable of any binary",
+                                page.display()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{checked} command lines of the binaries checked against their --help");
+    // The docs show dozens of command lines: finding few means the parser lost them.
+    assert!(
+        checked >= 20,
+        "only {checked} command lines of ours found in the docs"
+    );
+    assert!(
+        problems.is_empty(),
+        "the docs name what the binaries do not have:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_named_repository_path_exists() {
+    let root = root();
+    let tops = [
+        "agent/",
+        "controller/",
+        "kube-support/",
+        "dns/",
+        "cli/",
+        "coredns-patcher/",
+        "manifests/",
+        "bench/",
+        "tests/",
+        "docs/",
+        "examples/",
+    ];
+    let mut missing = Vec::new();
+    for (page, text) in pages() {
+        if !checked_for_names(&page) {
+            continue;
+        }
+        for (n, line) in parse(&text).prose {
+            for span in spans(line) {
+                let is_path = tops.iter().any(|t| span.starts_with(t))
+                    && span
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+                if is_path && !root.join(span).exists() {
+                    missing.push(format!("{}:{n}: {span}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the docs name paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_named_metric_is_in_the_reference() {
+    let root = root();
+    let Ok(reference) = std::fs::read_to_string(root.join("docs/metrics.md")) else {
+        // Until the generated reference exists there is nothing to compare with.
+        eprintln!("docs/metrics.md does not exist: metric names not checked");
+        return;
+    };
+    let mut unknown = Vec::new();
+    for (page, text) in pages() {
+        if !checked_for_names(&page) {
+            continue;
+        }
+        for (n, line) in parse(&text).prose {
+            for span in spans(line) {
+                let name: String = span
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.starts_with("xcc_") || name.ends_with('_') {
+                    continue;
+                }
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(&name);
+                if !reference.contains(base) {
+                    unknown.push(format!("{}:{n}: {name}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "metrics not in docs/metrics.md:\n{}",
+        unknown.join("\n")
+    );
+}
+
+#[test]
+fn benchmark_plots_are_what_the_script_makes_of_the_data() {
+    let root = root();
+    let out = Command::new("python3")
+        .arg(root.join("bench/plot.py"))
+        .arg("--check")
+        .arg(root.join("docs/bench-data"))
+        .arg(root.join("docs"))
+        .output()
+        .expect("python3 runs (the benchmarks need it too)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And every plot is shown.
+    let benchmarks =
+        std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("docs/benchmarks.md");
+    for entry in std::fs::read_dir(root.join("docs/bench-data")).expect("docs/bench-data") {
+        let path = entry.expect("an entry").path();
+        let stem = path.file_stem().expect("a name").to_string_lossy();
+        let svg = format!("(bench-{stem}.svg)");
+        assert!(
+            benchmarks.contains(&svg),
+            "docs/benchmarks.md does not show {svg}"
+        );
+    }
+}
+
+#[test]
+fn the_checks_find_what_they_look_for() {
+    // The parsers on known text, so that a check that finds nothing is not a broken parser.
+    assert_eq!(
+        slug("The controller (`xcc-controller --help`)"),
+        "the-controller-xcc-controller---help"
+    );
+    assert_eq!(
+        link_targets("see [a](b.md#c) and ![d](e.svg)"),
+        ["b.md#c", "e.svg"]
+    );
+    assert_eq!(spans("a `b` c `d e`"), ["b", "d e"]);
+    let found = invocations("kubectl xcc cluster join --context A | sort");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, "kubectl-xcc");
+    assert_eq!(found[0].1, ["cluster", "join", "--context", "A"]);
+    let found = invocations(
+        "cargo run --release -p xcc-agent -- --records r.yaml && X=1 xcc-controller crds",
+    );
+    assert_eq!(found.len(), 2);
+    assert_eq!(
+        found[0],
+        (
+            "xcc-agent",
+            vec!["--records".to_string(), "r.yaml".to_string()]
+        )
+    );
+    assert_eq!(found[1], ("xcc-controller", vec!["crds".to_string()]));
+    assert!(
+        invocations("kubectl -n xcc-system scale deployment xcc-controller --replicas=0")
+            .is_empty()
+    );
+}
