@@ -610,3 +610,79 @@ fn the_checks_find_what_they_look_for() {
             .is_empty()
     );
 }
+
+/// The fenced blocks of `text` whose info string is `lang`.
+fn fences(text: &str, lang: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    // Inside a fence: whether it is wanted, and its lines so far.
+    let mut current: Option<(bool, String)> = None;
+    for line in text.lines() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            match current.take() {
+                Some((true, block)) => out.push(block),
+                Some((false, _)) => {}
+                None => current = Some((info.trim() == lang, String::new())),
+            }
+            continue;
+        }
+        if let Some((_, block)) = current.as_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    out
+}
+
+/// The kustomize overlays the docs show (a YAML block with `resources: [../xcc/...]`, as kept
+/// beside a checkout named `xcc`) build with kubectl's kustomize, and do what they say.
+#[test]
+fn documented_overlays_build() {
+    let Some(bed) = xcc_e2e::require_testbed() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::os::unix::fs::symlink(root(), dir.path().join("xcc")).expect("a link to the checkout");
+    let mut built = 0;
+    for (page, text) in pages() {
+        for block in fences(&text, "yaml") {
+            if !block.lines().any(|l| l.starts_with("resources: [../xcc/")) {
+                continue;
+            }
+            let overlay = dir.path().join(format!("overlay-{built}"));
+            std::fs::create_dir(&overlay).expect("an overlay directory");
+            std::fs::write(overlay.join("kustomization.yaml"), &block).expect("written");
+            let out = Command::new(&bed.kubectl)
+                .arg("kustomize")
+                .arg(&overlay)
+                .output()
+                .expect("kubectl runs");
+            assert!(
+                out.status.success(),
+                "the overlay in {} does not build:\n{block}\n{}",
+                page.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let manifests = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                manifests.contains("name: xcc-agent"),
+                "the overlay in {} has no agent",
+                page.display()
+            );
+            if page == Path::new("docs/managed-coredns.md") {
+                assert!(
+                    !manifests.contains("kind: Job"),
+                    "the overlay without the patcher Job still has it"
+                );
+            }
+            if page == Path::new("README.md") {
+                assert!(
+                    manifests.contains("value: clusters.example.com")
+                        && !manifests.contains("plumber.jnytnai0613.github.io"),
+                    "the README's overlay sets the zone and leaves plumber out"
+                );
+            }
+            built += 1;
+        }
+    }
+    assert!(built >= 2, "only {built} overlays found in the docs");
+}
