@@ -686,3 +686,63 @@ fn documented_overlays_build() {
     }
     assert!(built >= 2, "only {built} overlays found in the docs");
 }
+
+/// `docs/security.md` lists the RBAC of each ServiceAccount: it names every ServiceAccount
+/// (`namespace/name`), Role and ClusterRole the manifests define, so a new one cannot go
+/// undocumented.
+#[test]
+fn the_security_page_names_every_identity_and_role() {
+    let root = root();
+    let page = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
+    let mut files = Vec::new();
+    for dir in [
+        "manifests/agent",
+        "manifests/controller",
+        "manifests/coredns-patcher",
+    ] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("a manifests folder") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("a readable manifest");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+                .expect("the manifests are YAML");
+            let field = |v: &serde_yaml::Value, k: &str| {
+                v.get(k).and_then(|x| x.as_str()).map(str::to_string)
+            };
+            let Some(kind) = field(&value, "kind") else {
+                continue;
+            };
+            let meta = value.get("metadata").cloned().unwrap_or_default();
+            let name = field(&meta, "name").unwrap_or_default();
+            let namespace = field(&meta, "namespace").unwrap_or_default();
+            let wanted = match kind.as_str() {
+                "ServiceAccount" => format!("`{namespace}/{name}`"),
+                "Role" | "ClusterRole" => format!("`{name}`"),
+                _ => continue,
+            };
+            seen += 1;
+            if !page.contains(&wanted) {
+                let file = path.strip_prefix(&root).unwrap_or(path);
+                missing.push(format!("{kind} {wanted} ({})", file.display()));
+            }
+        }
+    }
+    assert!(
+        seen >= 10,
+        "only {seen} identities and roles found in manifests/"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/security.md does not name:\n{}",
+        missing.join("\n")
+    );
+}
