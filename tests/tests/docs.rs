@@ -746,3 +746,117 @@ fn the_security_page_names_every_identity_and_role() {
         missing.join("\n")
     );
 }
+
+/// A kubeconfig with `cluster` and `user` as the bodies (YAML flow mappings) of its one context.
+fn kubeconfig(cluster: &str, user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: peer\n\
+         clusters: [{{name: c, cluster: {cluster}}}]\n\
+         users: [{{name: u, user: {user}}}]\n\
+         contexts: [{{name: peer, context: {{cluster: c, user: u, namespace: team-1}}}}]\n"
+    )
+}
+
+/// The trust table of `docs/security.md`, run: every field it says is refused is refused by the
+/// gate with that field named (and accepted with the flag it names, where it names one), and a
+/// kubeconfig of everything it says is accepted passes.
+#[test]
+fn the_trust_rules_are_what_the_security_page_says() {
+    use xcc_kube::trust::{PeerTrust, check};
+    let page = std::fs::read_to_string(root().join("docs/security.md")).expect("docs/security.md");
+    let server = "server: https://192.0.2.1:6443";
+    let token = "token: abc";
+    // Where each field the table may name goes, and a value for it.
+    let sample = |field: &str| -> Option<(String, String)> {
+        let user = |u: &str| Some((server.to_string(), u.to_string()));
+        let cluster = |c: &str| Some((format!("{server}, {c}"), token.to_string()));
+        match field {
+            "exec" => user("exec: {apiVersion: client.authentication.k8s.io/v1, command: touch}"),
+            "auth-provider" => user("auth-provider: {name: oidc}"),
+            "tokenFile" => user("tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token"),
+            "client-certificate" => user("client-certificate: /etc/cert.pem"),
+            "client-key" => user("client-key: /etc/key.pem"),
+            "username" => user("username: admin"),
+            "password" => user("password: secret"),
+            "as" => user("{token: abc, as: admin}"),
+            "as-uid" => user("{token: abc, as-uid: '0'}"),
+            "as-groups" => user("{token: abc, as-groups: [system:masters]}"),
+            "as-user-extra" => user("{token: abc, as-user-extra: {a: [b]}}"),
+            "certificate-authority" => cluster("certificate-authority: /etc/ca.pem"),
+            "proxy-url" => cluster("proxy-url: http://proxy.example:3128"),
+            "insecure-skip-tls-verify: true" => cluster("insecure-skip-tls-verify: true"),
+            "http://" => Some((
+                "server: http://192.0.2.1:8080".to_string(),
+                token.to_string(),
+            )),
+            _ => None,
+        }
+    };
+    let mut refused_rows = 0;
+    for line in page.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // | field(s) | verdict | why |
+        if cells.len() < 4 || !cells[2].starts_with("refused") {
+            continue;
+        }
+        refused_rows += 1;
+        let flag = cells[2]
+            .strip_prefix("refused unless `")
+            .and_then(|rest| rest.split('`').next());
+        for field in spans(cells[1]) {
+            let field = field.trim_start_matches("an ").trim_end_matches(" server");
+            let (cluster, user) = sample(field).unwrap_or_else(|| {
+                panic!("docs/security.md names {field:?}, which this test has no sample for")
+            });
+            let user = if user.starts_with('{') {
+                user
+            } else {
+                format!("{{{user}}}")
+            };
+            let text = kubeconfig(&format!("{{{cluster}}}"), &user);
+            let key = field.split(':').next().unwrap_or(field);
+            match check(text.as_bytes(), "the page's sample", PeerTrust::default()) {
+                Ok(_) => panic!("{field} is accepted, but docs/security.md says refused:\n{text}"),
+                Err(error) => assert!(
+                    error.to_string().contains(key.trim_end_matches("://")),
+                    "refusing {field}, the error does not name it: {error}"
+                ),
+            }
+            if let Some(flag) = flag {
+                let trust = PeerTrust {
+                    allow_peer_proxy: flag == "--allow-peer-proxy",
+                    allow_insecure_peers: flag == "--allow-insecure-peers",
+                };
+                assert!(
+                    trust != PeerTrust::default(),
+                    "docs/security.md names an unknown flag {flag}"
+                );
+                check(text.as_bytes(), "the page's sample", trust)
+                    .unwrap_or_else(|e| panic!("{field} with {flag} is refused: {e}"));
+            }
+        }
+    }
+    assert!(
+        refused_rows >= 6,
+        "the trust table of docs/security.md was not found"
+    );
+    let accepted = kubeconfig(
+        &format!(
+            "{{{server}, certificate-authority-data: Y2E=, tls-server-name: peer.example, \
+             disable-compression: true, extensions: [{{name: x, extension: {{}}}}]}}"
+        ),
+        "{client-certificate-data: Y2VydA==, client-key-data: a2V5}",
+    );
+    check(
+        accepted.as_bytes(),
+        "the accepted fields",
+        PeerTrust::default(),
+    )
+    .unwrap_or_else(|e| panic!("what docs/security.md says is accepted is refused: {e}"));
+    check(
+        kubeconfig(&format!("{{{server}}}"), &format!("{{{token}}}")).as_bytes(),
+        "a token",
+        PeerTrust::default(),
+    )
+    .unwrap_or_else(|e| panic!("a token is refused: {e}"));
+}
