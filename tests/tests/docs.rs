@@ -358,6 +358,13 @@ fn invocations(text: &str) -> Vec<(&'static str, Vec<String>)> {
     out
 }
 
+/// Whether `word` is a subcommand of the command at `path` that its help does not list.
+fn alias_exists(path: &[String], word: &str) -> bool {
+    let mut command = Command::new(binary(&path[0]));
+    command.args(&path[1..]).args([word, "--help"]);
+    command.output().is_ok_and(|out| out.status.success())
+}
+
 /// Problems of one invocation: flags and subcommands its help does not list.
 fn check_invocation(helps: &Helps, name: &str, args: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
@@ -392,6 +399,10 @@ fn check_invocation(helps: &Helps, name: &str, args: &[String]) -> Vec<String> {
         // that no longer exists.
         let word_like = arg.chars().all(|c| c.is_ascii_lowercase() || c == '-');
         if positional == 0 && !help.commands.is_empty() && word_like {
+            // A hidden alias (an old name still accepted) has a help of its own.
+            if alias_exists(&path, arg) {
+                return problems;
+            }
             problems.push(format!("{} has no subcommand {arg}", path.join(" ")));
         }
         positional += 1;
