@@ -2,17 +2,136 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
 
-const EXIT_CODES: &str = "Exit codes:
+/// Exit codes, timeouts and completion, after the examples in `kubectl xcc --help`.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
   0  success
   1  error: a cluster could not be reached or refused a request, a kubeconfig was refused,
      a conflict (the message says what to do)
   2  usage: an unknown flag, command or context, or an invalid name
 
+Timeouts: --request-timeout bounds each connection and API call, as kubectl's (default 10s, 0 for
+none); --timeout bounds a wait for a condition (link). Commands that wait for nothing still accept
+--timeout as the former name of --request-timeout, so existing scripts keep working.
+
+Shell completion: see `kubectl xcc completion --help`.
+
 Errors are one line on stderr. A command that fails changes nothing: everything is read and
 checked before the first write. (link: if the service cluster's agent gives no usable kubeconfig
-in time, the UpstreamClusterLink it applied stays, and nothing is written on the workload cluster.)";
+in time, the UpstreamClusterLink it applied stays, and nothing is written on the workload cluster.)"
+    };
+}
+
+/// kubectl xcc: join clusters into a group, register plumber targets, see the state of
+/// everything xcc does, and explain the agent's DNS answers.
+///
+/// Install: put the `kubectl-xcc` binary on PATH; kubectl then runs it as `kubectl xcc`.
+/// Contexts come from your kubeconfig as kubectl finds it: --kubeconfig, else $KUBECONFIG,
+/// else ~/.kube/config.
+/// The `Examples:` sections of `--help`, as kubectl's.
+mod examples {
+    /// The root command's (a macro, to join it with the exit codes in `--help`).
+    macro_rules! root {
+        () => {
+            "Examples:
+  # Every xcc object of the current context, Ready or not
+  kubectl xcc status
+
+  # Join three clusters into a group
+  kubectl xcc cluster join --context a --context b --context c
+
+  # Why the agent answers what it answers
+  kubectl xcc dns kuard.gateway.cluster-a.dev-team.clusters.xcc.test
+
+  # Completion for bash, for `kubectl xcc` and `kubectl-xcc`
+  source <(kubectl xcc completion bash)"
+        };
+    }
+    pub(crate) use root;
+
+    pub const PLUMBER: &str = "Examples:
+  # Record the primary cluster, register a target, list the targets
+  kubectl xcc plumber activate -p ~/.kube/config -a primary
+  kubectl xcc plumber add -c secondary
+  kubectl xcc plumber view -o yaml";
+
+    pub const PLUMBER_ACTIVATE: &str = "Examples:
+  # Test the connection to the primary cluster and record it
+  kubectl xcc plumber activate -p ~/.kube/config -a primary";
+
+    pub const PLUMBER_ADD: &str = "Examples:
+  # Replicate to the cluster of context secondary
+  kubectl xcc plumber add -c secondary";
+
+    pub const PLUMBER_REMOVE: &str = "Examples:
+  # Stop replicating to the cluster of context secondary
+  kubectl xcc plumber remove --context secondary";
+
+    pub const PLUMBER_VIEW: &str = "Examples:
+  # The registered contexts, as a table or as JSON
+  kubectl xcc plumber view
+  kubectl xcc plumber view -o json";
+
+    pub const CLUSTER: &str = "Examples:
+  # Form a group of three clusters, then add a fourth
+  kubectl xcc cluster join --context a,b,c
+  kubectl xcc cluster join --context a --context d
+
+  # Take cluster d out of its group
+  kubectl xcc cluster leave --context d";
+
+    pub const JOIN: &str = "Examples:
+  # Form a group of three clusters (one flag each, or separated with commas)
+  kubectl xcc cluster join --context a --context b --context c
+  kubectl xcc cluster join --context a,b,c
+
+  # Add cluster d to the group a belongs to, with reader tokens valid for 30 days
+  kubectl xcc cluster join --context a,d --token-ttl 720h";
+
+    pub const LEAVE: &str = "Examples:
+  # Take cluster d out of its group (its reader tokens are revoked)
+  kubectl xcc cluster leave --context d";
+
+    pub const LINK: &str = "Examples:
+  # Project the service cluster's APIs into the workload cluster
+  kubectl xcc link --service-context services --workload-context workload
+
+  # In namespace team-a, named w-1, waiting up to two minutes for each link
+  kubectl xcc link --service-context services --workload-context workload -n team-a --name w-1 --timeout 2m";
+
+    pub const STATUS: &str = "Examples:
+  # xcc objects of the current context: cluster-scoped ones, and the namespaced ones of the
+  # context's namespace
+  kubectl xcc status
+
+  # The namespaced ones of every namespace, as JSON
+  kubectl xcc status -A -o json
+
+  # Of namespace dev-team, on context second
+  kubectl xcc status --context second -n dev-team";
+
+    pub const DNS: &str = "Examples:
+  # The agent's answer for a name, through the API server's service proxy
+  kubectl xcc dns kuard.gateway.cluster-a.dev-team.clusters.xcc.test
+
+  # Its AAAA answer, asking the agent's admin port directly
+  kubectl xcc dns kuard.gateway.cluster-a.dev-team.clusters.xcc.test --type AAAA --agent-url http://127.0.0.1:9180";
+
+    pub const COMPLETION: &str = "Examples:
+  # bash (completes both `kubectl xcc` and `kubectl-xcc`; load it after kubectl's own
+  # `source <(kubectl completion bash)` if you use that)
+  source <(kubectl xcc completion bash)
+  kubectl xcc completion bash > /etc/bash_completion.d/kubectl-xcc
+
+  # zsh and fish complete `kubectl-xcc`; for `kubectl xcc`, kubectl's own completion asks
+  # kubectl_complete-xcc (kubectl 1.26 and later), a link to this binary:
+  kubectl xcc completion zsh > \"${fpath[1]}/_kubectl-xcc\"
+  kubectl xcc completion fish > ~/.config/fish/completions/kubectl-xcc.fish
+  ln -s \"$(command -v kubectl-xcc)\" \"$(dirname \"$(command -v kubectl-xcc)\")/kubectl_complete-xcc\"";
+}
 
 /// kubectl xcc: join clusters into a group, register plumber targets, see the state of
 /// everything xcc does, and explain the agent's DNS answers.
@@ -21,7 +140,13 @@ in time, the UpstreamClusterLink it applied stays, and nothing is written on the
 /// Contexts come from your kubeconfig as kubectl finds it: --kubeconfig, else $KUBECONFIG,
 /// else ~/.kube/config.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-xcc", bin_name = "kubectl xcc", version, after_long_help = EXIT_CODES)]
+#[command(
+    name = "kubectl-xcc",
+    bin_name = "kubectl xcc",
+    version,
+    after_help = examples::root!(),
+    after_long_help = concat!(examples::root!(), "\n\n", exit_codes!()),
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -36,8 +161,10 @@ pub struct Cli {
 pub enum Command {
     /// plumberctl's commands: register the clusters plumber replicates to (the Secret
     /// `config`, key `config`, in namespace `kubeconfig` of the primary cluster, as plumberctl).
+    #[command(after_help = examples::PLUMBER)]
     Plumber(PlumberArgs),
     /// Cluster groups (cluster-registry): join clusters with one command, or leave.
+    #[command(after_help = examples::CLUSTER)]
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
@@ -52,16 +179,34 @@ pub enum Command {
     ///
     /// Refuses, before writing anything, links or a Secret of the same name that it did not
     /// make, or that it made for another pair of clusters.
+    #[command(after_help = examples::LINK)]
     Link(LinkArgs),
     /// One table of every xcc object this context sees (Clusters, SecretExports/Imports,
     /// ResourceSyncRules, GatewayDNS, Replicators, ClusterDetectors) with its Ready state and
     /// reason. Kinds whose CRD is not installed are named in the footer.
+    ///
+    /// Cluster-scoped kinds (Clusters, ResourceSyncRules, Replicators) are always listed; the
+    /// namespaced ones of one namespace, as kubectl get: -n, else the context's namespace, else
+    /// `default`; -A for every namespace.
+    #[command(after_help = examples::STATUS)]
     Status(StatusArgs),
     /// Ask the agent why it answers what it answers for a DNS name: the answer, and the
     /// EndpointSlice, GatewayDNS and cluster it came from.
+    #[command(after_help = examples::DNS)]
     Dns(DnsArgs),
-    /// Print a shell completion script (e.g. `kubectl-xcc completions bash > /etc/bash_completion.d/kubectl-xcc`).
-    Completions {
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    ///
+    /// The bash script completes `kubectl-xcc ...` and `kubectl xcc ...`: it wraps kubectl's
+    /// completion (loaded before it, or later by bash-completion) and completes the words after
+    /// `kubectl xcc` itself, asking `kubectl-xcc __complete` (so kubectl-xcc must be on PATH).
+    ///
+    /// kubectl 1.26 and later complete a plugin's arguments by running `kubectl_complete-xcc`
+    /// from PATH (for every shell kubectl completes): this binary answers when run under that
+    /// name, so a link named kubectl_complete-xcc to it, next to it, is all that needs.
+    /// This is how zsh and fish complete `kubectl xcc`, and bash when kubectl's completion is
+    /// loaded after this script.
+    #[command(alias = "completions", after_help = examples::COMPLETION)]
+    Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -76,16 +221,42 @@ pub enum Output {
     Yaml,
 }
 
+/// The per-request timeout when neither --request-timeout nor its former name is given.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// kubectl's `--request-timeout` value: a duration (`10s`, `1m`, `1h30m`), or `0` for none.
+pub fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e}; give a duration with its unit (e.g. 10s, 1m) or 0 for none"))
+}
+
 /// Where the kubeconfig is, and how long an API call may take.
 #[derive(Clone, Debug, Args)]
 pub struct KubeArgs {
     /// Kubeconfig file (default: the files in $KUBECONFIG, else ~/.kube/config).
-    #[arg(long, env = "XCC_KUBECONFIG")]
+    #[arg(long, env = "XCC_KUBECONFIG", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Timeout of each connection and API call (e.g. 10s, 1m).
-    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
+    /// How long each connection and API call may take, as kubectl's --request-timeout
+    /// (e.g. 10s, 1m; 0: no limit) [default: 10s].
+    #[arg(long, env = "XCC_REQUEST_TIMEOUT", value_parser = parse_request_timeout)]
+    pub request_timeout: Option<Duration>,
+
+    /// The former name of --request-timeout, still accepted.
+    #[arg(long = "timeout", env = "XCC_TIMEOUT", hide = true, value_parser = parse_request_timeout)]
+    pub former_timeout: Option<Duration>,
+}
+
+impl KubeArgs {
+    /// The per-request timeout (zero: none).
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .or(self.former_timeout)
+            .unwrap_or(REQUEST_TIMEOUT)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -95,7 +266,7 @@ pub struct PlumberArgs {
 
     /// Where `activate` records the kubeconfig path and primary context (default:
     /// ~/.plumber/config.toml, as plumberctl).
-    #[arg(long, env = "XCC_PLUMBER_ACTIVATION", global = true)]
+    #[arg(long, env = "XCC_PLUMBER_ACTIVATION", global = true, value_hint = ValueHint::FilePath)]
     pub activation_file: Option<PathBuf>,
 
     /// plumber's namespace on the primary cluster, where xcc 0.1 kept its Secret `kubeconfig`
@@ -108,18 +279,33 @@ pub struct PlumberArgs {
     )]
     pub namespace: String,
 
-    /// Timeout of each connection and API call.
-    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration, global = true)]
-    pub timeout: Duration,
+    /// How long each connection and API call may take, as kubectl's --request-timeout
+    /// (e.g. 10s, 1m; 0: no limit) [default: 10s].
+    #[arg(long, env = "XCC_REQUEST_TIMEOUT", value_parser = parse_request_timeout, global = true)]
+    pub request_timeout: Option<Duration>,
+
+    /// The former name of --request-timeout, still accepted.
+    #[arg(long = "timeout", env = "XCC_TIMEOUT", hide = true, value_parser = parse_request_timeout, global = true)]
+    pub former_timeout: Option<Duration>,
+}
+
+impl PlumberArgs {
+    /// The per-request timeout (zero: none).
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .or(self.former_timeout)
+            .unwrap_or(REQUEST_TIMEOUT)
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PlumberCommand {
     /// Test the connection to the primary cluster (where the agent runs plumber) and record the
     /// kubeconfig file and context for the other commands.
+    #[command(after_help = examples::PLUMBER_ACTIVATE)]
     Activate {
         /// Path of the kubeconfig file.
-        #[arg(short = 'p', long, env = "XCC_PLUMBER_PATH")]
+        #[arg(short = 'p', long, env = "XCC_PLUMBER_PATH", value_hint = ValueHint::FilePath)]
         path: PathBuf,
         /// Context of the primary cluster.
         #[arg(short = 'a', long, env = "XCC_PLUMBER_ACTIVATE_CONTEXT")]
@@ -129,6 +315,7 @@ pub enum PlumberCommand {
     /// activated kubeconfig into the Secret; plumber then creates ClusterDetector
     /// `<cluster>.<user>`. Credentials the trust rules refuse (exec, auth-provider, file
     /// paths, insecure TLS) are refused here, naming the field.
+    #[command(after_help = examples::PLUMBER_ADD)]
     Add {
         /// Context of the cluster to replicate to.
         #[arg(short = 'c', long, env = "XCC_PLUMBER_TARGET_CONTEXT")]
@@ -136,12 +323,14 @@ pub enum PlumberCommand {
     },
     /// Remove a target cluster's context (and its cluster and user entries, when no other
     /// context uses them) from the Secret.
+    #[command(after_help = examples::PLUMBER_REMOVE)]
     Remove {
         /// Context to remove.
         #[arg(short = 'c', long = "context", env = "XCC_PLUMBER_CONTEXT")]
         context: String,
     },
     /// Show the registered contexts.
+    #[command(after_help = examples::PLUMBER_VIEW)]
     View {
         #[arg(short = 'o', long, env = "XCC_OUTPUT", value_enum, default_value_t)]
         output: Output,
@@ -153,12 +342,14 @@ pub enum ClusterCommand {
     /// Form a group: on every cluster its own Cluster (if missing) and reader Secret, and on
     /// every other cluster a Cluster and Secret for it. Idempotent; run it again to renew the
     /// reader tokens or to add a cluster (name one member of the group and the new one).
+    #[command(after_help = examples::JOIN)]
     Join(JoinArgs),
     /// Undo what join did for one cluster: its reader tokens are revoked (its reader
     /// ServiceAccount is recreated), its Cluster and Secret are deleted on its peers (found
     /// through the Secrets it holds, reached through the context of your kubeconfig with the
     /// same server), the peers' on it, and its own Cluster and Secret if join created them.
     /// Join again to rejoin.
+    #[command(after_help = examples::LEAVE)]
     Leave(LeaveArgs),
 }
 
@@ -249,16 +440,18 @@ pub struct LinkArgs {
     #[arg(long, env = "XCC_LINK_NAME")]
     pub name: Option<String>,
 
-    /// How long to wait for each link to become Ready (e.g. 60s, 2m).
+    /// How long to wait for each link to become Ready (e.g. 60s, 2m). Each API call is bounded
+    /// by --request-timeout.
     #[arg(long, env = "XCC_LINK_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
 
     /// Kubeconfig file (default: the files in $KUBECONFIG, else ~/.kube/config).
-    #[arg(long, env = "XCC_KUBECONFIG")]
+    #[arg(long, env = "XCC_KUBECONFIG", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Timeout of each connection and API call (e.g. 10s, 1m).
-    #[arg(long, env = "XCC_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    /// How long each connection and API call may take, as kubectl's --request-timeout
+    /// (e.g. 10s, 1m; 0: no limit).
+    #[arg(long, env = "XCC_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_request_timeout)]
     pub request_timeout: Duration,
 }
 
@@ -267,6 +460,14 @@ pub struct StatusArgs {
     /// Context to look at (default: the current context).
     #[arg(long, env = "XCC_CONTEXT")]
     pub context: Option<String>,
+
+    /// Namespace of the namespaced kinds (default: the context's namespace, else `default`).
+    #[arg(short = 'n', long, env = "XCC_STATUS_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// The namespaced kinds of every namespace (instead of one).
+    #[arg(short = 'A', long, env = "XCC_ALL_NAMESPACES")]
+    pub all_namespaces: bool,
 
     #[arg(short = 'o', long, env = "XCC_OUTPUT", value_enum, default_value_t)]
     pub output: Output,
@@ -409,7 +610,7 @@ mod tests {
                 } => {
                     assert_eq!(join.contexts, ["a", "b", "c"]);
                     assert_eq!(join.registry.registry_namespace, "cluster-registry");
-                    assert_eq!(join.kube.timeout, Duration::from_secs(10));
+                    assert_eq!(join.kube.request_timeout(), Duration::from_secs(10));
                 }
                 other => panic!("{other:?}"),
             }
@@ -518,5 +719,108 @@ mod tests {
         ] {
             assert!(help.contains(text), "{text:?} not in {help}");
         }
+    }
+
+    #[test]
+    fn every_command_has_kubectl_style_examples() {
+        fn check(command: &clap::Command, path: &str) {
+            let help = command.clone().render_help().to_string();
+            let examples = help
+                .split_once("Examples:\n")
+                .unwrap_or_else(|| panic!("no examples in {path} --help: {help}"))
+                .1;
+            let lines: Vec<&str> = examples.lines().map(str::trim).collect();
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.starts_with(&format!("{path} ")) || *l == path),
+                "no `{path}` line in the examples: {examples}"
+            );
+            for line in lines.iter().filter(|l| !l.is_empty()) {
+                assert!(
+                    line.starts_with('#')
+                        || line.starts_with("kubectl xcc ")
+                        || line.starts_with("source ")
+                        || line.starts_with("ln "),
+                    "{path}: {line:?}"
+                );
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&Cli::command(), "kubectl xcc");
+    }
+
+    #[test]
+    fn request_timeout_is_kubectls_and_timeout_its_former_name() {
+        let timeout = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Status(status) => status.kube.request_timeout(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(timeout(&["status"]), Duration::from_secs(10));
+        assert_eq!(
+            timeout(&["status", "--request-timeout", "3s"]),
+            Duration::from_secs(3)
+        );
+        assert_eq!(timeout(&["status", "--request-timeout=0"]), Duration::ZERO);
+        assert_eq!(
+            timeout(&["status", "--timeout", "4s"]),
+            Duration::from_secs(4)
+        );
+        assert_eq!(
+            timeout(&["status", "--timeout", "4s", "--request-timeout", "5s"]),
+            Duration::from_secs(5)
+        );
+        match parse(&["plumber", "view", "--request-timeout", "2m"])
+            .unwrap()
+            .command
+        {
+            Command::Plumber(plumber) => {
+                assert_eq!(plumber.request_timeout(), Duration::from_secs(120))
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = parse(&["status", "--request-timeout", "5"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("0 for none"), "{e}");
+        // The former name is accepted, not advertised.
+        let help = Cli::command()
+            .find_subcommand_mut("status")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--request-timeout"), "{help}");
+        assert!(!help.contains("--timeout"), "{help}");
+    }
+
+    #[test]
+    fn status_takes_namespace_flags_as_kubectl() {
+        match parse(&["status", "-n", "team-a"]).unwrap().command {
+            Command::Status(status) => {
+                assert_eq!(status.namespace.as_deref(), Some("team-a"));
+                assert!(!status.all_namespaces);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["status", "-A"]).unwrap().command {
+            Command::Status(status) => assert!(status.all_namespaces),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn completion_is_kubectls_spelling_and_completions_still_works() {
+        for spelling in ["completion", "completions"] {
+            assert!(matches!(
+                parse(&[spelling, "zsh"]).unwrap().command,
+                Command::Completion {
+                    shell: clap_complete::Shell::Zsh
+                }
+            ));
+        }
+        let help = Cli::command().render_help().to_string();
+        assert!(help.contains("completion "), "{help}");
+        assert!(!help.contains("completions"), "{help}");
     }
 }

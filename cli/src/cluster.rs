@@ -322,7 +322,13 @@ async fn join(args: JoinArgs) -> Result<(), Error> {
     // Read and check everything before the first write.
     let mut members: Vec<Member> = Vec::new();
     for context in names.iter().filter(|c| args.contexts.contains(c)) {
-        let member = inspect(&kubeconfig, context, &args.registry, args.kube.timeout).await?;
+        let member = inspect(
+            &kubeconfig,
+            context,
+            &args.registry,
+            args.kube.request_timeout(),
+        )
+        .await?;
         if let Some(same) = members.iter().find(|m| m.id == member.id) {
             return Err(Error::Usage(format!(
                 "contexts {:?} and {context:?} are the same cluster; name each cluster once",
@@ -523,7 +529,7 @@ async fn revoke_reader(target: &Target, registry: &RegistryArgs) -> Result<(), E
 
 async fn leave(args: LeaveArgs) -> Result<(), Error> {
     let kubeconfig = contexts::load_args(&args.kube)?;
-    let target = contexts::client(&kubeconfig, &args.context, args.kube.timeout).await?;
+    let target = contexts::client(&kubeconfig, &args.context, args.kube.request_timeout()).await?;
     let id = cluster_id(&target).await?;
     let existing = list_clusters(&target).await?;
     let own = existing
@@ -575,7 +581,8 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
         )));
         for context in &candidates {
             reached = async {
-                let peer = contexts::client(&kubeconfig, context, args.kube.timeout).await?;
+                let peer =
+                    contexts::client(&kubeconfig, context, args.kube.request_timeout()).await?;
                 cluster_id(&peer).await?;
                 Ok::<Target, Error>(peer)
             }

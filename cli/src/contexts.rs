@@ -64,6 +64,23 @@ pub fn pick(kubeconfig: &Kubeconfig, context: Option<&str>) -> Result<String, Er
     Ok(name)
 }
 
+/// The namespace of `context` (checked to exist), else `default`, as kubectl's.
+pub fn namespace(kubeconfig: &Kubeconfig, context: &str) -> String {
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// A timeout as the client takes it: `--request-timeout 0` means none, as kubectl's.
+pub fn limit(timeout: Duration) -> Option<Duration> {
+    (!timeout.is_zero()).then_some(timeout)
+}
+
 /// A client for one context.
 #[derive(Clone)]
 pub struct Target {
@@ -74,7 +91,7 @@ pub struct Target {
 }
 
 /// A client for `context` of `kubeconfig` (checked to exist), with `timeout` on connections
-/// and reads.
+/// and reads (zero: none).
 pub async fn client(
     kubeconfig: &Kubeconfig,
     context: &str,
@@ -92,9 +109,10 @@ pub async fn client(
             origin: origin.clone(),
             source,
         })?;
-    config.connect_timeout = Some(timeout);
-    config.read_timeout = Some(timeout);
-    config.write_timeout = Some(timeout);
+    let timeout = limit(timeout);
+    config.connect_timeout = timeout;
+    config.read_timeout = timeout;
+    config.write_timeout = timeout;
     let server = config.cluster_url.to_string();
     let client =
         Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;
@@ -316,5 +334,22 @@ current-context: first
         assert_eq!(ca.as_deref(), Some("Q0I="));
         let e = server_and_ca(&kc, "filed").unwrap_err();
         assert!(e.to_string().contains("/nonexistent/ca.crt"), "{e}");
+    }
+
+    #[test]
+    fn the_namespace_is_the_contexts_else_default() {
+        let kubeconfig: Kubeconfig = serde_yaml::from_str(
+            "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]
+users: [{name: u, user: {}}]
+contexts:
+- {name: plain, context: {cluster: c, user: u}}
+- {name: team, context: {cluster: c, user: u, namespace: team-a}}
+",
+        )
+        .unwrap();
+        assert_eq!(namespace(&kubeconfig, "team"), "team-a");
+        assert_eq!(namespace(&kubeconfig, "plain"), "default");
     }
 }

@@ -132,14 +132,15 @@ pub async fn run(args: DnsArgs) -> Result<(), Error> {
         )));
     }
     let qtype = args.qtype.as_str();
+    let timeout = args.kube.request_timeout();
     let (client, path, via) = match &args.agent_url {
         Some(url) => {
             let uri = url
                 .parse()
                 .map_err(|e| Error::Usage(format!("--agent-url {url:?} is not a URL: {e}")))?;
             let mut config = Config::new(uri);
-            config.connect_timeout = Some(args.kube.timeout);
-            config.read_timeout = Some(args.kube.timeout);
+            config.connect_timeout = contexts::limit(timeout);
+            config.read_timeout = contexts::limit(timeout);
             let client = Client::try_from(config)
                 .map_err(|e| Error::Failed(format!("cannot make a client for {url}: {e}")))?;
             (client, path(name, qtype, None), url.clone())
@@ -147,7 +148,7 @@ pub async fn run(args: DnsArgs) -> Result<(), Error> {
         None => {
             let kubeconfig = contexts::load_args(&args.kube)?;
             let context = contexts::pick(&kubeconfig, args.context.as_deref())?;
-            let target = contexts::client(&kubeconfig, &context, args.kube.timeout).await?;
+            let target = contexts::client(&kubeconfig, &context, timeout).await?;
             let proxy = (
                 args.agent_namespace.as_str(),
                 args.agent_service.as_str(),
@@ -165,15 +166,18 @@ pub async fn run(args: DnsArgs) -> Result<(), Error> {
         .map_err(|e| Error::Usage(format!("cannot ask for {name:?}: {e}")))?;
     // The whole request is bounded: a proxy that accepts and never answers must not hang a
     // terminal (the client's timeouts are per read, and a proxy may keep a stream alive).
-    let answer = tokio::time::timeout(args.kube.timeout, client.request_text(request))
-        .await
-        .map_err(|_| {
-            Error::Failed(format!(
-                "the agent at {via} did not answer within {}; check that it runs (or pass \
-                 --agent-url, or a longer --timeout)",
-                humantime::format_duration(args.kube.timeout)
-            ))
-        })?;
+    let answer = match contexts::limit(timeout) {
+        None => client.request_text(request).await,
+        Some(limit) => tokio::time::timeout(limit, client.request_text(request))
+            .await
+            .map_err(|_| {
+                Error::Failed(format!(
+                    "the agent at {via} did not answer within {}; check that it runs (or pass \
+                     --agent-url, or a longer --request-timeout)",
+                    humantime::format_duration(limit)
+                ))
+            })?,
+    };
     let text = answer.map_err(|e| match &e {
         kube::Error::Api(status) => {
             // The agent's own refusals come as {"error": ...}.

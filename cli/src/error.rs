@@ -66,7 +66,82 @@ pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// A command-line error as clap renders it, on one line: its message, its tips (clap's "a
+/// similar subcommand exists"), and the help of the command it is about.
+pub fn usage_line(rendered: &str) -> String {
+    let mut message = Vec::new();
+    let mut tips = Vec::new();
+    let mut command = "kubectl xcc".to_string();
+    let mut in_message = true;
+    for line in rendered.lines().map(str::trim) {
+        if line.is_empty() {
+            in_message = false;
+        } else if line.starts_with("tip:") {
+            tips.push(line);
+        } else if let Some(usage) = line.strip_prefix("Usage:") {
+            // `kubectl xcc cluster join [OPTIONS] --context <CONTEXTS>` -> the command's words.
+            let words: Vec<&str> = usage
+                .split_whitespace()
+                .take_while(|w| !w.starts_with(['[', '<', '-']))
+                .collect();
+            if !words.is_empty() {
+                command = words.join(" ");
+            }
+        } else if in_message {
+            message.push(line);
+        }
+    }
+    let mut text = message.join(" ");
+    for tip in tips {
+        text.push_str("; ");
+        text.push_str(tip);
+    }
+    format!("{text} (see {command} --help)")
+}
+
 /// Whether `e` is the API server's 404.
 pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser, error::ErrorKind};
+
+    use super::*;
+    use crate::Cli;
+
+    fn usage(args: &[&str]) -> (ErrorKind, String) {
+        let e = Cli::try_parse_from(std::iter::once("kubectl-xcc").chain(args.iter().copied()))
+            .unwrap_err();
+        (e.kind(), usage_line(&e.render().to_string()))
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_clap_s_suggestion() {
+        let (kind, line) = usage(&["stauts"]);
+        assert_eq!(kind, ErrorKind::InvalidSubcommand);
+        assert_eq!(
+            line,
+            "error: unrecognized subcommand 'stauts'; tip: a similar subcommand exists: \
+             'status' (see kubectl xcc --help)"
+        );
+        let (_, line) = usage(&["cluster", "jion"]);
+        assert!(
+            line.contains("'join' (see kubectl xcc cluster --help)"),
+            "{line}"
+        );
+        let (_, line) = usage(&["status", "--outptu", "json"]);
+        assert!(
+            line.contains("tip: a similar argument exists: '--output'"),
+            "{line}"
+        );
+        assert!(line.ends_with("(see kubectl xcc status --help)"), "{line}");
+        let (_, line) = usage(&["frobnicate"]);
+        assert_eq!(
+            line,
+            "error: unrecognized subcommand 'frobnicate' (see kubectl xcc --help)"
+        );
+        Cli::command().debug_assert();
+    }
 }

@@ -8,6 +8,8 @@
 //!  kubectl xcc dns NAME                           the agent's answer for NAME and where it came from
 //!  kubectl xcc link                               API projection: UpstreamClusterLink, the kubeconfig
 //!                                                 copied across, DownstreamClusterLink
+//!  kubectl xcc completion bash|zsh|fish|...       shell completion (also answers kubectl's
+//!                                                 `kubectl_complete-xcc` protocol)
 //! ```
 //!
 //! Contexts come from the user's kubeconfig as kubectl finds it (`--kubeconfig`, else
@@ -18,6 +20,7 @@
 
 mod args;
 mod cluster;
+pub mod complete;
 mod contexts;
 mod dns;
 mod error;
@@ -27,7 +30,7 @@ mod plumber;
 mod status;
 
 pub use args::{Cli, Command};
-pub use error::{Error, exit, one_line};
+pub use error::{Error, exit, one_line, usage_line};
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<(), Error> {
@@ -37,10 +40,29 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Link(args) => link::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Dns(args) => dns::run(args).await,
-        Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "kubectl-xcc", &mut std::io::stdout());
-            Ok(())
+        Command::Completion { shell } => {
+            let script = match shell {
+                clap_complete::Shell::Bash => complete::BASH.as_bytes().to_vec(),
+                shell => {
+                    let mut command = <Cli as clap::CommandFactory>::command();
+                    let mut script = Vec::new();
+                    clap_complete::generate(shell, &mut command, "kubectl-xcc", &mut script);
+                    script
+                }
+            };
+            write_stdout(&script)
         }
+    }
+}
+
+/// Writes `bytes` to stdout; a closed pipe (`... | head`) is not an error.
+pub fn write_stdout(bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Failed(format!("cannot write to stdout: {e}")))
+        }
+        _ => Ok(()),
     }
 }

@@ -1,12 +1,40 @@
 //! `kubectl-xcc`: the kubectl plugin (`kubectl xcc ...`). Parses the command line, runs the
 //! command, and turns its outcome into one line on stderr and an exit code scripts can use.
+//!
+//! Run as `kubectl_complete-xcc WORDS...` (a link to this binary: kubectl's convention for a
+//! plugin's completion) or as `kubectl-xcc __complete WORDS...` (the bash script), it prints
+//! completion candidates instead.
 
-use std::process::ExitCode;
+use std::{path::Path, process::ExitCode};
 
-use clap::Parser;
-use kubectl_xcc::{Cli, exit};
+use clap::{CommandFactory, Parser};
+use kubectl_xcc::{Cli, complete, exit};
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
+    let name = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    let invoked_as = Path::new(&name)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let words = if invoked_as == complete::KUBECTL_COMPLETE {
+        Some(&rest[..])
+    } else if rest.first().map(String::as_str) == Some(complete::COMPLETE_ARG) {
+        Some(&rest[1..])
+    } else {
+        None
+    };
+    if let Some(words) = words {
+        let completion = complete::complete(Cli::command(), words);
+        return match kubectl_xcc::write_stdout(completion.render().as_bytes()) {
+            Ok(()) => ExitCode::from(exit::OK),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(exit::ERROR)
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -15,15 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::OK);
         }
         Err(e) => {
-            // One line, as every other error: clap's message (the lines before its usage
-            // block), and where to look.
-            let text = e.render().to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            eprintln!("{} (see kubectl xcc --help)", message.join(" "));
+            eprintln!("{}", kubectl_xcc::usage_line(&e.render().to_string()));
             return ExitCode::from(exit::USAGE);
         }
     };

@@ -45,13 +45,14 @@ pub async fn run(args: PlumberArgs) -> Result<(), Error> {
         Some(file) => file.clone(),
         None => default_activation_file()?,
     };
+    let timeout = args.request_timeout();
     match args.command {
         PlumberCommand::Activate {
             path,
             activate_context,
-        } => activate(args.timeout, &file, &path, &activate_context).await,
+        } => activate(timeout, &file, &path, &activate_context).await,
         PlumberCommand::Add { target_context } => {
-            let (activation, kubeconfig, primary) = primary(&file, args.timeout).await?;
+            let (activation, kubeconfig, primary) = primary(&file, timeout).await?;
             add(
                 &primary,
                 &args.namespace,
@@ -62,11 +63,11 @@ pub async fn run(args: PlumberArgs) -> Result<(), Error> {
             .await
         }
         PlumberCommand::Remove { context } => {
-            let (_, _, primary) = primary(&file, args.timeout).await?;
+            let (_, _, primary) = primary(&file, timeout).await?;
             remove(&primary, &args.namespace, &context).await
         }
         PlumberCommand::View { output } => {
-            let (_, _, primary) = primary(&file, args.timeout).await?;
+            let (_, _, primary) = primary(&file, timeout).await?;
             view(&primary, &args.namespace, output).await
         }
     }

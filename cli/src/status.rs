@@ -22,6 +22,8 @@ pub struct Kind {
     pub group: &'static str,
     pub version: &'static str,
     pub plural: &'static str,
+    /// Whether its objects live in namespaces (listed in one namespace unless -A).
+    pub namespaced: bool,
     /// Where the kind keeps its state when it has no Ready condition: (state, reason) paths
     /// under `status`.
     pub state: Option<(&'static str, Option<&'static str>)>,
@@ -45,6 +47,7 @@ pub const KINDS: [Kind; 7] = [
         group: "clusterregistry.k8s.cisco.com",
         version: "v1alpha1",
         plural: "clusters",
+        namespaced: false,
         state: Some(("state", Some("message"))),
     },
     Kind {
@@ -52,6 +55,7 @@ pub const KINDS: [Kind; 7] = [
         group: "clusterregistry.k8s.cisco.com",
         version: "v1alpha1",
         plural: "resourcesyncrules",
+        namespaced: false,
         state: None,
     },
     Kind {
@@ -59,6 +63,7 @@ pub const KINDS: [Kind; 7] = [
         group: "replication.apiresources.multicluster.x-tanzu.vmware.com",
         version: "v1alpha1",
         plural: "secretexports",
+        namespaced: true,
         state: None,
     },
     Kind {
@@ -66,6 +71,7 @@ pub const KINDS: [Kind; 7] = [
         group: "replication.apiresources.multicluster.x-tanzu.vmware.com",
         version: "v1alpha1",
         plural: "secretimports",
+        namespaced: true,
         state: None,
     },
     Kind {
@@ -73,6 +79,7 @@ pub const KINDS: [Kind; 7] = [
         group: "connectivity.tanzu.vmware.com",
         version: "v1alpha1",
         plural: "gatewaydns",
+        namespaced: true,
         state: None,
     },
     Kind {
@@ -80,6 +87,7 @@ pub const KINDS: [Kind; 7] = [
         group: "plumber.jnytnai0613.github.io",
         version: "v1",
         plural: "replicators",
+        namespaced: false,
         state: Some(("synced", None)),
     },
     Kind {
@@ -87,6 +95,7 @@ pub const KINDS: [Kind; 7] = [
         group: "plumber.jnytnai0613.github.io",
         version: "v1",
         plural: "clusterdetectors",
+        namespaced: true,
         state: Some(("clusterstatus", Some("reason"))),
     },
 ];
@@ -108,6 +117,8 @@ pub struct Row {
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     pub context: String,
+    /// The namespace of the namespaced kinds' objects; none: every namespace (-A).
+    pub namespace: Option<String>,
     pub items: Vec<Row>,
     /// Kinds whose CRD this cluster does not serve.
     pub absent_kinds: Vec<String>,
@@ -170,7 +181,13 @@ pub fn render(report: &Report) -> String {
         ]);
     }
     let mut out = if report.items.is_empty() {
-        format!("no xcc objects on context {}\n", report.context)
+        match &report.namespace {
+            Some(namespace) => format!(
+                "no xcc objects on context {} (namespaced kinds: in namespace {namespace}; -A for all)\n",
+                report.context
+            ),
+            None => format!("no xcc objects on context {}\n", report.context),
+        }
     } else {
         table.render()
     };
@@ -192,15 +209,29 @@ pub fn render(report: &Report) -> String {
 pub async fn run(args: StatusArgs) -> Result<(), Error> {
     let kubeconfig = contexts::load_args(&args.kube)?;
     let context = contexts::pick(&kubeconfig, args.context.as_deref())?;
-    let target = contexts::client(&kubeconfig, &context, args.kube.timeout).await?;
+    let namespace = match (args.all_namespaces, &args.namespace) {
+        (true, _) => None,
+        (false, Some(namespace)) => {
+            crate::link::check_namespace(namespace)?;
+            Some(namespace.clone())
+        }
+        (false, None) => Some(contexts::namespace(&kubeconfig, &context)),
+    };
+    let target = contexts::client(&kubeconfig, &context, args.kube.request_timeout()).await?;
     let mut report = Report {
         context: context.clone(),
+        namespace: namespace.clone(),
         items: Vec::new(),
         absent_kinds: Vec::new(),
         forbidden_kinds: Vec::new(),
     };
     for kind in &KINDS {
-        let api: Api<DynamicObject> = Api::all_with(target.client.clone(), &kind.resource());
+        let api: Api<DynamicObject> = match (&namespace, kind.namespaced) {
+            (Some(namespace), true) => {
+                Api::namespaced_with(target.client.clone(), namespace, &kind.resource())
+            }
+            _ => Api::all_with(target.client.clone(), &kind.resource()),
+        };
         match api.list(&ListParams::default()).await {
             Ok(list) => report
                 .items
@@ -281,6 +312,7 @@ mod tests {
     fn the_table_names_absent_kinds_in_a_footer() {
         let report = Report {
             context: "first".into(),
+            namespace: None,
             items: vec![Row {
                 kind: "Cluster".into(),
                 namespace: None,

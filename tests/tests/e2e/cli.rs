@@ -160,6 +160,50 @@ fn context_names(kubeconfig: &Value) -> Vec<String> {
         .collect()
 }
 
+/// kubectl itself completes `kubectl xcc ...` (kubectl 1.26+: `kubectl __complete xcc WORDS`
+/// runs `kubectl_complete-xcc WORDS` from PATH, a link to the plugin): the test bed's kubectl,
+/// no cluster needed.
+#[tokio::test]
+async fn kubectl_completes_the_plugin_through_kubectl_complete_xcc() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(&binaries.kubectl, bin.join("kubectl")).unwrap();
+    std::os::unix::fs::symlink(binary("kubectl-xcc"), bin.join("kubectl-xcc")).unwrap();
+    let complete = |words: &'static [&'static str]| {
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = std::process::Command::new(bin.join("kubectl"))
+            .arg("__complete")
+            .args(words)
+            .env("PATH", path)
+            .env("KUBECONFIG", dir.path().join("none"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // kubectl lists the plugin among its commands.
+    let out = complete(&["x"]);
+    assert!(out.lines().any(|l| l.starts_with("xcc")), "{out}");
+    // Without kubectl_complete-xcc on PATH, kubectl has nothing for its arguments.
+    let out = complete(&["xcc", "st"]);
+    assert!(!out.contains("status"), "{out}");
+    std::os::unix::fs::symlink(binary("kubectl-xcc"), bin.join("kubectl_complete-xcc")).unwrap();
+    let out = complete(&["xcc", "st"]);
+    assert!(out.lines().any(|l| l.starts_with("status\t")), "{out}");
+    assert!(out.ends_with(":4\n"), "no file names: {out}");
+    let out = complete(&["xcc", "status", "-o", ""]);
+    let values: Vec<&str> = out.lines().collect();
+    assert_eq!(values, ["table", "json", "yaml", ":4"], "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
     let Some(binaries) = require_testbed() else {
@@ -180,12 +224,14 @@ async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
 
     // Help and completions work without any cluster.
     assert!(user.run(&["--help"]).await.ok().contains("Exit codes"));
-    assert!(
-        user.run(&["completions", "bash"])
-            .await
-            .ok()
-            .contains("kubectl-xcc")
-    );
+    for spelling in ["completion", "completions"] {
+        assert!(
+            user.run(&[spelling, "bash"])
+                .await
+                .ok()
+                .contains("complete -F __kubectl_xcc_start kubectl-xcc")
+        );
+    }
 
     // Bad input changes nothing: an unknown context, an unreachable cluster.
     user.run(&["cluster", "join", "--context", "first", "--context", "nope"])
@@ -290,6 +336,31 @@ async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
     let table = user.run(&["status"]).await;
     assert!(table.ok().starts_with("KIND"), "{table:?}");
     assert!(table.stdout.contains("Cluster "), "{table:?}");
+    // Namespaced kinds as kubectl get: the context's namespace (none here: `default`), -n, -A;
+    // cluster-scoped kinds always.
+    for (args, namespace) in [
+        (&["status", "-o", "json"][..], serde_json::json!("default")),
+        (
+            &["status", "-n", "kube-system", "-o", "json"][..],
+            serde_json::json!("kube-system"),
+        ),
+        (&["status", "-A", "-o", "json"][..], serde_json::Value::Null),
+    ] {
+        let out = user.run(args).await;
+        let report: serde_json::Value = serde_json::from_str(out.ok()).unwrap();
+        assert_eq!(report["namespace"], namespace, "{report}");
+        assert!(
+            report["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["kind"] == "Cluster"),
+            "{report}"
+        );
+    }
+    user.run(&["status", "-n", "Not_A_Namespace"])
+        .await
+        .fails(2, &["Not_A_Namespace"]);
 
     // dns: the agent on the first cluster serves a slice the way xcc-controller writes it,
     // and explains its answer.

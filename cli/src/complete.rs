@@ -1,0 +1,464 @@
+//! Shell completion. One engine answers three askers, in the protocol of kubectl's completion
+//! (cobra's: one candidate a line, `value<TAB>description`, then `:DIRECTIVE`):
+//!
+//! - kubectl itself (1.26 and later): `kubectl __complete xcc WORDS...` runs
+//!   `kubectl_complete-xcc WORDS...` from PATH; this binary answers when run under that name;
+//! - the bash script `kubectl xcc completion bash` prints, through `kubectl-xcc __complete WORDS...`;
+//! - tests.
+//!
+//! WORDS are the words after the plugin's name; the last is the one being completed (empty when
+//! the cursor follows a space). The other shells' scripts are clap_complete's.
+
+use std::path::Path;
+
+use clap::{Arg, Command, builder::ValueHint};
+
+/// The name kubectl runs to complete the plugin's arguments.
+pub const KUBECTL_COMPLETE: &str = "kubectl_complete-xcc";
+
+/// The hidden first argument under which the bash script asks for candidates.
+pub const COMPLETE_ARG: &str = "__complete";
+
+/// cobra's shell completion directives (bit flags), as kubectl passes them to the shell.
+pub mod directive {
+    /// No candidate: the shell may complete file names.
+    pub const DEFAULT: u32 = 0;
+    /// No space after the candidate.
+    pub const NO_SPACE: u32 = 2;
+    /// No file names, even without a candidate.
+    pub const NO_FILE_COMP: u32 = 4;
+}
+
+/// Candidates for the word being completed, and what the shell does besides.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// (value, description).
+    pub candidates: Vec<(String, String)>,
+    pub directive: u32,
+}
+
+impl Completion {
+    /// In cobra's protocol: `value<TAB>description` lines, then `:DIRECTIVE`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (value, description) in &self.candidates {
+            out.push_str(value);
+            if !description.is_empty() {
+                out.push('\t');
+                out.push_str(description);
+            }
+            out.push('\n');
+        }
+        out.push_str(&format!(":{}\n", self.directive));
+        out
+    }
+
+    fn none(directive: u32) -> Self {
+        Completion {
+            candidates: Vec::new(),
+            directive,
+        }
+    }
+}
+
+/// The first sentence of a help text, on one line, cut to 80 characters.
+fn summary(text: Option<&clap::builder::StyledStr>) -> String {
+    let text = text.map(|t| t.to_string()).unwrap_or_default();
+    let text = crate::one_line(text.split("\n\n").next().unwrap_or_default());
+    let mut end = text.len();
+    for (i, _) in text.match_indices(". ") {
+        if !(text[..i].ends_with("e.g") || text[..i].ends_with("i.e")) {
+            end = i;
+            break;
+        }
+    }
+    let sentence = text[..end].trim_end_matches('.');
+    if sentence.chars().count() <= 80 {
+        return sentence.to_string();
+    }
+    let cut: String = sentence.chars().take(77).collect();
+    format!("{}...", cut.trim_end())
+}
+
+fn takes_value(arg: &Arg) -> bool {
+    arg.get_action().takes_values()
+}
+
+fn long<'a>(command: &'a Command, name: &str) -> Option<&'a Arg> {
+    command.get_arguments().find(|a| {
+        a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|l| l.contains(&name))
+    })
+}
+
+fn short(command: &Command, c: char) -> Option<&Arg> {
+    command.get_arguments().find(|a| {
+        a.get_short() == Some(c) || a.get_all_short_aliases().is_some_and(|l| l.contains(&c))
+    })
+}
+
+/// Whether `arg` names a context of the kubeconfig (`--context`, `--service-context`, `-c`...).
+fn is_context(arg: &Arg) -> bool {
+    arg.get_long()
+        .is_some_and(|l| l == "context" || l.ends_with("-context"))
+}
+
+/// Candidates for a value of `arg` starting with `typed`, each written after `prefix`.
+fn values(arg: &Arg, typed: &str, prefix: &str, kubeconfig: Option<&str>) -> Completion {
+    // A list (`--context a,b,c`): complete its last item.
+    let (typed, prefix) = match arg.get_value_delimiter() {
+        Some(d) if typed.contains(d) => {
+            let cut = typed.rfind(d).map_or(0, |i| i + d.len_utf8());
+            (&typed[cut..], format!("{prefix}{}", &typed[..cut]))
+        }
+        _ => (typed, prefix.to_string()),
+    };
+    let possible = arg.get_possible_values();
+    let mut candidates: Vec<(String, String)> = if !possible.is_empty() {
+        possible
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| (v.get_name().to_string(), summary(v.get_help())))
+            .collect()
+    } else if is_context(arg) {
+        crate::contexts::load(kubeconfig.map(Path::new))
+            .map(|k| crate::contexts::context_names(&k))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| (name, String::new()))
+            .collect()
+    } else if matches!(
+        arg.get_value_hint(),
+        ValueHint::FilePath | ValueHint::AnyPath | ValueHint::DirPath
+    ) {
+        return Completion::none(directive::DEFAULT);
+    } else {
+        Vec::new()
+    };
+    candidates.retain(|(v, _)| v.starts_with(typed));
+    for (value, _) in &mut candidates {
+        value.insert_str(0, &prefix);
+    }
+    Completion {
+        candidates,
+        directive: directive::NO_FILE_COMP,
+    }
+}
+
+/// What the last of `words` (the words after the plugin's name) can be, on `command` (the
+/// CLI's, unbuilt).
+pub fn complete(mut command: Command, words: &[String]) -> Completion {
+    command.build();
+    let (typed, done) = match words.split_last() {
+        Some((typed, done)) => (typed.as_str(), done),
+        None => ("", &[][..]),
+    };
+    let mut current = &command;
+    // A flag whose value is the next word.
+    let mut pending: Option<&Arg> = None;
+    let mut positionals = 0;
+    let mut only_positionals = false;
+    let mut kubeconfig: Option<&str> = None;
+    for word in done {
+        if let Some(arg) = pending.take() {
+            if arg.get_long() == Some("kubeconfig") {
+                kubeconfig = Some(word);
+            }
+            continue;
+        }
+        if only_positionals {
+            positionals += 1;
+        } else if word == "--" {
+            only_positionals = true;
+        } else if let Some(flag) = word.strip_prefix("--") {
+            let (name, value) = match flag.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (flag, None),
+            };
+            if let Some(arg) = long(current, name).filter(|a| takes_value(a)) {
+                match value {
+                    None => pending = Some(arg),
+                    Some(value) if name == "kubeconfig" => kubeconfig = Some(value),
+                    Some(_) => {}
+                }
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-abc`: flags, up to one that takes a value (the rest of the word, or the next).
+            for (i, c) in shorts.char_indices() {
+                if let Some(arg) = short(current, c).filter(|a| takes_value(a)) {
+                    if i + c.len_utf8() == shorts.len() {
+                        pending = Some(arg);
+                    }
+                    break;
+                }
+            }
+        } else if let Some(sub) = current
+            .get_subcommands()
+            .find(|s| s.get_name() == word || s.get_all_aliases().any(|a| a == word))
+        {
+            current = sub;
+            positionals = 0;
+        } else {
+            positionals += 1;
+        }
+    }
+    if let Some(arg) = pending {
+        return values(arg, typed, "", kubeconfig);
+    }
+    if !only_positionals && typed.starts_with('-') {
+        if let Some((name, value)) = typed.strip_prefix("--").and_then(|f| f.split_once('=')) {
+            return match long(current, name).filter(|a| takes_value(a)) {
+                Some(arg) => values(arg, value, &format!("--{name}="), kubeconfig),
+                None => Completion::none(directive::NO_FILE_COMP),
+            };
+        }
+        let candidates = current
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !a.is_positional())
+            .filter_map(|a| {
+                let long = format!("--{}", a.get_long()?);
+                long.starts_with(typed)
+                    .then(|| (long, summary(a.get_help())))
+            })
+            .collect();
+        return Completion {
+            candidates,
+            directive: directive::NO_FILE_COMP,
+        };
+    }
+    let mut candidates: Vec<(String, String)> = if only_positionals {
+        Vec::new()
+    } else {
+        current
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name().starts_with(typed))
+            .map(|s| (s.get_name().to_string(), summary(s.get_about())))
+            .collect()
+    };
+    if let Some(arg) = current.get_positionals().nth(positionals) {
+        let more = values(arg, typed, "", kubeconfig);
+        if candidates.is_empty() && more.directive == directive::DEFAULT {
+            return more;
+        }
+        candidates.extend(more.candidates);
+    }
+    Completion {
+        candidates,
+        directive: directive::NO_FILE_COMP,
+    }
+}
+
+/// The bash script: completes `kubectl-xcc ...`, and `kubectl xcc ...` by wrapping kubectl's
+/// completion (whichever is registered when it is sourced, or the one bash-completion loads on
+/// first use), through `kubectl-xcc __complete`.
+pub const BASH: &str = r#"# bash completion for kubectl-xcc: `kubectl-xcc ...` and `kubectl xcc ...`.
+#
+#   source <(kubectl xcc completion bash)
+#
+# Candidates come from `kubectl-xcc __complete WORDS...` (kubectl-xcc must be on PATH, as
+# kubectl needs it anyway). For `kubectl xcc`, this script wraps kubectl's own completion: the
+# words after `kubectl xcc` are completed here, every other kubectl command by kubectl's
+# completion (registered before this script, or loaded later by bash-completion). Sourcing
+# kubectl's completion after this script replaces the wrapper: kubectl then asks
+# kubectl_complete-xcc (see `kubectl xcc completion --help`).
+
+# Completes COMP_WORDS[COMP_CWORD]; $1 is the index of the first word after the plugin's name.
+__kubectl_xcc_complete() {
+    local first=$1 cur=${COMP_WORDS[COMP_CWORD]} i word out last directive=0
+    local -a args=()
+    for ((i = first; i < COMP_CWORD; i++)); do
+        word=${COMP_WORDS[i]}
+        # bash splits `--flag=value` at `=` (COMP_WORDBREAKS): give the value as its own word.
+        if [[ $word == "=" && $i -gt $first && ${COMP_WORDS[i - 1]} == --* ]]; then
+            continue
+        fi
+        args+=("$word")
+    done
+    if [[ $cur == "=" && $COMP_CWORD -gt $first && ${COMP_WORDS[COMP_CWORD - 1]} == --* ]]; then
+        cur=""
+    fi
+    COMPREPLY=()
+    out=$(kubectl-xcc __complete "${args[@]}" "$cur" 2>/dev/null) || return 0
+    if [[ $out == *$'\n'* ]]; then
+        last=${out##*$'\n'}
+        out=${out%$'\n'*}
+    else
+        last=$out
+        out=
+    fi
+    if [[ $last == :* && ${last#:} =~ ^[0-9]+$ ]]; then
+        directive=${last#:}
+    fi
+    if [[ -n $out ]]; then
+        while IFS= read -r word; do
+            COMPREPLY+=("${word%%$'\t'*}")
+        done <<<"$out"
+    fi
+    if ((directive & 1)); then
+        COMPREPLY=()
+        return 0
+    fi
+    if ((directive & 2)); then
+        compopt -o nospace 2>/dev/null
+    fi
+    if ((${#COMPREPLY[@]} == 0 && !(directive & 4))); then
+        compopt -o default 2>/dev/null
+    else
+        compopt +o default 2>/dev/null
+    fi
+    return 0
+}
+
+__kubectl_xcc_start() {
+    __kubectl_xcc_complete 1
+}
+complete -F __kubectl_xcc_start kubectl-xcc
+
+# `kubectl xcc ...` here; anything else to kubectl's completion.
+__kubectl_xcc_kubectl() {
+    if [[ $COMP_CWORD -ge 2 && ${COMP_WORDS[1]} == xcc ]]; then
+        __kubectl_xcc_complete 2
+        return 0
+    fi
+    if [[ -z ${__kubectl_xcc_next-} ]] && declare -F _completion_loader >/dev/null; then
+        # bash-completion loads kubectl's completion on first use: load it now, and wrap it.
+        complete -r kubectl
+        _completion_loader kubectl
+        __kubectl_xcc_wrap
+    fi
+    if [[ -n ${__kubectl_xcc_next-} ]]; then
+        "$__kubectl_xcc_next" "$@"
+    fi
+}
+
+# Keeps the completion function registered for kubectl (if any) and registers the wrapper in
+# its place, with its options.
+__kubectl_xcc_wrap() {
+    local spec
+    spec=$(complete -p kubectl 2>/dev/null)
+    if [[ $spec == *" -F __kubectl_xcc_kubectl "* ]]; then
+        return 0
+    fi
+    if [[ $spec =~ -F\ ([^ ]+)\ kubectl$ ]]; then
+        __kubectl_xcc_next=${BASH_REMATCH[1]}
+        eval "${spec/ -F $__kubectl_xcc_next / -F __kubectl_xcc_kubectl }"
+    else
+        __kubectl_xcc_next=
+        complete -o default -F __kubectl_xcc_kubectl kubectl
+    fi
+}
+__kubectl_xcc_wrap
+"#;
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::Cli;
+
+    fn values_of(words: &[&str]) -> (Vec<String>, u32) {
+        let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        let c = complete(Cli::command(), &words);
+        (
+            c.candidates.into_iter().map(|(v, _)| v).collect(),
+            c.directive,
+        )
+    }
+
+    #[test]
+    fn subcommands_flags_and_values_complete() {
+        let (all, directive) = values_of(&[""]);
+        for name in ["plumber", "cluster", "link", "status", "dns", "completion"] {
+            assert!(all.contains(&name.to_string()), "{name} not in {all:?}");
+        }
+        assert!(
+            !all.contains(&"completions".to_string()),
+            "hidden alias listed: {all:?}"
+        );
+        assert_eq!(directive, directive::NO_FILE_COMP);
+        assert_eq!(values_of(&["st"]).0, ["status"]);
+        assert_eq!(values_of(&["cluster", "j"]).0, ["join"]);
+        assert_eq!(values_of(&["status", "--o"]).0, ["--output"]);
+        assert_eq!(
+            values_of(&["status", "-o", ""]).0,
+            ["table", "json", "yaml"]
+        );
+        assert_eq!(values_of(&["status", "--output=j"]).0, ["--output=json"]);
+        assert_eq!(
+            values_of(&["status", "-o", "json", "--a"]).0,
+            ["--all-namespaces"]
+        );
+        // Global flags and hidden ones: --log everywhere, the former --timeout nowhere.
+        let flags = values_of(&["plumber", "view", "--"]).0;
+        assert!(flags.contains(&"--log".to_string()), "{flags:?}");
+        assert!(
+            flags.contains(&"--request-timeout".to_string()),
+            "{flags:?}"
+        );
+        assert!(!flags.contains(&"--timeout".to_string()), "{flags:?}");
+        assert_eq!(values_of(&["dns", "x.test", "--type", ""]).0, ["A", "AAAA"]);
+        assert_eq!(
+            values_of(&["completion", "f"]).0,
+            ["fish"],
+            "positional values"
+        );
+        // Paths: the shell completes file names.
+        assert_eq!(
+            values_of(&["status", "--kubeconfig", ""]),
+            (Vec::new(), directive::DEFAULT)
+        );
+        // A DNS name: nothing to offer, and no file names either.
+        assert_eq!(
+            values_of(&["dns", ""]),
+            (Vec::new(), directive::NO_FILE_COMP)
+        );
+    }
+
+    #[test]
+    fn contexts_come_from_the_kubeconfig_named_on_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]
+users: [{name: u, user: {}}]
+contexts:
+- {name: alpha, context: {cluster: c, user: u}}
+- {name: beta, context: {cluster: c, user: u}}
+current-context: alpha
+",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        assert_eq!(
+            values_of(&["status", "--kubeconfig", path, "--context", ""]).0,
+            ["alpha", "beta"]
+        );
+        assert_eq!(
+            values_of(&[
+                "cluster",
+                "join",
+                "--kubeconfig",
+                path,
+                "--context",
+                "alpha,b"
+            ])
+            .0,
+            ["alpha,beta"]
+        );
+    }
+
+    #[test]
+    fn the_protocol_is_kubectls() {
+        let c = Completion {
+            candidates: vec![
+                ("status".into(), "One table".into()),
+                ("json".into(), String::new()),
+            ],
+            directive: directive::NO_FILE_COMP,
+        };
+        assert_eq!(c.render(), "status\tOne table\njson\n:4\n");
+    }
+}
