@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Packages kubectl-xcc for krew: one tar.gz per platform (the binary, stripped when it is a
-# Linux one and `strip` is there, and LICENSE when the repository has one), and the krew plugin manifest naming each archive's download URL and
-# sha256.
+# Linux one and `strip` is there, and LICENSE when the repository has one), and the krew
+# plugin manifest naming each archive's download URL and sha256.
 #
 #   tools/krew-manifest.sh                      # builds the release binary for this machine
 #   tools/krew-manifest.sh linux/amd64=PATH ... # packages the binaries given, one per platform
 #
-# Writes into XCC_KREW_OUT (default dist/krew): kubectl-xcc_VERSION_OS_ARCH.tar.gz and xcc.yaml.
+# Writes into KREW_MANIFEST_OUT (default dist/krew): kubectl-xcc_VERSION_OS_ARCH.tar.gz and
+# xcc.yaml.
 # Upload the archives as the assets of release VERSION; xcc.yaml then installs with
 # `kubectl krew install --manifest=dist/krew/xcc.yaml` (or goes to krew-index).
 #
 # Environment:
-#   XCC_REPOSITORY  the project's URL (default: `repository` of Cargo.toml's [workspace.package],
-#                   else https://github.com/OWNER/xcc, a placeholder to replace); archives are expected at
-#                   XCC_REPOSITORY/releases/download/VERSION/ARCHIVE
-#   XCC_VERSION     the release tag (default: v + the workspace version of Cargo.toml)
-#   XCC_KREW_OUT    output directory (default: dist/krew)
+#   RELEASE_REPOSITORY  the project's URL (default: `repository` of Cargo.toml's
+#                       [workspace.package], else https://github.com/OWNER/xcc, a placeholder
+#                       to replace); archives are expected at
+#                       RELEASE_REPOSITORY/releases/download/VERSION/ARCHIVE
+#   RELEASE_VERSION     the release tag (default: v + the workspace version of Cargo.toml)
+#   KREW_MANIFEST_OUT   output directory (default: dist/krew)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,16 +31,16 @@ workspace_field() {
     ' Cargo.toml
 }
 
-version=${XCC_VERSION:-v$(workspace_field version)}
-repository=${XCC_REPOSITORY:-$(workspace_field repository)}
+version=${RELEASE_VERSION:-v$(workspace_field version)}
+repository=${RELEASE_REPOSITORY:-$(workspace_field repository)}
 if [[ -z $repository ]]; then
     repository=https://github.com/OWNER/xcc
-    echo "warning: no XCC_REPOSITORY and no repository in Cargo.toml: the manifest points at $repository" >&2
+    echo "warning: no RELEASE_REPOSITORY and no repository in Cargo.toml: the manifest points at $repository" >&2
 fi
 repository=${repository%/}
-out=${XCC_KREW_OUT:-dist/krew}
+out=${KREW_MANIFEST_OUT:-dist/krew}
 if [[ ! $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]]; then
-    echo "error: version ${version@Q} is not vMAJOR.MINOR.PATCH (set XCC_VERSION)" >&2
+    echo "error: version ${version@Q} is not vMAJOR.MINOR.PATCH (set RELEASE_VERSION)" >&2
     exit 2
 fi
 

@@ -202,7 +202,7 @@ pub enum Command {
     ///
     /// kubectl 1.26 and later complete a plugin's arguments by running `kubectl_complete-xcc`
     /// from PATH (for every shell kubectl completes): this binary answers when run under that
-    /// name, so a link named kubectl_complete-xcc to it, next to it, is all that needs.
+    /// name, so a link named kubectl_complete-xcc to it, next to it, is all it takes.
     /// This is how zsh and fish complete `kubectl xcc`, and bash when kubectl's completion is
     /// loaded after this script.
     #[command(alias = "completions", after_help = examples::COMPLETION)]

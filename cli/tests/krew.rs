@@ -23,9 +23,9 @@ fn script(out: &Path) -> Command {
     let mut command = Command::new("bash");
     command
         .arg(root.join("tools/krew-manifest.sh"))
-        .env("XCC_KREW_OUT", out)
-        .env("XCC_REPOSITORY", "https://example.org/team/xcc/")
-        .env_remove("XCC_VERSION");
+        .env("KREW_MANIFEST_OUT", out)
+        .env("RELEASE_REPOSITORY", "https://example.org/team/xcc/")
+        .env_remove("RELEASE_VERSION");
     command
 }
 
