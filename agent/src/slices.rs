@@ -278,7 +278,13 @@ impl SliceIndex {
     }
 }
 
-/// Watches EndpointSlices in `namespace` until the stream ends (it retries with backoff forever).
+/// Watches EndpointSlices in `namespace` until the stream ends (it retries forever).
+///
+/// Retries as the sync core's watches of the local cluster do: a new list after every failure,
+/// on [`xcc_kube::Backoff::local`] (jittered, never more than 2 s, back to the start once the
+/// server answers). kube's default schedule grows to 30 s and only starts over after two
+/// quiet minutes, so an API server that restarted was answering for up to half a minute before
+/// the table saw a change made right after.
 pub async fn run(
     client: Client,
     namespace: String,
@@ -288,9 +294,10 @@ pub async fn run(
     ready: Arc<AtomicBool>,
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events =
+        crate::sources::relisting(move || watcher(api.clone(), watcher::Config::default()).boxed())
+            .backoff(xcc_kube::Backoff::local())
+            .boxed();
     let mut pending: Vec<EndpointSlice> = Vec::new();
     while let Some(event) = events.next().await {
         match event {

@@ -454,7 +454,7 @@ type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Erro
 /// objects would look failed until its next change. A new list after a failure costs one list
 /// (the watcher relists after an expired watch anyway) and ends in `InitDone`, so the source
 /// knows it is back. Put the backoff around it: the new watcher is polled after the delay.
-fn relisting<K: Send + 'static>(
+pub(crate) fn relisting<K: Send + 'static>(
     watch: impl Fn() -> WatchEvents<K> + Send + 'static,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
     let events = watch();

@@ -13,9 +13,10 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// - [`Backoff::peer`] for calls to other clusters: doubling to 15 s, each delay stretched by a
 ///   random 0–100 % (so 15–30 s once at the top). A peer that still fails after a minute is
 ///   misconfigured or down, and every request to it may carry a credential.
-/// - [`Backoff::local`] for this process's own cluster: doubling to 2 s, jittered the same way.
-///   Its API server is the one this process serves; after it restarts (RBAC caches cold, watches
-///   expired) the process should be back within seconds, not half a minute.
+/// - [`Backoff::local`] for this process's own cluster: doubling to 1 s, jittered the same way,
+///   so never more than 2 s. Its API server is the one this process serves; after it restarts
+///   (RBAC caches cold, watches expired) the process sees a change made once it answers within
+///   2 s, not half a minute.
 ///
 /// kube-runtime's watcher emits `Event::Init` before every attempt to list, also when the list
 /// then fails, and its stream adapter resets the backoff on any such event: a schedule reset at
@@ -24,7 +25,7 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// after a real recovery, not between two failures. The local schedule resets the same way, but
 /// its top is low: right after its API server restarts, watches fail with `410 Expired` several
 /// times in a row while its caches warm up, and each retry still comes within seconds; a kind
-/// this process may not list (its optional RBAC not applied) is asked every 2–4 s, not three
+/// this process may not list (its optional RBAC not applied) is asked every 1–2 s, not three
 /// times a second.
 #[derive(Debug)]
 pub struct Backoff {
@@ -39,7 +40,7 @@ impl Backoff {
     /// Top of [`Backoff::peer`] before jitter.
     pub const PEER_MAX: Duration = Duration::from_secs(15);
     /// Top of [`Backoff::local`] before jitter.
-    pub const LOCAL_MAX: Duration = Duration::from_secs(2);
+    pub const LOCAL_MAX: Duration = Duration::from_secs(1);
 
     /// The schedule of calls and watches to another cluster.
     pub fn peer() -> Backoff {

@@ -428,6 +428,56 @@ async fn local_first_answers_each_clusters_own_gateway_while_it_is_healthy() {
             .to_string();
         assert!(refused.contains(field), "{spec}: {refused}");
     }
+
+    let took = restart_and_change(&fleet).await;
+    eprintln!(
+        "cluster-a's API server restarted: its agent answered a slice created once the server answered after {:.2} s",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}, bar 2 s");
+}
+
+/// Stops cluster-a's API server long enough for its agent's EndpointSlice watch to fail several
+/// times in a row, starts it again, and as soon as it answers creates a slice in the agent's
+/// namespace (not the controller's: no managed-by label); returns how long until cluster-a's
+/// agent answers its name.
+async fn restart_and_change(fleet: &Fleet) -> Duration {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let ca = fleet.bed.cluster("cluster-a");
+    let name = "kuard.gateway.restart.dev-team.clusters.xcc.test";
+    ca.stop();
+    // sleep: the outage itself, not a wait for an event: 10 s of connections refused, long
+    // enough for a watch's backoff to grow (kube's default schedule reaches 13 s by then).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ca.restart().await.unwrap();
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "restart-probe",
+            "namespace": "xcc-dns",
+            "annotations": {
+                "connectivity.tanzu.vmware.com/dns-hostname":
+                    "*.gateway.restart.dev-team.clusters.xcc.test"
+            }
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.9.0.1"]}]
+    }))
+    .unwrap();
+    let changed = Instant::now();
+    Api::<EndpointSlice>::namespaced(ca.client.clone(), "xcc-dns")
+        .create(&Default::default(), &slice)
+        .await
+        .unwrap();
+    wait_dig(
+        fleet.dns("cluster-a"),
+        name,
+        "A",
+        Duration::from_secs(40),
+        a(&["10.9.0.1"]),
+    )
+    .await
+    .unwrap();
+    changed.elapsed()
 }
 
 /// Sends `count` A queries for `name` to `server`, `pause` apart; returns (answered with data,
