@@ -247,6 +247,41 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
     }
 }
 
+/// The command `words` (the words after the plugin's name) name, as far as they are valid:
+/// `kubectl xcc cluster join` for `cluster join --context a`.
+pub fn command_path(mut command: Command, words: &[String]) -> String {
+    command.build();
+    let mut current = &command;
+    let mut path = vec!["kubectl xcc".to_string()];
+    let mut value_next = false;
+    for word in words {
+        if std::mem::take(&mut value_next) {
+            continue;
+        }
+        if word == "--" {
+            break;
+        }
+        if let Some(flag) = word.strip_prefix("--") {
+            value_next = !flag.contains('=') && long(current, flag).is_some_and(takes_value);
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            let mut chars = shorts.chars();
+            value_next = match (chars.next(), chars.next()) {
+                (Some(c), None) => short(current, c).is_some_and(takes_value),
+                _ => false,
+            };
+        } else {
+            match current.find_subcommand(word) {
+                Some(sub) => {
+                    current = sub;
+                    path.push(sub.get_name().to_string());
+                }
+                None => break,
+            }
+        }
+    }
+    path.join(" ")
+}
+
 /// The bash script: completes `kubectl-xcc ...`, and `kubectl xcc ...` by wrapping kubectl's
 /// completion (whichever is registered when it is sourced, or the one bash-completion loads on
 /// first use), through `kubectl-xcc __complete`.

@@ -67,26 +67,17 @@ pub fn one_line(text: &str) -> String {
 }
 
 /// A command-line error as clap renders it, on one line: its message, its tips (clap's "a
-/// similar subcommand exists"), and the help of the command it is about.
-pub fn usage_line(rendered: &str) -> String {
+/// similar subcommand exists"), and where to look: the help of `command` (the command the
+/// line names, e.g. `kubectl xcc cluster join`).
+pub fn usage_line(rendered: &str, command: &str) -> String {
     let mut message = Vec::new();
     let mut tips = Vec::new();
-    let mut command = "kubectl xcc".to_string();
     let mut in_message = true;
     for line in rendered.lines().map(str::trim) {
         if line.is_empty() {
             in_message = false;
         } else if line.starts_with("tip:") {
             tips.push(line);
-        } else if let Some(usage) = line.strip_prefix("Usage:") {
-            // `kubectl xcc cluster join [OPTIONS] --context <CONTEXTS>` -> the command's words.
-            let words: Vec<&str> = usage
-                .split_whitespace()
-                .take_while(|w| !w.starts_with(['[', '<', '-']))
-                .collect();
-            if !words.is_empty() {
-                command = words.join(" ");
-            }
         } else if in_message {
             message.push(line);
         }
@@ -114,7 +105,9 @@ mod tests {
     fn usage(args: &[&str]) -> (ErrorKind, String) {
         let e = Cli::try_parse_from(std::iter::once("kubectl-xcc").chain(args.iter().copied()))
             .unwrap_err();
-        (e.kind(), usage_line(&e.render().to_string()))
+        let words: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let command = crate::complete::command_path(Cli::command(), &words);
+        (e.kind(), usage_line(&e.render().to_string(), &command))
     }
 
     #[test]
@@ -137,6 +130,17 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("(see kubectl xcc status --help)"), "{line}");
+        let (_, line) = usage(&["--log", "debug", "status", "-o", "xml"]);
+        assert!(
+            line.contains("[possible values: table, json, yaml]"),
+            "{line}"
+        );
+        assert!(line.ends_with("(see kubectl xcc status --help)"), "{line}");
+        let (_, line) = usage(&["cluster", "join", "--context", "a", "--token-ttl", "soon"]);
+        assert!(
+            line.ends_with("(see kubectl xcc cluster join --help)"),
+            "{line}"
+        );
         let (_, line) = usage(&["frobnicate"]);
         assert_eq!(
             line,

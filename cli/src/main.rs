@@ -43,7 +43,11 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::OK);
         }
         Err(e) => {
-            eprintln!("{}", kubectl_xcc::usage_line(&e.render().to_string()));
+            let command = complete::command_path(Cli::command(), &rest);
+            eprintln!(
+                "{}",
+                kubectl_xcc::usage_line(&e.render().to_string(), &command)
+            );
             return ExitCode::from(exit::USAGE);
         }
     };
