@@ -26,6 +26,7 @@ use kube::{
     },
 };
 use xcc_dns::{HostRecords, RecordTable, proto::rr::Name};
+use xcc_kube::announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION};
 
 use crate::metrics::Metrics;
 
@@ -191,7 +192,31 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
         .filter(|t| *t <= MAX_TTL);
     let mut entries = vec![(name.clone(), records.clone())];
     if name.is_wildcard() {
-        entries.push((name.base_name(), records));
+        entries.push((name.base_name(), records.clone()));
+    }
+    // The global name this gateway also answers on this cluster (the controller sets it only
+    // where the global answer includes it), with the TTL of its answers.
+    if let Some(global) = slice.annotations().get(GLOBAL_HOSTNAME_ANNOTATION) {
+        let bad_host = |reason: String| SliceError::BadHostname {
+            hostname: global.clone(),
+            reason,
+        };
+        let mut global_name =
+            Name::from_ascii(global.trim()).map_err(|e| bad_host(e.to_string()))?;
+        global_name.set_fqdn(true);
+        if global_name.num_labels() == 0 || global_name.iter().any(|l| l.is_empty()) {
+            return Err(bad_host("empty label".into()));
+        }
+        records.ttl = slice
+            .annotations()
+            .get(GLOBAL_TTL_ANNOTATION)
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .filter(|t| *t <= MAX_TTL);
+        let base = global_name.is_wildcard().then(|| global_name.base_name());
+        entries.push((global_name, records.clone()));
+        if let Some(base) = base {
+            entries.push((base, records));
+        }
     }
     Ok(Some(entries))
 }
@@ -605,5 +630,62 @@ mod tests {
                 .insert(xcc_kube::announcement::TTL_ANNOTATION.into(), bad.into());
             assert_eq!(ttl_of(&global), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_per_cluster_slice_may_answer_the_global_name_too_with_its_own_ttl() {
+        const GLOBAL: &str = "*.gateway.dev-team.global.xcc.test";
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let with_global = |name: &str, host: &str, ip: &str| {
+            let mut s = slice(name, Some(host), "IPv4", &[ip]);
+            let annotations = s.metadata.annotations.as_mut().unwrap();
+            annotations.insert(GLOBAL_HOSTNAME_ANNOTATION.into(), GLOBAL.into());
+            annotations.insert(GLOBAL_TTL_ANNOTATION.into(), "5".into());
+            s
+        };
+        let host_b = "*.gateway.cluster-b.dev-team.clusters.xcc.test";
+        index.apply(&with_global("a", HOST, "10.0.0.1")).unwrap();
+        index.apply(&with_global("b", host_b, "10.0.0.2")).unwrap();
+        let ttls = |qname: &str| -> Vec<u32> {
+            let snapshot = t.snapshot();
+            let name = Name::from_ascii(qname).unwrap();
+            snapshot
+                .resolve(&name, RecordType::A)
+                .answers
+                .iter()
+                .map(|r| r.ttl)
+                .collect()
+        };
+        let own = "kuard.gateway.cluster-a.dev-team.clusters.xcc.test.";
+        let global = "kuard.gateway.dev-team.global.xcc.test.";
+        assert_eq!(answers(&t, own, RecordType::A), ["10.0.0.1"]);
+        assert_eq!(answers(&t, global, RecordType::A), ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(
+            answers(&t, "gateway.dev-team.global.xcc.test.", RecordType::A),
+            ["10.0.0.1", "10.0.0.2"],
+            "the wildcard's own name too"
+        );
+        assert_eq!(ttls(global), [5, 5]);
+        assert!(
+            ttls(own).iter().all(|ttl| *ttl != 5),
+            "the cluster's own name keeps the zone's TTL: {:?}",
+            ttls(own)
+        );
+        // The controller takes cluster-a out of the global answer: its own name stays.
+        index
+            .apply(&slice("a", Some(HOST), "IPv4", &["10.0.0.1"]))
+            .unwrap();
+        assert_eq!(answers(&t, global, RecordType::A), ["10.0.0.2"]);
+        assert_eq!(answers(&t, own, RecordType::A), ["10.0.0.1"]);
+        // A global name that is not a name is reported, the last good records stay.
+        let mut bad = with_global("b", host_b, "10.0.0.3");
+        bad.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(GLOBAL_HOSTNAME_ANNOTATION.into(), "a..b".into());
+        assert!(index.apply(&bad).is_err());
+        assert_eq!(answers(&t, global, RecordType::A), ["10.0.0.2"]);
     }
 }

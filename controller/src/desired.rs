@@ -18,7 +18,7 @@
 //! the first by name) publishes it; the others report `Conflict` for it.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::IpAddr,
 };
 
@@ -30,7 +30,9 @@ use kube::{ResourceExt, api::ObjectMeta};
 
 use xcc_kube::{
     Announcement, Feature,
-    announcement::{GLOBAL_ANNOTATION, TTL_ANNOTATION},
+    announcement::{
+        GLOBAL_ANNOTATION, GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION, TTL_ANNOTATION,
+    },
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -129,6 +131,9 @@ pub struct Plan {
     pub global: BTreeMap<String, Vec<EndpointSlice>>,
     /// Which of those each cluster of the namespace is sent.
     pub global_members: GlobalMembers,
+    /// The global name, and the TTL of its answers (empty in a plan without it).
+    pub global_hostname: String,
+    pub global_ttl: String,
 }
 
 /// Whose gateways the global name answers with, per asking cluster.
@@ -149,9 +154,19 @@ pub enum GlobalMembers {
 }
 
 impl Plan {
-    /// The global-name slices cluster `target` is to have.
+    /// The global-name slices cluster `target` is to have (an agent that announced only
+    /// [`Feature::Global`]).
     pub fn global_for(&self, target: &str) -> Vec<&EndpointSlice> {
-        let members: Vec<&str> = match &self.global_members {
+        self.global_members_for(target)
+            .into_iter()
+            .filter_map(|c| self.global.get(c))
+            .flatten()
+            .collect()
+    }
+
+    /// The selected clusters whose gateways answer the global name on cluster `target`.
+    pub fn global_members_for<'a>(&'a self, target: &'a str) -> Vec<&'a str> {
+        match &self.global_members {
             GlobalMembers::Nobody => Vec::new(),
             GlobalMembers::Everyone(all) => all.iter().map(String::as_str).collect(),
             GlobalMembers::LocalFirst { healthy, fallback } => {
@@ -163,12 +178,7 @@ impl Plan {
                     fallback.iter().map(String::as_str).collect()
                 }
             }
-        };
-        members
-            .into_iter()
-            .filter_map(|c| self.global.get(c))
-            .flatten()
-            .collect()
+        }
     }
 
     /// Whether an owned slice named `name` should be deleted (the global name aside).
@@ -348,24 +358,22 @@ pub fn plan_with_health(
                     .map(|i| i.to_string())
                     .collect();
                 let fqdn: Vec<String> = hostnames.iter().take(1).cloned().collect();
-                for (name, kind, addresses) in [
-                    (&names[0], "IPv4", &v4),
-                    (&names[1], "IPv6", &v6),
-                    (&names[2], "FQDN", &fqdn),
-                ] {
-                    if !addresses.is_empty() {
-                        out.slices
-                            .push(slice(name, kind, addresses, &host, &reference));
-                        out.sources.insert(name.clone(), cluster.name.clone());
-                    }
-                }
+                let addresses = [v4, v6, fqdn];
+                push_slices(
+                    &mut out,
+                    &names,
+                    &addresses,
+                    &host,
+                    &reference,
+                    &cluster.name,
+                );
                 status.state = GatewayState::Published;
+                status.addresses = addresses.iter().flatten().cloned().collect();
                 candidates.push((
                     cluster.name.clone(),
                     view.health == Some(GatewayHealth::Healthy),
-                    [v4.clone(), v6.clone(), fqdn.clone()],
+                    addresses,
                 ));
-                status.addresses = v4.into_iter().chain(v6).chain(fqdn).collect();
                 if hostnames.len() > 1 {
                     status.message = format!(
                         "the load balancer gives {} host names; a DNS name can alias only one, {} is published",
@@ -404,7 +412,9 @@ pub fn plan_with_health(
                     .find(|c| c.cluster == cluster.name)
                 {
                     status.addresses = before.addresses.clone();
-                    candidates.push((cluster.name.clone(), false, split(&before.addresses)));
+                    let last = split(&before.addresses);
+                    push_slices(&mut out, &names, &last, &host, &reference, &cluster.name);
+                    candidates.push((cluster.name.clone(), false, last));
                 }
                 status.state = GatewayState::Unreachable;
                 status.message = format!(
@@ -420,7 +430,9 @@ pub fn plan_with_health(
                     .find(|c| c.cluster == cluster.name)
                 {
                     status.addresses = before.addresses.clone();
-                    candidates.push((cluster.name.clone(), false, split(&before.addresses)));
+                    let last = split(&before.addresses);
+                    push_slices(&mut out, &names, &last, &host, &reference, &cluster.name);
+                    candidates.push((cluster.name.clone(), false, last));
                 }
                 status.state = GatewayState::KubeconfigRejected;
                 status.message = format!(
@@ -434,6 +446,25 @@ pub fn plan_with_health(
     }
     plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
     out
+}
+
+/// The per-cluster slices of `cluster` (names from [`slice_names`]) for its (v4, v6, host name)
+/// addresses.
+fn push_slices(
+    out: &mut Plan,
+    names: &[String; 3],
+    addresses: &[Vec<String>; 3],
+    host: &str,
+    reference: &str,
+    cluster: &str,
+) {
+    for ((name, kind), addresses) in names.iter().zip(["IPv4", "IPv6", "FQDN"]).zip(addresses) {
+        if !addresses.is_empty() {
+            out.slices
+                .push(slice(name, kind, addresses, host, reference));
+            out.sources.insert(name.clone(), cluster.to_string());
+        }
+    }
 }
 
 /// Addresses as the status lists them, back to (v4, v6, host names).
@@ -495,6 +526,8 @@ fn plan_global(
         _ => GlobalMembers::Everyone(fallback),
     };
     let ttl = global.ttl.to_string();
+    out.global_hostname = host.clone();
+    out.global_ttl = ttl.clone();
     for (cluster, _, addresses) in candidates {
         let names = global_slice_names(namespace, cluster);
         let mut slices = Vec::new();
@@ -636,38 +669,73 @@ pub fn cluster_writes_for(
     target: &str,
 ) -> ClusterWrites {
     let mut out = ClusterWrites::default();
-    let by_name: BTreeMap<String, &EndpointSlice> =
-        existing.iter().map(|s| (s.name_any(), s)).collect();
-    let global = plan.global_for(target);
-    let wanted: Vec<&EndpointSlice> = plan.slices.iter().chain(global).collect();
-    for want in &wanted {
-        let name = want.name_any();
+    let by_name: HashMap<&str, &EndpointSlice> = existing
+        .iter()
+        .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), s))
+        .collect();
+    // An agent that reads the global name off the per-cluster slices gets it there: one slice
+    // per gateway, one write per change. An earlier one gets the separate global slices.
+    let on_slices =
+        agent.is_some_and(|a| a.reads(Feature::GlobalHostname)) && !plan.global_hostname.is_empty();
+    let members: HashSet<&str> = if on_slices {
+        plan.global_members_for(target).into_iter().collect()
+    } else {
+        HashSet::new()
+    };
+    let member = |slice: &EndpointSlice| {
+        on_slices
+            && slice
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|n| plan.sources.get(n))
+                .is_some_and(|c| members.contains(c.as_str()))
+    };
+    let global = if on_slices {
+        Vec::new()
+    } else {
+        plan.global_for(target)
+    };
+    let mut wanted: HashSet<&str> = HashSet::new();
+    for want in plan.slices.iter().chain(global) {
+        let name = want.metadata.name.as_deref().unwrap_or_default();
         if !readable_by(want, agent) {
             if is_global(want) {
                 out.withheld_global = true;
             } else {
-                out.withheld.push(name);
+                out.withheld.push(name.to_string());
             }
             continue;
         }
-        match by_name.get(&name) {
-            Some(have) if !is_owned(have, reference) => out.foreign.push(name),
-            Some(have) if same_content(have, want) => {}
-            _ => out.apply.push((*want).clone()),
+        wanted.insert(name);
+        let global = member(want).then(|| (&*plan.global_hostname, &*plan.global_ttl));
+        match by_name.get(name) {
+            Some(have) if !is_owned(have, reference) => out.foreign.push(name.to_string()),
+            Some(have) if same_content_with(have, want, global) => {}
+            _ => out.apply.push(match global {
+                Some((host, ttl)) => with_global_hostname(want, host, ttl),
+                None => want.clone(),
+            }),
         }
     }
     for have in existing.iter().filter(|s| is_owned(s, reference)) {
         let name = have.name_any();
-        let still_wanted = wanted
-            .iter()
-            .any(|w| w.metadata.name.as_deref() == Some(name.as_str()));
         if !readable_by(have, agent) {
             out.kept_unreadable.push((name, have.address_type.clone()));
-        } else if !still_wanted && !plan.keep.contains(&name) {
+        } else if !wanted.contains(name.as_str()) && !plan.keep.contains(&name) {
             out.delete.push(name);
         }
     }
     out
+}
+
+/// `slice` also answering the global name `host`, with TTL `ttl`.
+pub fn with_global_hostname(slice: &EndpointSlice, host: &str, ttl: &str) -> EndpointSlice {
+    let mut slice = slice.clone();
+    let annotations = slice.metadata.annotations.get_or_insert_default();
+    annotations.insert(GLOBAL_HOSTNAME_ANNOTATION.to_string(), host.to_string());
+    annotations.insert(GLOBAL_TTL_ANNOTATION.to_string(), ttl.to_string());
+    slice
 }
 
 /// Whether `existing` is a slice this GatewayDNS wrote (both annotations, matching ref).
@@ -679,22 +747,67 @@ pub fn is_owned(existing: &EndpointSlice, reference: &str) -> bool {
 
 /// Whether `existing` already says what `desired` says (no write needed).
 pub fn same_content(existing: &EndpointSlice, desired: &EndpointSlice) -> bool {
-    let addresses = |s: &EndpointSlice| -> Vec<String> {
-        let mut all: Vec<String> = s
-            .endpoints
-            .iter()
-            .flat_map(|e| e.addresses.clone())
-            .collect();
-        all.sort();
-        all
+    let global = desired
+        .annotations()
+        .get(GLOBAL_HOSTNAME_ANNOTATION)
+        .map(|host| {
+            (
+                host.as_str(),
+                desired
+                    .annotations()
+                    .get(GLOBAL_TTL_ANNOTATION)
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+            )
+        });
+    same_content_with(existing, desired, global)
+}
+
+/// [`same_content`] for `desired` with the global name `global` (host, TTL) added, or without
+/// one: an annotation naming a global name the slice should not answer is a difference too.
+fn same_content_with(
+    existing: &EndpointSlice,
+    desired: &EndpointSlice,
+    global: Option<(&str, &str)>,
+) -> bool {
+    // Both sides are short: compare as sorted lists without copying the strings.
+    let mut have_sorted: Vec<&str> = existing
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    let mut want_sorted: Vec<&str> = desired
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    have_sorted.sort_unstable();
+    want_sorted.sort_unstable();
+    let annotations = existing.annotations();
+    let global_same = match global {
+        Some((host, ttl)) => {
+            annotations
+                .get(GLOBAL_HOSTNAME_ANNOTATION)
+                .map(String::as_str)
+                == Some(host)
+                && annotations.get(GLOBAL_TTL_ANNOTATION).map(String::as_str) == Some(ttl)
+        }
+        None => {
+            !annotations.contains_key(GLOBAL_HOSTNAME_ANNOTATION)
+                && !annotations.contains_key(GLOBAL_TTL_ANNOTATION)
+        }
     };
     existing.address_type == desired.address_type
-        && addresses(existing) == addresses(desired)
+        && have_sorted == want_sorted
         && existing.endpoints.len() == 1
+        && global_same
         && desired
             .annotations()
             .iter()
-            .all(|(k, v)| existing.annotations().get(k) == Some(v))
+            .filter(|(k, _)| {
+                k.as_str() != GLOBAL_HOSTNAME_ANNOTATION && k.as_str() != GLOBAL_TTL_ANNOTATION
+            })
+            .all(|(k, v)| annotations.get(k) == Some(v))
         && desired
             .labels()
             .iter()
@@ -1172,12 +1285,28 @@ mod tests {
         assert!(global_addresses(&global_plan(&nx, &[]), "cluster-a").is_empty());
     }
 
+    /// An xcc-agent of the version before [`Feature::GlobalHostname`]: it reads the separate
+    /// global slices.
+    fn earlier_agent() -> Announcement {
+        Announcement {
+            features: [Feature::Fqdn, Feature::Global, Feature::Ipv6].into(),
+            version: Some("earlier".into()),
+        }
+    }
+
     #[test]
     fn global_names_go_only_to_clusters_that_announced_them_and_leave_when_unhealthy() {
         let plan = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
         let none = cluster_writes_for(&plan, &[], "dev-team/g", None, "cluster-c");
         assert_eq!(names(&none.apply).len(), 2, "{none:?}");
         assert!(none.withheld_global && none.withheld.is_empty());
+        assert!(
+            none.apply
+                .iter()
+                .all(|s| !s.annotations().contains_key(GLOBAL_HOSTNAME_ANNOTATION)),
+            "{none:?}"
+        );
+        let xcc_agent = earlier_agent;
         let announced =
             cluster_writes_for(&plan, &[], "dev-team/g", Some(&xcc_agent()), "cluster-c");
         assert_eq!(names(&announced.apply).len(), 4, "{announced:?}");
@@ -1196,5 +1325,185 @@ mod tests {
         // An unannounced cluster never loses one either (it never had one).
         let writes = cluster_writes_for(&after, &existing, "dev-team/g", None, "cluster-c");
         assert!(writes.delete.is_empty(), "{writes:?}");
+    }
+
+    /// The global name on the per-cluster slices of the clusters `target` is to answer it with.
+    fn global_on(writes: &ClusterWrites) -> Vec<(String, String, String)> {
+        writes
+            .apply
+            .iter()
+            .filter_map(|s| {
+                let a = s.annotations();
+                Some((
+                    s.name_any(),
+                    a.get(GLOBAL_HOSTNAME_ANNOTATION)?.clone(),
+                    a.get(GLOBAL_TTL_ANNOTATION)?.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    /// What cluster `target` has after `writes` were made on `existing`.
+    fn after_writes(existing: &[EndpointSlice], writes: &ClusterWrites) -> Vec<EndpointSlice> {
+        let mut out: Vec<EndpointSlice> = existing
+            .iter()
+            .filter(|s| !writes.delete.contains(&s.name_any()))
+            .filter(|s| !writes.apply.iter().any(|w| w.name_any() == s.name_any()))
+            .cloned()
+            .collect();
+        out.extend(writes.apply.iter().cloned());
+        out
+    }
+
+    #[test]
+    fn the_global_name_rides_on_the_per_cluster_slices_one_write_per_change() {
+        let agent = xcc_agent();
+        let write = |plan: &Plan, existing: &[EndpointSlice], target: &str| {
+            cluster_writes_for(plan, existing, "dev-team/g", Some(&agent), target)
+        };
+        let both = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
+        let first = write(&both, &[], "cluster-c");
+        // Two slices, each naming both its cluster's name and the global one.
+        assert_eq!(
+            names(&first.apply),
+            ["dev-team-cluster-a-gateway", "dev-team-cluster-b-gateway"]
+        );
+        let host = "*.gateway.dev-team.global.xcc.test".to_string();
+        assert_eq!(
+            global_on(&first),
+            [
+                (
+                    "dev-team-cluster-a-gateway".into(),
+                    host.clone(),
+                    "5".into()
+                ),
+                (
+                    "dev-team-cluster-b-gateway".into(),
+                    host.clone(),
+                    "5".into()
+                ),
+            ]
+        );
+        assert!(!first.withheld_global);
+        assert!(
+            first.apply.iter().all(original_reads),
+            "the original reads them as before (and ignores the global name)"
+        );
+        let have = after_writes(&[], &first);
+        // Nothing changed: nothing to write.
+        assert_eq!(write(&both, &have, "cluster-c"), ClusterWrites::default());
+
+        // One gateway's address changes: one write on this cluster.
+        let g = gateway("g", 0, &[("hasContour", "true")]);
+        let moved = plan_with_health(
+            &g,
+            std::slice::from_ref(&g),
+            &contour(),
+            "xcc.test",
+            &Global::default(),
+            |c| match c {
+                "cluster-a" => observe(Some(&lb(&["10.0.0.9"], &[]))),
+                _ => observe(Some(&lb(&["10.0.0.2"], &[]))),
+            },
+            |_| HealthView {
+                health: Some(GatewayHealth::Healthy),
+                ..Default::default()
+            },
+        );
+        let change = write(&moved, &have, "cluster-c");
+        assert_eq!(names(&change.apply), ["dev-team-cluster-a-gateway"]);
+        assert_eq!(change.apply[0].endpoints[0].addresses, ["10.0.0.9"]);
+        assert_eq!(global_on(&change).len(), 1, "it keeps the global name");
+        assert!(change.delete.is_empty());
+
+        // cluster-a turns unhealthy: its slice loses the global name (a rewrite, not a delete).
+        let b_only = global_plan(&Global::default(), &["cluster-b"]);
+        let left = write(&b_only, &have, "cluster-c");
+        assert_eq!(names(&left.apply), ["dev-team-cluster-a-gateway"]);
+        assert!(global_on(&left).is_empty(), "{left:?}");
+        assert!(left.delete.is_empty());
+        let have = after_writes(&have, &left);
+        assert_eq!(write(&b_only, &have, "cluster-c"), ClusterWrites::default());
+
+        // localFirst: each cluster with a healthy gateway answers with its own.
+        let local = global_plan(
+            &Global {
+                strategy: GlobalStrategy::LocalFirst,
+                ..Global::default()
+            },
+            &["cluster-a", "cluster-b"],
+        );
+        let on_a = write(&local, &[], "cluster-a");
+        assert_eq!(
+            global_on(&on_a),
+            [(
+                "dev-team-cluster-a-gateway".into(),
+                host.clone(),
+                "5".into()
+            )]
+        );
+        assert_eq!(global_on(&write(&local, &[], "cluster-c")).len(), 2);
+    }
+
+    #[test]
+    fn an_agent_that_reads_global_names_off_the_slices_loses_the_separate_global_slices() {
+        let plan = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
+        // What an earlier controller wrote for an earlier agent.
+        let earlier = cluster_writes_for(&plan, &[], "dev-team/g", Some(&earlier_agent()), "c");
+        assert_eq!(earlier.apply.len(), 4);
+        assert!(global_on(&earlier).is_empty());
+        let have = after_writes(&[], &earlier);
+        // The agent is upgraded: the per-cluster slices gain the name, the global ones go.
+        let now = cluster_writes_for(&plan, &have, "dev-team/g", Some(&xcc_agent()), "c");
+        assert_eq!(global_on(&now).len(), 2, "{now:?}");
+        let mut deleted = now.delete.clone();
+        deleted.sort();
+        assert_eq!(
+            deleted,
+            ["dev-team-cluster-a-global", "dev-team-cluster-b-global"]
+        );
+        // Going back to an agent without it: the name leaves the per-cluster slices.
+        let have = after_writes(&have, &now);
+        let back = cluster_writes_for(&plan, &have, "dev-team/g", None, "c");
+        assert_eq!(back.apply.len(), 2);
+        assert!(global_on(&back).is_empty());
+        assert!(back.withheld_global);
+    }
+
+    #[test]
+    fn an_unreachable_cluster_keeps_its_last_addresses_under_the_global_name() {
+        let g = gateway("g", 0, &[("hasContour", "true")]);
+        let mut g_with_status = g.clone();
+        g_with_status.status = Some(crate::gatewaydns::GatewayDNSStatus {
+            clusters: vec![ClusterGatewayStatus {
+                cluster: "cluster-a".into(),
+                addresses: vec!["10.0.0.1".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        // Nobody healthy, serveAll: cluster-a (unreachable) answers with its last address.
+        let plan = plan_with_health(
+            &g_with_status,
+            std::slice::from_ref(&g_with_status),
+            &contour(),
+            "xcc.test",
+            &Global::default(),
+            |c| match c {
+                "cluster-a" => Observation::Unreachable("down".into()),
+                _ => observe(Some(&lb(&["10.0.0.2"], &[]))),
+            },
+            |_| HealthView::default(),
+        );
+        let writes = cluster_writes_for(&plan, &[], "dev-team/g", Some(&xcc_agent()), "c");
+        assert_eq!(global_on(&writes).len(), 2, "{writes:?}");
+        let a = writes
+            .apply
+            .iter()
+            .find(|s| s.name_any() == "dev-team-cluster-a-gateway")
+            .expect("cluster-a's last records");
+        assert_eq!(a.endpoints[0].addresses, ["10.0.0.1"]);
+        // Its slices are never deleted while it is unreachable.
+        assert!(plan.keep.contains("dev-team-cluster-a-gateway-ipv6"));
     }
 }

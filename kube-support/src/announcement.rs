@@ -45,22 +45,39 @@ pub enum Feature {
     /// answers in [`TTL_ANNOTATION`]. The original would serve them with its own TTL and
     /// without the health selection behind them, so they go only where this is announced.
     Global,
+    /// The per-cluster slice of a gateway names the global name too (annotation
+    /// [`GLOBAL_HOSTNAME_ANNOTATION`], the TTL of its answers in [`GLOBAL_TTL_ANNOTATION`]), set
+    /// only on the clusters whose global answer includes that gateway. One slice per gateway and
+    /// cluster carries both names, so a change is one write per cluster, not two. An agent that
+    /// announces only [`Feature::Global`] (an earlier xcc-agent) is sent the separate global
+    /// slices instead.
+    GlobalHostname,
 }
 
 /// Annotation on an EndpointSlice: the TTL, in seconds, of the answers it gives (xcc-agent).
 pub const TTL_ANNOTATION: &str = "xcc.test/ttl";
 /// Annotation on an EndpointSlice: it carries a cluster-agnostic (global) name, `"true"`.
 pub const GLOBAL_ANNOTATION: &str = "xcc.test/global";
+/// Annotation on a per-cluster EndpointSlice: the global name its addresses answer too.
+pub const GLOBAL_HOSTNAME_ANNOTATION: &str = "xcc.test/global-hostname";
+/// Annotation on a per-cluster EndpointSlice: the TTL, in seconds, of its global name's answers.
+pub const GLOBAL_TTL_ANNOTATION: &str = "xcc.test/global-ttl";
 
 impl Feature {
     /// Every feature this version of xcc-agent reads.
-    pub const ALL: [Feature; 3] = [Feature::Fqdn, Feature::Global, Feature::Ipv6];
+    pub const ALL: [Feature; 4] = [
+        Feature::Fqdn,
+        Feature::Global,
+        Feature::GlobalHostname,
+        Feature::Ipv6,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Ipv6 => "ipv6",
             Feature::Fqdn => "fqdn",
             Feature::Global => "global",
+            Feature::GlobalHostname => "global-hostname",
         }
     }
 
@@ -69,6 +86,7 @@ impl Feature {
             "ipv6" => Some(Feature::Ipv6),
             "fqdn" => Some(Feature::Fqdn),
             "global" => Some(Feature::Global),
+            "global-hostname" => Some(Feature::GlobalHostname),
             _ => None,
         }
     }
@@ -156,7 +174,10 @@ mod tests {
     fn what_the_agent_writes_the_controller_reads_back() {
         let announced = Announcement::current("1.2.3");
         let cm = announced.to_config_map();
-        assert_eq!(cm.data.as_ref().unwrap()[FEATURES_KEY], "ipv6,fqdn,global");
+        assert_eq!(
+            cm.data.as_ref().unwrap()[FEATURES_KEY],
+            "ipv6,fqdn,global,global-hostname"
+        );
         assert_eq!(Announcement::read(&cm), announced);
         assert!(Announcement::read(&cm).reads(Feature::Ipv6));
     }

@@ -33,7 +33,7 @@ struct Seen {
     event: &'static str,
     name: String,
     address_type: String,
-    /// It carries a global name (annotation `xcc.test/global`), which the original cannot read.
+    /// It carries a global name (annotation `xcc.test/global` or `xcc.test/global-hostname`).
     global: bool,
 }
 
@@ -74,7 +74,10 @@ impl Recorder {
                         event,
                         name: slice.name_any(),
                         address_type: slice.address_type.clone(),
-                        global: slice.annotations().contains_key("xcc.test/global"),
+                        // A global name: its own slice (an earlier agent's) or on the
+                        // per-cluster slice.
+                        global: slice.annotations().contains_key("xcc.test/global")
+                            || slice.annotations().contains_key("xcc.test/global-hostname"),
                     });
                 }
             }
@@ -228,7 +231,7 @@ async fn fleet(binaries: &xcc_e2e::Binaries) -> Fleet {
         },
     )
     .await;
-    assert_eq!(features, "ipv6,fqdn,global");
+    assert_eq!(features, "ipv6,fqdn,global,global-hostname");
     cb.kubectl(&["create", "namespace", "xcc-dns"])
         .await
         .unwrap();
@@ -444,11 +447,11 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
         })
         .collect();
     assert_eq!(ipv6_a, ["ADDED", "DELETED"], "{seen_a:#?}");
-    // ... and the global name's slices (cluster-b never saw one, above).
+    // ... and the global name, on cluster-a's own slice (cluster-b never saw it, above).
     assert!(
         seen_a
             .iter()
-            .any(|s| s.global && s.event == "ADDED" && s.name == "dev-team-cluster-a-global"),
+            .any(|s| s.global && s.event != "DELETED" && s.name == "dev-team-cluster-a-gateway"),
         "{seen_a:#?}"
     );
 
