@@ -190,7 +190,7 @@ mod tests {
 
     fn state() -> AdminState {
         AdminState {
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(Metrics::default()),
             ready: Arc::new(AtomicBool::new(true)),
             tasks: CoreTasks::default(),
             table: table(),

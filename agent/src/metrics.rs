@@ -1,8 +1,19 @@
 //! Prometheus metrics of the agent (OpenMetrics text on `/metrics`).
+//!
+//! The DNS series are named and labelled as CoreDNS's (`coredns_dns_requests_total{server,zone,
+//! proto,family,type}`, `..._responses_total{server,zone,rcode}`,
+//! `..._request_duration_seconds{server,zone,type}`): a CoreDNS dashboard or alert works with
+//! the prefix `xcc_` instead of `coredns_`. The per-query path touches only handles resolved in
+//! advance (an index into a table of counters, an atomic increment): no label set is built or
+//! hashed per query.
+//!
+//! Every series of a known label set exists from the start at 0 (each zone × proto × family for
+//! A and AAAA, each zone × response code), so that `absent()` and `rate()` need no first query.
+//! `docs/metrics.md` is generated from this registry (`metrics_reference` test).
 
-use std::{
-    sync::atomic::{AtomicI64, AtomicU64},
-    time::Duration,
+use std::sync::{
+    OnceLock,
+    atomic::{AtomicI64, AtomicU64},
 };
 
 use prometheus_client::{
@@ -11,14 +22,31 @@ use prometheus_client::{
     registry::Registry,
 };
 use xcc_dns::{
-    Cause, QueryObserver,
+    Answered, Cause, QueryObserver,
     proto::{op::ResponseCode, rr::RecordType},
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QueryLabels {
-    qtype: &'static str,
+struct RequestLabels {
+    server: String,
+    zone: String,
+    proto: &'static str,
+    family: &'static str,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResponseLabels {
+    server: String,
+    zone: String,
     rcode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    server: String,
+    zone: String,
+    r#type: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,42 +59,156 @@ struct ReloadLabels {
     result: &'static str,
 }
 
+/// The query types with a `type` label of their own, as CoreDNS's; every other is `other`.
+const TYPES: [(RecordType, &str); 18] = [
+    (RecordType::A, "A"),
+    (RecordType::AAAA, "AAAA"),
+    (RecordType::CNAME, "CNAME"),
+    (RecordType::NS, "NS"),
+    (RecordType::SOA, "SOA"),
+    (RecordType::PTR, "PTR"),
+    (RecordType::MX, "MX"),
+    (RecordType::TXT, "TXT"),
+    (RecordType::SRV, "SRV"),
+    (RecordType::CAA, "CAA"),
+    (RecordType::HTTPS, "HTTPS"),
+    (RecordType::SVCB, "SVCB"),
+    (RecordType::DS, "DS"),
+    (RecordType::DNSKEY, "DNSKEY"),
+    (RecordType::ANY, "ANY"),
+    (RecordType::AXFR, "AXFR"),
+    (RecordType::IXFR, "IXFR"),
+    (RecordType::NULL, "NULL"),
+];
+const OTHER_TYPE: usize = TYPES.len();
+const TYPE_COUNT: usize = TYPES.len() + 1;
+
+fn type_index(qtype: Option<RecordType>) -> usize {
+    let Some(qtype) = qtype else {
+        return OTHER_TYPE;
+    };
+    TYPES
+        .iter()
+        .position(|(t, _)| *t == qtype)
+        .unwrap_or(OTHER_TYPE)
+}
+
+fn type_label(index: usize) -> &'static str {
+    TYPES.get(index).map_or("other", |(_, label)| label)
+}
+
+/// Response codes as CoreDNS spells them (dig's spelling); `OTHER` for the rest.
+const RCODES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "OTHER",
+];
+
+fn rcode_index(rcode: ResponseCode) -> usize {
+    match u16::from(rcode) {
+        code @ 0..=5 => usize::from(code),
+        16 => 6,
+        _ => 7,
+    }
+}
+
+/// The `zone` label of queries for a name in no zone served (and of messages answered before
+/// their question was read), as CoreDNS labels the queries no server block takes.
+const NO_ZONE: &str = "dropped";
+const PROTOS: [&str; 2] = ["udp", "tcp"];
+/// CoreDNS's `family`: 1 for IPv4, 2 for IPv6.
+const FAMILIES: [&str; 2] = ["1", "2"];
+
+/// Counters and histograms of one label set, created on first use and then reused.
+struct Slots<M> {
+    slots: Box<[OnceLock<M>]>,
+}
+
+impl<M: Clone> Slots<M> {
+    fn new(len: usize) -> Self {
+        Slots {
+            slots: (0..len).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn get(&self, index: usize, create: impl FnOnce() -> M) -> &M {
+        self.slots[index].get_or_init(create)
+    }
+}
+
+fn duration_histogram() -> Histogram {
+    // 50 µs .. ~1.6 s (CoreDNS's lowest bucket is 0.25 ms; ours starts lower: answers from
+    // memory take microseconds).
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        5e-5, 2.0, 16,
+    ))
+}
+
+/// The records-file series, registered only in standalone mode (a cluster-fed agent loads no
+/// file, and a `last_reload_success 0` there would read as a failure).
+struct RecordsMetrics {
+    reloads: Family<ReloadLabels, Counter>,
+    last_reload_ok: Gauge,
+    last_reload_time: Gauge<f64, AtomicU64>,
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
-    queries: Family<QueryLabels, Counter>,
-    latency: Histogram,
+    server: String,
+    /// `zone` labels: each zone of the table (with its trailing dot), then [`NO_ZONE`].
+    zones: Vec<String>,
+    requests: Family<RequestLabels, Counter>,
+    responses: Family<ResponseLabels, Counter>,
+    durations: Family<DurationLabels, Histogram>,
+    request_slots: Slots<Counter>,
+    response_slots: Slots<Counter>,
+    duration_slots: Slots<Histogram>,
     malformed: Family<MalformedLabels, Counter>,
     dropped: Counter,
     table_names: Gauge,
     table_serial: Gauge<i64, AtomicI64>,
-    reloads: Family<ReloadLabels, Counter>,
-    last_reload_ok: Gauge,
-    last_reload_time: Gauge<f64, AtomicU64>,
+    records: Option<RecordsMetrics>,
     /// The sync core's watches and reconcilers.
     pub sync: crate::sync_metrics::SyncMetrics,
 }
 
 impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("xcc");
-        let queries = Family::<QueryLabels, Counter>::default();
-        registry.register(
-            "dns_queries",
-            "DNS responses sent, by question type and response code",
-            queries.clone(),
+    /// The metrics of an agent serving `zones` (as [`xcc_dns::RecordTable::zones`] lists them,
+    /// whose positions [`Answered::zone`] gives) on `server` (`dns://ADDR:PORT`, CoreDNS's
+    /// `server` label); `records_file` in standalone mode.
+    pub fn new(server: &str, zones: &[String], records_file: bool) -> Self {
+        let mut registry = Registry::default();
+        xcc_kube::metrics::register_common(&mut registry, "xcc", env!("CARGO_PKG_VERSION"));
+        let xcc = registry.sub_registry_with_prefix("xcc");
+        let mut zone_labels: Vec<String> = zones
+            .iter()
+            .map(|z| format!("{}.", z.trim_end_matches('.')))
+            .collect();
+        zone_labels.push(NO_ZONE.to_string());
+
+        let requests = Family::<RequestLabels, Counter>::default();
+        xcc.register(
+            "dns_requests",
+            "DNS requests answered, by server, zone, transport (udp, tcp), address family (1 \
+             IPv4, 2 IPv6) and query type (other for uncommon ones); zone \"dropped\" for names \
+             in no zone served",
+            requests.clone(),
         );
-        // 5 µs .. ~80 ms: time in the handler, from parsed request to response handed to the socket.
-        let latency = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-            5e-6, 2.0, 15,
-        ));
-        registry.register(
-            "dns_query_duration_seconds",
-            "Time to answer one DNS query",
-            latency.clone(),
+        let responses = Family::<ResponseLabels, Counter>::default();
+        xcc.register(
+            "dns_responses",
+            "DNS responses sent, by server, zone and response code",
+            responses.clone(),
+        );
+        let durations =
+            Family::<DurationLabels, Histogram>::new_with_constructor(duration_histogram);
+        xcc.register(
+            "dns_request_duration_seconds",
+            "Time to answer one DNS request, from the parsed request to the response handed to \
+             the socket, by server, zone and query type",
+            durations.clone(),
         );
         let malformed = Family::<MalformedLabels, Counter>::default();
-        registry.register(
+        xcc.register(
             "dns_malformed",
             "Malformed DNS messages, answered FORMERR or dropped, by cause",
             malformed.clone(),
@@ -80,55 +222,125 @@ impl Metrics {
             }
         }
         let dropped = Counter::default();
-        registry.register(
+        xcc.register(
             "dns_udp_queue_full_drops",
             "UDP queries dropped unanswered because the queue to the general (hickory) path was full",
             dropped.clone(),
         );
         let table_names = Gauge::default();
-        registry.register(
+        xcc.register(
             "dns_table_names",
             "Host names in the record table",
             table_names.clone(),
         );
         let table_serial = Gauge::<i64, AtomicI64>::default();
-        registry.register(
+        xcc.register(
             "dns_table_serial",
             "SOA serial of the published record table",
             table_serial.clone(),
         );
-        let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
-            "records_reloads",
-            "Loads of the records file, by result",
-            reloads.clone(),
-        );
-        let last_reload_ok = Gauge::default();
-        registry.register(
-            "records_last_reload_success",
-            "1 if the last load of the records file succeeded, 0 if it failed",
-            last_reload_ok.clone(),
-        );
-        let last_reload_time = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "records_last_reload_timestamp_seconds",
-            "Unix time of the last load attempt of the records file",
-            last_reload_time.clone(),
-        );
-        let sync = crate::sync_metrics::SyncMetrics::register(&mut registry);
-        Metrics {
-            sync,
+        let records = records_file.then(|| {
+            let reloads = Family::<ReloadLabels, Counter>::default();
+            xcc.register(
+                "records_reloads",
+                "Loads of the records file, by result (ok or the error); standalone mode only",
+                reloads.clone(),
+            );
+            let _ = reloads.get_or_create(&ReloadLabels { result: "ok" });
+            let last_reload_ok = Gauge::default();
+            xcc.register(
+                "records_last_reload_success",
+                "1 if the last load of the records file succeeded, 0 if it failed; standalone \
+                 mode only",
+                last_reload_ok.clone(),
+            );
+            let last_reload_time = Gauge::<f64, AtomicU64>::default();
+            xcc.register(
+                "records_last_reload_timestamp_seconds",
+                "Unix time of the last load attempt of the records file; standalone mode only",
+                last_reload_time.clone(),
+            );
+            RecordsMetrics {
+                reloads,
+                last_reload_ok,
+                last_reload_time,
+            }
+        });
+        let sync = crate::sync_metrics::SyncMetrics::register(xcc);
+
+        let zone_count = zone_labels.len();
+        let metrics = Metrics {
             registry,
-            queries,
-            latency,
+            server: server.to_string(),
+            request_slots: Slots::new(zone_count * PROTOS.len() * FAMILIES.len() * TYPE_COUNT),
+            response_slots: Slots::new(zone_count * RCODES.len()),
+            duration_slots: Slots::new(zone_count * TYPE_COUNT),
+            zones: zone_labels,
+            requests,
+            responses,
+            durations,
             malformed,
             dropped,
             table_names,
             table_serial,
-            reloads,
-            last_reload_ok,
-            last_reload_time,
+            records,
+            sync,
+        };
+        // The series of the common label sets, at 0 from the start.
+        for zone in 0..zone_count {
+            for common in [RecordType::A, RecordType::AAAA] {
+                let kind = type_index(Some(common));
+                for proto in 0..PROTOS.len() {
+                    for family in 0..FAMILIES.len() {
+                        metrics.request(zone, proto, family, kind);
+                    }
+                }
+                metrics.duration(zone, kind);
+            }
+            for rcode in 0..RCODES.len() {
+                metrics.response(zone, rcode);
+            }
         }
+        metrics
+    }
+
+    fn request(&self, zone: usize, proto: usize, family: usize, kind: usize) -> &Counter {
+        let index = ((zone * PROTOS.len() + proto) * FAMILIES.len() + family) * TYPE_COUNT + kind;
+        self.request_slots.get(index, || {
+            self.requests
+                .get_or_create(&RequestLabels {
+                    server: self.server.clone(),
+                    zone: self.zones[zone].clone(),
+                    proto: PROTOS[proto],
+                    family: FAMILIES[family],
+                    r#type: type_label(kind),
+                })
+                .clone()
+        })
+    }
+
+    fn response(&self, zone: usize, rcode: usize) -> &Counter {
+        self.response_slots.get(zone * RCODES.len() + rcode, || {
+            self.responses
+                .get_or_create(&ResponseLabels {
+                    server: self.server.clone(),
+                    zone: self.zones[zone].clone(),
+                    rcode: RCODES[rcode],
+                })
+                .clone()
+        })
+    }
+
+    fn duration(&self, zone: usize, kind: usize) -> &Histogram {
+        self.duration_slots.get(zone * TYPE_COUNT + kind, || {
+            self.durations
+                .get_or_create(&DurationLabels {
+                    server: self.server.clone(),
+                    zone: self.zones[zone].clone(),
+                    r#type: type_label(kind),
+                })
+                .clone()
+        })
     }
 
     /// Records the state of the table after a change.
@@ -139,13 +351,19 @@ impl Metrics {
 
     /// Records one load of the records file; `error` is the error's metric label on failure.
     pub fn records_loaded(&self, error: Option<&'static str>) {
+        let Some(records) = &self.records else {
+            return;
+        };
         let result = error.unwrap_or("ok");
-        self.reloads.get_or_create(&ReloadLabels { result }).inc();
-        self.last_reload_ok.set(i64::from(error.is_none()));
+        records
+            .reloads
+            .get_or_create(&ReloadLabels { result })
+            .inc();
+        records.last_reload_ok.set(i64::from(error.is_none()));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        self.last_reload_time.set(now);
+        records.last_reload_time.set(now);
     }
 
     /// OpenMetrics text of every metric.
@@ -157,16 +375,31 @@ impl Metrics {
     }
 }
 
+#[cfg(test)]
+impl Default for Metrics {
+    /// An agent's metrics as in standalone mode, for zone `xcc.test` on `0.0.0.0:53`.
+    fn default() -> Self {
+        Metrics::new("dns://0.0.0.0:53", &["xcc.test".into()], true)
+    }
+}
+
 impl QueryObserver for Metrics {
-    fn observe(&self, qtype: Option<RecordType>, rcode: ResponseCode, elapsed: Duration) {
-        let qtype: &'static str = qtype.map_or("none", Into::into);
-        self.queries
-            .get_or_create(&QueryLabels {
-                qtype,
-                rcode: rcode_label(rcode),
-            })
-            .inc();
-        self.latency.observe(elapsed.as_secs_f64());
+    fn observe(&self, answered: &Answered) {
+        let zone = answered
+            .zone
+            .filter(|z| *z < self.zones.len() - 1)
+            .unwrap_or(self.zones.len() - 1);
+        let kind = type_index(answered.qtype);
+        self.request(
+            zone,
+            usize::from(answered.tcp),
+            usize::from(answered.ipv6),
+            kind,
+        )
+        .inc();
+        self.response(zone, rcode_index(answered.rcode)).inc();
+        self.duration(zone, kind)
+            .observe(answered.elapsed.as_secs_f64());
     }
 
     fn malformed(&self, cause: Cause) {
@@ -182,42 +415,58 @@ impl QueryObserver for Metrics {
     }
 }
 
-/// The conventional (dig) spelling of a response code.
-fn rcode_label(rcode: ResponseCode) -> &'static str {
-    match u16::from(rcode) {
-        0 => "NOERROR",
-        1 => "FORMERR",
-        2 => "SERVFAIL",
-        3 => "NXDOMAIN",
-        4 => "NOTIMP",
-        5 => "REFUSED",
-        16 => "BADVERS",
-        _ => "OTHER",
-    }
+/// The server label of an agent listening on `listen`, as CoreDNS writes it.
+pub fn server_label(listen: std::net::SocketAddr) -> String {
+    format!("dns://{listen}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn answered(qtype: RecordType, rcode: ResponseCode, zone: Option<usize>) -> Answered {
+        Answered {
+            qtype: Some(qtype),
+            rcode,
+            zone,
+            tcp: false,
+            ipv6: false,
+            elapsed: Duration::from_micros(7),
+        }
+    }
 
     #[test]
-    fn queries_are_counted_by_type_and_rcode() {
-        let metrics = Metrics::new();
-        metrics.observe(
-            Some(RecordType::A),
-            ResponseCode::NoError,
-            Duration::from_micros(7),
+    fn requests_and_responses_are_counted_with_corednss_labels() {
+        let metrics = Metrics::new(
+            "dns://0.0.0.0:53",
+            &["b.test".into(), "a.test".into()],
+            true,
         );
-        metrics.observe(
-            Some(RecordType::A),
-            ResponseCode::NoError,
-            Duration::from_micros(9),
-        );
-        metrics.observe(
-            Some(RecordType::AAAA),
-            ResponseCode::NXDomain,
-            Duration::ZERO,
-        );
+        // Every common series is there before the first query.
+        let text = metrics.encode();
+        for line in [
+            r#"xcc_dns_requests_total{server="dns://0.0.0.0:53",zone="a.test.",proto="tcp",family="2",type="AAAA"} 0"#,
+            r#"xcc_dns_requests_total{server="dns://0.0.0.0:53",zone="dropped",proto="udp",family="1",type="A"} 0"#,
+            r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="b.test.",rcode="SERVFAIL"} 0"#,
+            r#"xcc_dns_request_duration_seconds_count{server="dns://0.0.0.0:53",zone="b.test.",type="A"} 0"#,
+            r#"xcc_records_last_reload_success 0"#,
+            r#"xcc_records_reloads_total{result="ok"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+        metrics.observe(&answered(RecordType::A, ResponseCode::NoError, Some(0)));
+        metrics.observe(&answered(RecordType::A, ResponseCode::NoError, Some(0)));
+        metrics.observe(&Answered {
+            tcp: true,
+            ipv6: true,
+            ..answered(RecordType::MX, ResponseCode::NXDomain, Some(1))
+        });
+        metrics.observe(&answered(RecordType::A, ResponseCode::Refused, None));
+        metrics.observe(&Answered {
+            qtype: Some(RecordType::Unknown(999)),
+            ..answered(RecordType::A, ResponseCode::NoError, Some(0))
+        });
         metrics.malformed(Cause::QuestionCount);
         metrics.malformed(Cause::QuestionCount);
         metrics.malformed(Cause::Opt);
@@ -225,42 +474,46 @@ mod tests {
         metrics.records_loaded(Some("invalid_records"));
         metrics.table_published(3, 77);
         let text = metrics.encode();
-        assert!(
-            text.contains(r#"xcc_dns_queries_total{qtype="A",rcode="NOERROR"} 2"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"qtype="AAAA",rcode="NXDOMAIN"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains("xcc_dns_query_duration_seconds_count 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"xcc_records_reloads_total{result="invalid_records"} 1"#),
-            "{text}"
-        );
-        assert!(text.contains("xcc_records_last_reload_success 0"), "{text}");
-        assert!(
-            text.contains(r#"xcc_dns_malformed_total{cause="question_count"} 2"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"xcc_dns_malformed_total{cause="bad_opt"} 1"#),
-            "{text}"
-        );
-        // Causes not seen yet are listed at zero; NOTIMP answers are not malformed.
-        assert!(
-            text.contains(r#"xcc_dns_malformed_total{cause="short"} 0"#),
-            "{text}"
-        );
+        for line in [
+            r#"xcc_dns_requests_total{server="dns://0.0.0.0:53",zone="b.test.",proto="udp",family="1",type="A"} 2"#,
+            r#"xcc_dns_requests_total{server="dns://0.0.0.0:53",zone="a.test.",proto="tcp",family="2",type="MX"} 1"#,
+            r#"xcc_dns_requests_total{server="dns://0.0.0.0:53",zone="b.test.",proto="udp",family="1",type="other"} 1"#,
+            r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="b.test.",rcode="NOERROR"} 3"#,
+            r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="a.test.",rcode="NXDOMAIN"} 1"#,
+            r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="dropped",rcode="REFUSED"} 1"#,
+            r#"xcc_dns_request_duration_seconds_count{server="dns://0.0.0.0:53",zone="b.test.",type="A"} 2"#,
+            r#"xcc_records_reloads_total{result="invalid_records"} 1"#,
+            "xcc_records_last_reload_success 0",
+            r#"xcc_dns_malformed_total{cause="question_count"} 2"#,
+            r#"xcc_dns_malformed_total{cause="bad_opt"} 1"#,
+            // Causes not seen yet are listed at zero; NOTIMP answers are not malformed.
+            r#"xcc_dns_malformed_total{cause="short"} 0"#,
+            "xcc_dns_udp_queue_full_drops_total 1",
+            "xcc_dns_table_names 3",
+            "xcc_dns_table_serial 77",
+            "xcc_build_info{",
+            "process_resident_memory_bytes ",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
         assert!(!text.contains("not_implemented"), "{text}");
-        assert!(
-            text.contains("xcc_dns_udp_queue_full_drops_total 1"),
-            "{text}"
-        );
-        assert!(text.contains("xcc_dns_table_names 3"), "{text}");
-        assert!(text.contains("xcc_dns_table_serial 77"), "{text}");
+    }
+
+    #[test]
+    fn a_cluster_fed_agent_has_no_records_file_series() {
+        let metrics = Metrics::new("dns://0.0.0.0:53", &["xcc.test".into()], false);
+        metrics.records_loaded(None);
+        let text = metrics.encode();
+        assert!(!text.contains("xcc_records_"), "{text}");
+    }
+
+    /// `docs/metrics.md`'s agent section is this registry's (`XCC_REGENERATE=1` rewrites it).
+    #[test]
+    fn metrics_reference() {
+        let metrics = Metrics::default();
+        metrics.sync.touch_every_family();
+        let section = xcc_kube::metrics::reference_section(&metrics.encode()).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        xcc_kube::metrics::check_generated_section(path, "xcc-agent", &section).unwrap();
     }
 }

@@ -248,7 +248,7 @@ mod tests {
             )
             .unwrap(),
         );
-        RecordsFeed::new(path.to_path_buf(), table, Arc::new(Metrics::new()))
+        RecordsFeed::new(path.to_path_buf(), table, Arc::new(Metrics::default()))
     }
 
     #[test]

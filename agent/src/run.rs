@@ -119,7 +119,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         negative_ttl: args.dns.negative_ttl,
     };
     let table = Arc::new(RecordTable::new(zones, settings)?);
-    let metrics = Arc::new(Metrics::new());
+    let zone_names: Vec<String> = table
+        .zones()
+        .iter()
+        .map(|z| z.origin().to_string())
+        .collect();
+    let metrics = Arc::new(Metrics::new(
+        &crate::metrics::server_label(args.dns.listen),
+        &zone_names,
+        args.records.file.is_some(),
+    ));
     let ready = Arc::new(AtomicBool::new(false));
     // Two stops: the sync reconcilers (and the Lease) at SIGTERM, everything that serves DNS
     // after the drain.

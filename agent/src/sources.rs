@@ -113,12 +113,12 @@ pub enum Health {
 }
 
 impl Health {
-    /// The metric value: 0 listing, 1 synced, 2 reconnecting.
-    pub fn code(&self) -> i64 {
+    /// The `state` label of a watch that is listing or synced; a failed one's is its error's.
+    fn state(&self) -> &'static str {
         match self {
-            Health::Listing { .. } => 0,
-            Health::Synced { .. } => 1,
-            Health::Reconnecting { .. } => 2,
+            Health::Listing { .. } => "listing",
+            Health::Synced { .. } => "synced",
+            Health::Reconnecting { .. } => "failing",
         }
     }
 }
@@ -369,8 +369,12 @@ impl<'a> Tracker<'a> {
     }
 
     fn set(&self, health: Health) {
+        self.set_as(health.state(), health);
+    }
+
+    fn set_as(&self, state: &'static str, health: Health) {
         if let Some(metrics) = self.metrics {
-            metrics.watch_state(self.cluster, self.kind, health.code());
+            metrics.watch_state(self.cluster, self.kind, state);
         }
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
     }
@@ -401,6 +405,7 @@ impl<'a> Tracker<'a> {
             told_listed: false,
         });
         outage.answered = None;
+        let state = crate::sync_metrics::failed_watch_state(error);
         let error = xcc_kube::bounded(error);
         let failing = now.duration_since(outage.since);
         let (cluster, kind) = (self.cluster, self.kind);
@@ -414,7 +419,7 @@ impl<'a> Tracker<'a> {
             metrics.watch_error(cluster, kind);
         }
         let since = outage.began;
-        self.set(Health::Reconnecting { since, error });
+        self.set_as(state, Health::Reconnecting { since, error });
     }
 
     /// The server answered with a list or a change.
@@ -1171,7 +1176,7 @@ mod tests {
         assert!(view.listed());
         let text = metrics_text(&registry);
         for line in [
-            r#"xcc_sync_watch_state{cluster="local",kind="Secret"} 1"#,
+            r#"xcc_sync_watch_state{cluster="local",kind="Secret",state="synced"} 1"#,
             r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
@@ -1189,7 +1194,7 @@ mod tests {
         let mut subscriber = typed.subscribe();
         let run = tokio::spawn(typed.run(Api::all(client), metrics));
         let drain = tokio::spawn(async move { while subscriber.next().await.is_some() {} });
-        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret"} 1"#;
+        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret",state="synced"} 1"#;
         wait_until("the typed watch is synced after three failures", || {
             count(&server, "list full") == 4 && metrics_text(&registry).contains(synced)
         })

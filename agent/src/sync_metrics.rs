@@ -19,6 +19,48 @@ struct WatchLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchStateLabels {
+    cluster: String,
+    kind: String,
+    state: &'static str,
+}
+
+/// The states of a watch, the `state` label of `xcc_sync_watch_state`: exactly one is 1.
+pub const WATCH_STATES: [&str; 7] = [
+    "listing",
+    "synced",
+    "forbidden",
+    "unauthorized",
+    "not_found",
+    "unreachable",
+    "failing",
+];
+
+/// The state of a watch whose list or watch request failed with `error`: the API server's
+/// refusals (403, 401, 404 for a kind it does not serve) apart from a network fault (no answer)
+/// and any other failure.
+pub fn failed_watch_state(error: &kube::runtime::watcher::Error) -> &'static str {
+    use kube::runtime::watcher::Error as W;
+    let code = match error {
+        W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => match e {
+            kube::Error::Api(status) => Some(status.code),
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+                return "unreachable";
+            }
+            _ => None,
+        },
+        W::WatchError(status) => Some(status.code),
+        W::NoResourceVersion => None,
+    };
+    match code {
+        Some(403) => "forbidden",
+        Some(401) => "unauthorized",
+        Some(404) => "not_found",
+        _ => "failing",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerLabels {
     server: String,
 }
@@ -68,7 +110,7 @@ fn duration_histogram() -> Histogram {
 /// Cheap to clone: every clone counts into the same metrics.
 #[derive(Clone)]
 pub struct SyncMetrics {
-    watch_state: Family<WatchLabels, Gauge>,
+    watch_state: Family<WatchStateLabels, Gauge>,
     watch_errors: Family<WatchLabels, Counter>,
     watch_contact: Family<WatchLabels, Gauge<f64, AtomicU64>>,
     peer_answers: Family<ServerLabels, Gauge>,
@@ -98,8 +140,10 @@ impl SyncMetrics {
         };
         registry.register(
             "sync_watch_state",
-            "State of each watch per cluster (local or the peer's Cluster name) and kind: \
-             0 listing, 1 synced, 2 reconnecting",
+            "State of each watch per cluster (local or the peer's Cluster name) and kind: 1 \
+             for its current state, 0 for the others (listing: first list pending; synced; \
+             forbidden, unauthorized: the API server refused with 403, 401; not_found: the kind \
+             is not served; unreachable: no answer; failing: any other failure)",
             metrics.watch_state.clone(),
         );
         registry.register(
@@ -186,10 +230,32 @@ impl SyncMetrics {
         }
     }
 
-    pub fn watch_state(&self, cluster: &str, kind: &str, code: i64) {
-        self.watch_state
-            .get_or_create(&Self::watch(cluster, kind))
-            .set(code);
+    /// Watch `kind` of `cluster` is in `state` (one of [`WATCH_STATES`]).
+    pub fn watch_state(&self, cluster: &str, kind: &str, state: &'static str) {
+        for each in WATCH_STATES {
+            self.watch_state
+                .get_or_create(&WatchStateLabels {
+                    cluster: cluster.to_string(),
+                    kind: kind.to_string(),
+                    state: each,
+                })
+                .set(i64::from(each == state));
+        }
+    }
+
+    /// One series of every family (placeholder label values), for the metrics reference.
+    #[cfg(test)]
+    pub fn touch_every_family(&self) {
+        self.watch_state("<cluster>", "<kind>", "synced");
+        self.watch_error("<cluster>", "<kind>");
+        self.watch_contact("<cluster>", "<kind>");
+        self.peer_reach([("<server>", true)]);
+        self.queue_depth("<reconciler>", 0);
+        self.reconciled("<reconciler>", true, Duration::ZERO);
+        self.wrote("<reconciler>", "apply");
+        self.churning("<reconciler>", "<kind>");
+        self.proxy_request("<link>", "get", 200);
+        self.proxy_upstream("<link>", Duration::ZERO);
     }
 
     pub fn watch_error(&self, cluster: &str, kind: &str) {
@@ -265,10 +331,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusal_is_told_apart_from_a_network_fault() {
+        use kube::runtime::watcher::Error as W;
+        let status = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("no", "Forbidden")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert_eq!(
+            failed_watch_state(&W::InitialListFailed(status(403))),
+            "forbidden"
+        );
+        assert_eq!(
+            failed_watch_state(&W::WatchStartFailed(status(401))),
+            "unauthorized"
+        );
+        assert_eq!(
+            failed_watch_state(&W::InitialListFailed(status(404))),
+            "not_found"
+        );
+        assert_eq!(failed_watch_state(&W::WatchFailed(status(500))), "failing");
+        let refused: tower::BoxError =
+            Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            failed_watch_state(&W::InitialListFailed(kube::Error::Service(refused))),
+            "unreachable"
+        );
+    }
+
+    #[test]
     fn watches_and_reconcilers_are_counted_by_their_labels() {
         let mut registry = Registry::with_prefix("xcc");
         let metrics = SyncMetrics::register(&mut registry);
-        metrics.watch_state("cluster-b", "Secret", 2);
+        metrics.watch_state("cluster-b", "Secret", "listing");
+        metrics.watch_state("cluster-b", "Secret", "forbidden");
         metrics.watch_error("cluster-b", "Secret");
         metrics.watch_contact("local", "Secret");
         metrics.queue_depth("resource-sync", 7);
@@ -280,7 +378,9 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
-            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret"} 2"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="forbidden"} 1"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="listing"} 0"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="unreachable"} 0"#,
             r#"xcc_sync_watch_errors_total{cluster="cluster-b",kind="Secret"} 1"#,
             r#"xcc_sync_queue_depth{reconciler="resource-sync"} 7"#,
             r#"xcc_sync_reconciles_total{reconciler="resource-sync",result="ok"} 1"#,

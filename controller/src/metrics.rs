@@ -1,7 +1,8 @@
 //! Prometheus metrics of the controller (OpenMetrics text on `/metrics`): reconciles by result
 //! (the error's metric label on failure), their duration, and the state of every selected
 //! cluster of every GatewayDNS, so that an operator can alert on `KubeconfigRejected` or
-//! `Unreachable` without reading statuses.
+//! `Unreachable` without reading statuses. Beside them, `xcc_build_info` and the `process_*`
+//! metrics; `docs/metrics.md` is generated from this registry (`metrics_reference` test).
 
 use std::{sync::Mutex, time::Duration};
 
@@ -35,13 +36,17 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("xcc_controller");
+        let mut root = Registry::default();
+        xcc_kube::metrics::register_common(&mut root, "xcc", env!("CARGO_PKG_VERSION"));
+        let registry = root.sub_registry_with_prefix("xcc_controller");
         let reconciles = Family::<ReconcileLabels, Counter>::default();
         registry.register(
             "reconciles",
             "GatewayDNS reconciles, by result (ok or the error kind)",
             reconciles.clone(),
         );
+        // A successful reconcile's series from the start.
+        let _ = reconciles.get_or_create(&ReconcileLabels { result: "ok" });
         // 1 ms .. ~16 s: one reconcile asks every selected cluster.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.001, 2.0, 15,
@@ -58,7 +63,7 @@ impl Metrics {
             clusters.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
             reconciles,
             duration,
             clusters,
@@ -120,6 +125,33 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docs/metrics.md`'s controller section is this registry's (`XCC_REGENERATE=1` rewrites it).
+    #[test]
+    fn metrics_reference() {
+        let metrics = Metrics::new();
+        metrics.cluster_states(
+            "<namespace>/<gatewaydns>",
+            Some([("<cluster>", "<state>")].into_iter()),
+        );
+        let section = xcc_kube::metrics::reference_section(&metrics.encode()).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        xcc_kube::metrics::check_generated_section(path, "xcc-controller", &section).unwrap();
+    }
+
+    #[test]
+    fn a_fresh_controller_serves_build_process_and_reconcile_series() {
+        let text = Metrics::new().encode();
+        for line in [
+            "xcc_build_info{version=",
+            "process_start_time_seconds ",
+            "process_resident_memory_bytes ",
+            "xcc_controller_reconciles_total{result=\"ok\"} 0",
+            "xcc_controller_reconcile_duration_seconds_count 0",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+    }
 
     #[test]
     fn reconciles_and_cluster_states_are_exported_and_old_states_withdrawn() {

@@ -15,14 +15,15 @@ const TYPE_AAAA: u16 = 28;
 const TYPE_OPT: u16 = 41;
 const CLASS_IN: u16 = 1;
 
-/// Answers `msg` into `out` when it is a query this path handles, returning the question's type
-/// and the response code; `None` leaves `out` empty. `msg` has passed
+/// Answers `msg` into `out` when it is a query this path handles, returning the question's type,
+/// the response code and the zone's position in [`RecordTable::zones`](crate::RecordTable::zones);
+/// `None` leaves `out` empty. `msg` has passed
 /// [`precheck`](crate::precheck::precheck).
 pub(crate) fn answer(
     msg: &[u8],
     snapshot: &Snapshot,
     out: &mut Vec<u8>,
-) -> Option<(RecordType, ResponseCode)> {
+) -> Option<(RecordType, ResponseCode, usize)> {
     out.clear();
     let header = msg.get(..HEADER_LEN)?;
     let count = |at: usize| u16::from_be_bytes([header[at], header[at + 1]]);
@@ -140,7 +141,7 @@ pub(crate) fn answer(
         out.extend_from_slice(&payload.to_be_bytes());
         out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
     }
-    Some((RecordType::from(qtype), rcode))
+    Some((RecordType::from(qtype), rcode, zone.index))
 }
 
 #[cfg(test)]

@@ -22,10 +22,34 @@ use crate::{Cause, RecordTable};
 /// UDP payload size we advertise (the DNS Flag Day 2020 value, safe from fragmentation).
 pub const ADVERTISED_UDP_PAYLOAD: u16 = 1232;
 
+/// One response sent, as a [`QueryObserver`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Answered {
+    /// The question's type; `None` when the message had no usable question.
+    pub qtype: Option<RecordType>,
+    pub rcode: ResponseCode,
+    /// The zone of the question, as its position in [`RecordTable::zones`]; `None` when the name
+    /// is in no zone served (REFUSED) or the message was answered before its question was read.
+    pub zone: Option<usize>,
+    /// Over TCP (else UDP).
+    pub tcp: bool,
+    /// From an IPv6 client (IPv4-mapped addresses count as IPv4).
+    pub ipv6: bool,
+    /// From the parsed request to the response handed to the socket.
+    pub elapsed: Duration,
+}
+
+impl Answered {
+    /// Whether `peer` is an IPv6 client.
+    pub fn is_ipv6(peer: std::net::SocketAddr) -> bool {
+        peer.ip().to_canonical().is_ipv6()
+    }
+}
+
 /// Sees every answered query; the agent turns these into metrics.
 pub trait QueryObserver: Send + Sync + 'static {
-    /// Called once per response sent. `qtype` is `None` when the message had no usable question.
-    fn observe(&self, qtype: Option<RecordType>, rcode: ResponseCode, elapsed: Duration);
+    /// Called once per response sent.
+    fn observe(&self, answered: &Answered);
 
     /// Called once per malformed message (answered FORMERR or dropped), with its cause. NOTIMP
     /// answers are well-formed and not reported here.
@@ -41,7 +65,7 @@ pub trait QueryObserver: Send + Sync + 'static {
 pub struct NoObserver;
 
 impl QueryObserver for NoObserver {
-    fn observe(&self, _: Option<RecordType>, _: ResponseCode, _: Duration) {}
+    fn observe(&self, _: &Answered) {}
 }
 
 /// Answers queries from a [`RecordTable`].
@@ -142,6 +166,7 @@ impl RequestHandler for Handler {
             None
         };
 
+        let mut zone = None;
         let sent = if let Some(rcode) = error {
             metadata.response_code = rcode;
             response_handle
@@ -152,6 +177,7 @@ impl RequestHandler for Handler {
             let question = query[0].original();
             let resolution = snapshot.resolve(question.name(), question.query_type());
             metadata.response_code = resolution.rcode;
+            zone = resolution.zone;
             metadata.authoritative = resolution.authoritative;
             let response = builder.build(
                 metadata,
@@ -172,8 +198,14 @@ impl RequestHandler for Handler {
                 counts: HeaderCounts::default(),
             })
         });
-        self.observer
-            .observe(qtype, info.response_code, started.elapsed());
+        self.observer.observe(&Answered {
+            qtype,
+            rcode: info.response_code,
+            zone,
+            tcp: request.protocol() == hickory_server::net::xfer::Protocol::Tcp,
+            ipv6: Answered::is_ipv6(request.src()),
+            elapsed: started.elapsed(),
+        });
         info
     }
 }

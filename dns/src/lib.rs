@@ -37,7 +37,7 @@ mod udp;
 mod zone;
 
 pub use error::Error;
-pub use handler::{ADVERTISED_UDP_PAYLOAD, Handler, NoObserver, QueryObserver};
+pub use handler::{ADVERTISED_UDP_PAYLOAD, Answered, Handler, NoObserver, QueryObserver};
 pub use lookup::Resolution;
 pub use ratelog::Cause;
 pub use records_file::{load_records, parse_records};

@@ -36,6 +36,9 @@ pub struct Resolution<'s> {
     pub answers: Vec<Cow<'s, Record>>,
     /// Authority section: the zone's SOA on negative answers.
     pub authority: Option<&'s Record>,
+    /// The zone of the question (its position in [`RecordTable::zones`](crate::RecordTable::zones));
+    /// `None` for a name outside every zone.
+    pub zone: Option<usize>,
 }
 
 impl<'s> Resolution<'s> {
@@ -45,6 +48,7 @@ impl<'s> Resolution<'s> {
             authoritative: false,
             answers: Vec::new(),
             authority: None,
+            zone: None,
         }
     }
 }
@@ -73,6 +77,7 @@ impl Snapshot {
             authoritative: true,
             answers: Vec::new(),
             authority: None,
+            zone: Some(zone.index),
         };
         // Owner of the records at the current step: the question's own name first, then each
         // CNAME target as written in the table.

@@ -135,14 +135,19 @@ impl Answerer {
             }
             Verdict::Reply { rcode, cause } => {
                 self.log.note(cause, peer);
-                Some(self.bare(msg, rcode, started, out))
+                Some(self.bare(msg, rcode, peer, started, out))
             }
             Verdict::Decode if self.fast_path => {
                 let snapshot = self.handler.table().snapshot();
-                let (qtype, rcode) = crate::fast::answer(msg, &snapshot, out)?;
-                self.handler
-                    .observer()
-                    .observe(Some(qtype), rcode, started.elapsed());
+                let (qtype, rcode, zone) = crate::fast::answer(msg, &snapshot, out)?;
+                self.handler.observer().observe(&crate::Answered {
+                    qtype: Some(qtype),
+                    rcode,
+                    zone: Some(zone),
+                    tcp: self.collect.protocol == Protocol::Tcp,
+                    ipv6: crate::Answered::is_ipv6(peer),
+                    elapsed: started.elapsed(),
+                });
                 Some(true)
             }
             Verdict::Decode => None,
@@ -168,17 +173,29 @@ impl Answerer {
             Err(error) => {
                 tracing::debug!(%peer, %error, "undecodable DNS message");
                 self.log.note(Cause::Undecodable, peer);
-                self.bare(msg, FORMERR, started, out)
+                self.bare(msg, FORMERR, peer, started, out)
             }
         }
     }
 
     /// A bare header with `rcode` into `out`, reported to the observer.
-    fn bare(&self, msg: &[u8], rcode: u8, started: Instant, out: &mut Vec<u8>) -> bool {
+    fn bare(
+        &self,
+        msg: &[u8],
+        rcode: u8,
+        peer: SocketAddr,
+        started: Instant,
+        out: &mut Vec<u8>,
+    ) -> bool {
         out.extend_from_slice(&bare_reply(msg, rcode));
-        self.handler
-            .observer()
-            .observe(None, ResponseCode::from(0, rcode), started.elapsed());
+        self.handler.observer().observe(&crate::Answered {
+            qtype: None,
+            rcode: ResponseCode::from(0, rcode),
+            zone: None,
+            tcp: self.collect.protocol == Protocol::Tcp,
+            ipv6: crate::Answered::is_ipv6(peer),
+            elapsed: started.elapsed(),
+        });
         true
     }
 }

@@ -97,6 +97,8 @@ impl Node {
 /// One zone in a snapshot: its key and the apex records of that version.
 #[derive(Debug)]
 pub(crate) struct ZoneEntry {
+    /// Position in [`RecordTable::zones`].
+    pub index: usize,
     pub key: Box<[u8]>,
     pub apex: Apex,
 }
@@ -325,7 +327,9 @@ impl RecordTable {
             ttl: settings.ttl,
             zones: zones
                 .iter()
-                .map(|z| ZoneEntry {
+                .enumerate()
+                .map(|(index, z)| ZoneEntry {
+                    index,
                     key: z.key().into(),
                     apex: z.apex(settings, writer.serial),
                 })

@@ -426,8 +426,6 @@ fn socket_addr(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
 mod tests {
     use std::sync::atomic::AtomicU64;
 
-    use hickory_proto::{op::ResponseCode, rr::RecordType};
-
     use crate::{QueryObserver, RecordTable, Zone, ZoneSettings};
 
     use super::*;
@@ -436,7 +434,7 @@ mod tests {
     struct CountDrops(AtomicU64);
 
     impl QueryObserver for CountDrops {
-        fn observe(&self, _: Option<RecordType>, _: ResponseCode, _: Duration) {}
+        fn observe(&self, _: &crate::Answered) {}
         fn dropped(&self) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }

@@ -4,7 +4,8 @@
 //! clients ([`PeerClients`]), leader election over a Lease ([`run_while_leading`]), and status
 //! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
 //! while the status does not change), and the [`announcement`] by which an xcc-agent tells
-//! xcc-controller which parts of the record feed it reads.
+//! xcc-controller which parts of the record feed it reads; and what every binary does the same
+//! way: [`logging`], the common [`metrics`], errors on one line ([`report`]).
 
 pub mod announcement;
 mod backoff;
@@ -12,7 +13,10 @@ mod conditions;
 pub mod h2;
 mod kubeconfig;
 mod leader;
+pub mod logging;
+pub mod metrics;
 mod peers;
+pub mod report;
 pub mod trust;
 
 pub use announcement::{Announcement, Feature};

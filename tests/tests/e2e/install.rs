@@ -179,15 +179,20 @@ async fn lease_holder(cluster: &Cluster, namespace: &str, name: &str) -> Option<
         .filter(|h| !h.is_empty())
 }
 
-/// The `xcc_sync_watch_state` lines of the agent's metrics: kind → state, for cluster `local`.
-fn watch_states(metrics: &str) -> BTreeMap<String, i64> {
+/// The `xcc_sync_watch_state` series at 1 of the agent's metrics: kind → state.
+fn watch_states(metrics: &str) -> BTreeMap<String, String> {
     metrics
         .lines()
-        .filter(|l| l.starts_with("xcc_sync_watch_state{"))
+        .filter(|l| l.starts_with("xcc_sync_watch_state{") && l.ends_with(" 1"))
         .filter_map(|l| {
-            let kind = l.split("kind=\"").nth(1)?.split('"').next()?.to_string();
-            let state = l.rsplit(' ').next()?.parse().ok()?;
-            Some((kind, state))
+            let label = |name: &str| {
+                l.split(&format!("{name}=\""))
+                    .nth(1)?
+                    .split('"')
+                    .next()
+                    .map(str::to_string)
+            };
+            Some((label("kind")?, label("state")?))
         })
         .collect()
 }
@@ -310,7 +315,8 @@ impl InstalledAgent {
         loop {
             if let Some((_, metrics)) = http_get(admin, "/metrics").await {
                 last = watch_states(&metrics);
-                if expected.iter().all(|k| last.contains_key(*k)) && last.values().all(|s| *s == 1)
+                if expected.iter().all(|k| last.contains_key(*k))
+                    && last.values().all(|s| s == "synced")
                 {
                     return metrics;
                 }

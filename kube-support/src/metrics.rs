@@ -1,0 +1,389 @@
+//! Metrics every xcc binary with an admin server exports beside its own: `xcc_build_info` and
+//! the `process_*` metrics of the Prometheus client libraries (read from `/proc` at each
+//! scrape), and the renderer of the generated metrics reference (`docs/metrics.md`).
+
+use std::{fmt::Write as _, time::SystemTime};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        MetricType,
+        counter::ConstCounter,
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+    rustversion: &'static str,
+}
+
+/// The source revision the binary was built from (`XCC_REVISION` at build time).
+pub const REVISION: &str = match option_env!("XCC_REVISION") {
+    Some(revision) => revision,
+    None => "unknown",
+};
+
+/// Registers `build_info` (under the registry's prefix: `xcc_build_info`) with this binary's
+/// `version`, and the `process_*` metrics, which carry no prefix, on `root`.
+pub fn register_common(root: &mut Registry, xcc: &str, version: &'static str) {
+    let build = Family::<BuildLabels, Gauge>::default();
+    build
+        .get_or_create(&BuildLabels {
+            version,
+            revision: REVISION,
+            rustversion: env!("XCC_RUSTC_VERSION"),
+        })
+        .set(1);
+    root.sub_registry_with_prefix(xcc).register(
+        "build_info",
+        "A metric with a constant '1' value labelled by the version and revision the binary was \
+         built from and the Rust compiler that built it",
+        build,
+    );
+    root.register_collector(Box::new(ProcessCollector::new()));
+}
+
+/// The `process_*` metrics of the Prometheus client libraries, read at each scrape.
+#[derive(Debug)]
+struct ProcessCollector {
+    start_time: f64,
+}
+
+impl ProcessCollector {
+    fn new() -> Self {
+        let start_time = process_start_time().unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        });
+        ProcessCollector { start_time }
+    }
+}
+
+/// Fields of `/proc/self/stat` after the command name (field 3 onwards).
+fn stat_fields() -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_string).collect())
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf reads a configuration value and has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+fn page_size() -> f64 {
+    // SAFETY: as above.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as f64 } else { 4096.0 }
+}
+
+fn process_start_time() -> Option<f64> {
+    // Field 22 (starttime, in clock ticks after boot) is index 19 after the name.
+    let ticks: f64 = stat_fields()?.get(19)?.parse().ok()?;
+    let boot: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(boot + ticks / clock_ticks())
+}
+
+fn limit(name: &str) -> Option<f64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with(name))?;
+    let soft = line[name.len()..].split_whitespace().next()?;
+    Some(if soft == "unlimited" {
+        f64::INFINITY
+    } else {
+        soft.parse().ok()?
+    })
+}
+
+fn encode_gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    let gauge = ConstGauge::new(value);
+    let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+    gauge.encode(metric)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(fields) = stat_fields() {
+            // utime and stime (fields 14 and 15), vsize and rss (23 and 24).
+            let number = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+            if let (Some(user), Some(system)) = (number(11), number(12)) {
+                let cpu = ConstCounter::new((user + system) / clock_ticks());
+                let metric = encoder.encode_descriptor(
+                    "process_cpu_seconds",
+                    "Total user and system CPU time spent in seconds",
+                    None,
+                    MetricType::Counter,
+                )?;
+                cpu.encode(metric)?;
+            }
+            if let Some(vsize) = number(20) {
+                encode_gauge(
+                    &mut encoder,
+                    "process_virtual_memory_bytes",
+                    "Virtual memory size in bytes",
+                    vsize,
+                )?;
+            }
+            if let Some(rss) = number(21) {
+                encode_gauge(
+                    &mut encoder,
+                    "process_resident_memory_bytes",
+                    "Resident memory size in bytes",
+                    rss * page_size(),
+                )?;
+            }
+            if let Some(threads) = number(17) {
+                encode_gauge(
+                    &mut encoder,
+                    "process_threads",
+                    "Number of OS threads in the process",
+                    threads,
+                )?;
+            }
+        }
+        encode_gauge(
+            &mut encoder,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds",
+            self.start_time,
+        )?;
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            encode_gauge(
+                &mut encoder,
+                "process_open_fds",
+                "Number of open file descriptors",
+                fds.count() as f64,
+            )?;
+        }
+        if let Some(max) = limit("Max open files") {
+            encode_gauge(
+                &mut encoder,
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                max,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// One metric of a registry, as the reference page lists it.
+#[derive(Debug, PartialEq)]
+pub struct Descriptor {
+    /// The name as scraped (`_total` on counters).
+    pub name: String,
+    pub kind: String,
+    pub help: String,
+    /// Label names of its first series, in order (histograms' `le` left out); `None` when it has
+    /// no series.
+    pub series_labels: Option<Vec<String>>,
+}
+
+/// The metrics in the OpenMetrics text `text`, in order, series or not.
+pub fn descriptors_lenient(text: &str) -> Vec<Descriptor> {
+    let mut out: Vec<Descriptor> = Vec::new();
+    let mut help = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (_, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = text.replace("\\n", " ").replace("\\\\", "\\");
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            out.push(Descriptor {
+                name,
+                kind: kind.to_string(),
+                help: std::mem::take(&mut help),
+                series_labels: None,
+            });
+        } else if !line.starts_with('#')
+            && !line.is_empty()
+            && let Some(last) = out.last_mut()
+            && last.series_labels.is_none()
+        {
+            let labels = line
+                .split_once('{')
+                .and_then(|(_, rest)| rest.rsplit_once('}'))
+                .map(|(labels, _)| labels)
+                .unwrap_or("");
+            last.series_labels = Some(
+                label_names(labels)
+                    .into_iter()
+                    .filter(|l| l != "le")
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// The metrics in the OpenMetrics text `text`, in order. Fails when a metric has no series
+/// (its labels would be unknown).
+pub fn descriptors(text: &str) -> Result<Vec<Descriptor>, String> {
+    let out = descriptors_lenient(text);
+    if let Some(empty) = out.iter().find(|d| d.series_labels.is_none()) {
+        return Err(format!(
+            "metric {} has no series: give it one in the reference instance",
+            empty.name
+        ));
+    }
+    Ok(out)
+}
+
+/// Label names of `a="x",b="y\"z"`.
+fn label_names(labels: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = labels;
+    while let Some((name, after)) = rest.split_once("=\"") {
+        names.push(name.trim_start_matches(',').trim().to_string());
+        // Skip the quoted value, escapes included.
+        let mut escaped = false;
+        let mut end = after.len();
+        for (i, c) in after.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = i;
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        rest = &after[(end + 1).min(after.len())..];
+    }
+    names
+}
+
+/// A markdown table of the metrics of `text` (one binary's registry, every family with a series).
+pub fn reference_section(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    writeln!(out, "| Metric | Type | Labels | Meaning |").unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    for d in descriptors(text)? {
+        let labels = d
+            .series_labels
+            .unwrap_or_default()
+            .iter()
+            .map(|l| format!("`{l}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let help = d.help.replace('|', "\\|");
+        writeln!(out, "| `{}` | {} | {} | {} |", d.name, d.kind, labels, help).unwrap();
+    }
+    Ok(out)
+}
+
+/// Replaces the text between `<!-- BEGIN name -->` and `<!-- END name -->` in `page`.
+pub fn replace_section(page: &str, name: &str, section: &str) -> Option<String> {
+    let begin = format!("<!-- BEGIN {name} -->\n");
+    let end = format!("<!-- END {name} -->");
+    let start = page.find(&begin)? + begin.len();
+    let stop = start + page[start..].find(&end)?;
+    Some(format!("{}{}{}", &page[..start], section, &page[stop..]))
+}
+
+/// Checks the generated section `name` of the page at `path` against `section`; rewrites it
+/// instead when `XCC_REGENERATE` is set. The error says how to regenerate.
+pub fn check_generated_section(path: &str, name: &str, section: &str) -> Result<(), String> {
+    let page = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let wanted = replace_section(&page, name, section)
+        .ok_or_else(|| format!("{path} has no section markers for {name}"))?;
+    if wanted == page {
+        return Ok(());
+    }
+    if std::env::var_os("XCC_REGENERATE").is_some() {
+        return std::fs::write(path, wanted).map_err(|e| format!("cannot write {path}: {e}"));
+    }
+    Err(format!(
+        "{path} is stale for {name}: run `XCC_REGENERATE=1 cargo test -p {name} metrics_reference`"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn build_info_and_process_metrics_are_served() {
+        let mut root = Registry::default();
+        register_common(&mut root, "xcc", "1.2.3");
+        let text = text(&root);
+        assert!(
+            text.contains(r#"xcc_build_info{version="1.2.3",revision=""#),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "process_max_fds ",
+        ] {
+            assert!(text.contains(name), "{name} missing in {text}");
+        }
+        let start: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            start > now - 86_400.0 * 365.0 && start <= now + 1.0,
+            "{start}"
+        );
+    }
+
+    #[test]
+    fn descriptors_list_names_types_and_label_names() {
+        let text = "# HELP a_requests Requests.\n# TYPE a_requests counter\n\
+                    a_requests_total{zone=\"x.\",proto=\"udp\"} 0\n\
+                    # HELP a_lat Time.\n# TYPE a_lat histogram\n\
+                    a_lat_bucket{type=\"A\",le=\"0.1\"} 0\n\
+                    # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+        let found = descriptors(text).unwrap();
+        assert_eq!(found[0].name, "a_requests_total");
+        assert_eq!(
+            found[0].series_labels.as_deref().unwrap(),
+            ["zone", "proto"]
+        );
+        assert_eq!(found[1].series_labels.as_deref().unwrap(), ["type"]);
+        assert_eq!(found[2].kind, "gauge");
+        assert!(found[2].series_labels.as_deref().unwrap().is_empty());
+        let empty = "# HELP b Nothing.\n# TYPE b gauge\n# EOF\n";
+        assert!(descriptors(empty).unwrap_err().contains("no series"));
+        assert_eq!(label_names(r#"a="x\"}",b="",c="y""#), ["a", "b", "c"]);
+    }
+}
