@@ -661,9 +661,9 @@ pub fn cluster_writes(
 /// Brings `existing` (the slices in `xcc-dns` of cluster `target`) to `plan`, sending only what
 /// a cluster with announcement `agent` reads: without one, no slice the original cannot read is
 /// ever created, changed or deleted there.
-pub fn cluster_writes_for(
+pub fn cluster_writes_for<E: std::borrow::Borrow<EndpointSlice>>(
     plan: &Plan,
-    existing: &[EndpointSlice],
+    existing: &[E],
     reference: &str,
     agent: Option<&Announcement>,
     target: &str,
@@ -671,7 +671,10 @@ pub fn cluster_writes_for(
     let mut out = ClusterWrites::default();
     let by_name: HashMap<&str, &EndpointSlice> = existing
         .iter()
-        .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), s))
+        .map(|s| {
+            let s: &EndpointSlice = s.borrow();
+            (s.metadata.name.as_deref().unwrap_or_default(), s)
+        })
         .collect();
     // An agent that reads the global name off the per-cluster slices gets it there: one slice
     // per gateway, one write per change. An earlier one gets the separate global slices.
@@ -718,7 +721,11 @@ pub fn cluster_writes_for(
             }),
         }
     }
-    for have in existing.iter().filter(|s| is_owned(s, reference)) {
+    for have in existing
+        .iter()
+        .map(|s| s.borrow())
+        .filter(|s| is_owned(s, reference))
+    {
         let name = have.name_any();
         if !readable_by(have, agent) {
             out.kept_unreadable.push((name, have.address_type.clone()));
@@ -1285,6 +1292,9 @@ mod tests {
         assert!(global_addresses(&global_plan(&nx, &[]), "cluster-a").is_empty());
     }
 
+    /// A cluster without slices.
+    const NONE: &[EndpointSlice] = &[];
+
     /// An xcc-agent of the version before [`Feature::GlobalHostname`]: it reads the separate
     /// global slices.
     fn earlier_agent() -> Announcement {
@@ -1297,7 +1307,7 @@ mod tests {
     #[test]
     fn global_names_go_only_to_clusters_that_announced_them_and_leave_when_unhealthy() {
         let plan = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
-        let none = cluster_writes_for(&plan, &[], "dev-team/g", None, "cluster-c");
+        let none = cluster_writes_for(&plan, NONE, "dev-team/g", None, "cluster-c");
         assert_eq!(names(&none.apply).len(), 2, "{none:?}");
         assert!(none.withheld_global && none.withheld.is_empty());
         assert!(
@@ -1308,7 +1318,7 @@ mod tests {
         );
         let xcc_agent = earlier_agent;
         let announced =
-            cluster_writes_for(&plan, &[], "dev-team/g", Some(&xcc_agent()), "cluster-c");
+            cluster_writes_for(&plan, NONE, "dev-team/g", Some(&xcc_agent()), "cluster-c");
         assert_eq!(names(&announced.apply).len(), 4, "{announced:?}");
         // cluster-a loses its ready endpoints: its global slice goes, its own name stays.
         let existing: Vec<EndpointSlice> = announced.apply.clone();
@@ -1362,7 +1372,7 @@ mod tests {
             cluster_writes_for(plan, existing, "dev-team/g", Some(&agent), target)
         };
         let both = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
-        let first = write(&both, &[], "cluster-c");
+        let first = write(&both, NONE, "cluster-c");
         // Two slices, each naming both its cluster's name and the global one.
         assert_eq!(
             names(&first.apply),
@@ -1449,7 +1459,7 @@ mod tests {
     fn an_agent_that_reads_global_names_off_the_slices_loses_the_separate_global_slices() {
         let plan = global_plan(&Global::default(), &["cluster-a", "cluster-b"]);
         // What an earlier controller wrote for an earlier agent.
-        let earlier = cluster_writes_for(&plan, &[], "dev-team/g", Some(&earlier_agent()), "c");
+        let earlier = cluster_writes_for(&plan, NONE, "dev-team/g", Some(&earlier_agent()), "c");
         assert_eq!(earlier.apply.len(), 4);
         assert!(global_on(&earlier).is_empty());
         let have = after_writes(&[], &earlier);
@@ -1495,7 +1505,7 @@ mod tests {
             },
             |_| HealthView::default(),
         );
-        let writes = cluster_writes_for(&plan, &[], "dev-team/g", Some(&xcc_agent()), "c");
+        let writes = cluster_writes_for(&plan, NONE, "dev-team/g", Some(&xcc_agent()), "c");
         assert_eq!(global_on(&writes).len(), 2, "{writes:?}");
         let a = writes
             .apply

@@ -12,6 +12,7 @@ mod args;
 mod desired;
 mod gatewaydns;
 mod health;
+mod index;
 mod metrics;
 mod reconcile;
 mod run;

@@ -8,9 +8,7 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::{core::v1::Namespace, discovery::v1::EndpointSlice},
-    apimachinery::pkg::apis::meta::v1::Time,
-    jiff::Timestamp,
+    api::discovery::v1::EndpointSlice, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -113,6 +111,10 @@ pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>)
 }
 
 async fn list_clusters(ctx: &Context, namespace: &str) -> Result<Vec<ClusterInfo>, Error> {
+    // The Cluster watch's view, once it has listed: no request at all.
+    if let Some(clusters) = ctx.workloads.index.clusters(namespace) {
+        return Ok(clusters);
+    }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.clusters);
     // resourceVersion 0: served from the API server's watch cache at once. A consistent LIST
@@ -288,16 +290,12 @@ fn health_views(
                 None => None,
             }
         };
-        // The status keeps the last-seen time it has while it is less than a minute old and
-        // nothing else changed: a fresh time on every health check would be a status write
-        // (and an Event-free, pointless watch event) every few seconds.
+        // The status keeps the last-seen time it has while the health stays as it was: a fresh
+        // time alone is never a reason to write the status (at any N, a reconcile that finds
+        // nothing changed writes nothing). When the status is written for another reason, every
+        // entry's time is refreshed then (see `update_status`).
         let last_seen = match (before.and_then(|c| c.last_seen.clone()), seen.last_seen) {
-            (Some(kept), Some(new))
-                if before.and_then(|c| c.health) == state
-                    && SystemTime::from(kept.0) + Duration::from_secs(60) > new =>
-            {
-                Some(kept)
-            }
+            (Some(kept), Some(_)) if before.and_then(|c| c.health) == state => Some(kept),
             (kept, new) => new.map(time).or(kept),
         };
         let withdrawn_because = match (seen.unreachable_since, settings.stale.withdraw_after) {
@@ -514,23 +512,13 @@ async fn write_cluster_into(
     outcome: &mut ClusterOutcome,
 ) -> Result<(), String> {
     let client = client.map_err(|e| format!("cluster {cluster}: {e}"))?;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    // The three reads are independent: they go out together (a GET of the namespace, the
-    // cached announcement, the slices from this cluster's watch).
-    let (found, agent, existing) = tokio::join!(
-        tokio::time::timeout(CALL_TIMEOUT, namespaces.get_opt(SLICE_NAMESPACE)),
+    // Both reads are cached (the announcement for its TTL, the slices by this cluster's watch):
+    // a reconcile that finds nothing to change asks the cluster nothing. A missing namespace
+    // shows in the first write (404).
+    let (agent, existing) = tokio::join!(
         ctx.workloads.announcement(namespace, cluster, &client),
         ctx.workloads.slices(namespace, cluster, &client),
     );
-    match found.map_err(|_| format!("cluster {cluster}: timed out reading namespaces"))? {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(format!(
-                "cluster {cluster}: namespace {SLICE_NAMESPACE} does not exist (install xcc-agent there)"
-            ));
-        }
-        Err(e) => return Err(format!("cluster {cluster}: {}", xcc_kube::bounded(&e))),
-    }
     // Unknown counts as "not announced": withholding is safe, sending is not.
     let agent = match agent {
         Ok(agent) => agent,
@@ -571,6 +559,12 @@ async fn write_cluster_into(
         {
             Ok(Ok(_)) => {
                 tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice written")
+            }
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
+                // Nothing else can be written there either.
+                return Err(format!(
+                    "cluster {cluster}: namespace {SLICE_NAMESPACE} does not exist (install xcc-agent there)"
+                ));
             }
             Ok(Err(e)) => problems.push(format!("cannot write EndpointSlice {name}: {e}")),
             Err(_) => problems.push(format!("timed out writing EndpointSlice {name}")),
@@ -710,6 +704,17 @@ async fn update_status(
     }
     if status == old {
         return Ok(());
+    }
+    // Written anyway: every reachable cluster's last-seen time is brought up to date.
+    let namespace = gateway.namespace().unwrap_or_default();
+    for entry in &mut status.clusters {
+        if entry
+            .health
+            .is_some_and(|h| h != GatewayHealth::Unreachable)
+            && let Some(seen) = ctx.health.get(&namespace, &entry.cluster).last_seen
+        {
+            entry.last_seen = Some(time(seen));
+        }
     }
     announce(ctx, gateway, &old, &status);
     let patch = serde_json::json!({

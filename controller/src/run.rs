@@ -134,6 +134,7 @@ async fn controller(
         "Cluster",
     ));
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<GatewayDNS>>();
+    let wake_tx = trigger_tx.clone();
     let ctx = Arc::new(Context {
         client: client.clone(),
         zone: args.zone.trim_end_matches('.').to_string(),
@@ -184,28 +185,26 @@ async fn controller(
             .map(|g| ObjectRef::from_obj(g.as_ref()))
             .collect::<Vec<_>>()
     };
-    let for_secret = by_namespace.clone();
+    // Clusters and kubeconfig Secrets, metadata only, kept for the reconciles; a change wakes
+    // the GatewayDNS of its namespace only when it matters (not a Cluster's status update).
+    let wake = move |namespace: &str| {
+        for gateway in by_namespace(Some(namespace.to_string())) {
+            let _ = wake_tx.send(gateway);
+        }
+    };
+    let wake_too = wake.clone();
+    let index = ctx.workloads.index.clone();
+    let _clusters = AbortOnDrop(tokio::spawn(crate::index::watch_clusters(
+        index.clone(),
+        Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &clusters),
+        wake,
+    )));
+    let _secrets = AbortOnDrop(tokio::spawn(crate::index::watch_secrets(
+        index,
+        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        wake_too,
+    )));
     controller
-        .watches_with(
-            Api::<DynamicObject>::all_with(client.clone(), &clusters),
-            clusters,
-            watcher::Config::default(),
-            move |cluster| by_namespace(cluster.namespace()),
-        )
-        // Metadata only: a Secret's name and namespace say which GatewayDNS to wake; its data
-        // (every Secret of the cluster) never crosses the wire here. The reconciler reads the
-        // one kubeconfig Secret it needs.
-        .watches(
-            Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-            watcher::Config::default(),
-            move |secret| {
-                if secret.name_any().ends_with("-kubeconfig") {
-                    for_secret(secret.namespace())
-                } else {
-                    Vec::new()
-                }
-            },
-        )
         .reconcile_on(tokio_stream_from(trigger_rx))
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)

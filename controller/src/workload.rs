@@ -82,6 +82,9 @@ pub fn kubeconfig_secret_name(cluster: &str) -> String {
 struct ClusterEntry {
     /// The client, built by the trust gate; its identity names the Secret version.
     peer: PeerClient,
+    /// The resourceVersion of the kubeconfig Secret it was built from: while the Secret watch
+    /// shows that version, the client is used without reading the Secret again.
+    secret_version: Option<String>,
     services: HashMap<String, ServiceWatch>,
     /// Started by the first write to this cluster.
     slices: Option<SliceWatch>,
@@ -272,6 +275,10 @@ pub struct Workloads {
     /// (namespace, cluster, slice): a watch event that shows just that wakes nobody, since the
     /// reconcile that wrote it knows. Recorded before the write, so the event cannot overtake it.
     written: Arc<Mutex<HashMap<SliceKey, EndpointSlice>>>,
+    /// Clients that could not be built, with the Secret version they were refused at.
+    failed: Mutex<HashMap<(String, String), (String, ClientError)>>,
+    /// What the management cluster's Cluster and Secret watches say.
+    pub index: Arc<crate::index::Index>,
 }
 
 /// A cluster as the prober sees it: (namespace, cluster), its server, who to wake.
@@ -295,6 +302,8 @@ impl Workloads {
             announcements: Mutex::new(HashMap::new()),
             announcement_ttl,
             written: Arc::default(),
+            failed: Mutex::default(),
+            index: Arc::default(),
         }
     }
 
@@ -339,8 +348,48 @@ impl Workloads {
     }
 
     async fn peer(&self, namespace: &str, cluster: &str) -> Result<PeerClient, ClientError> {
-        let secrets: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
         let name = kubeconfig_secret_name(cluster);
+        let key = (namespace.to_string(), cluster.to_string());
+        // What the metadata-only Secret watch knows: no read while the version is the one the
+        // client (or the refusal) was built from.
+        match self.index.secret_version(namespace, &name) {
+            Some(None) => {
+                self.lock().remove(&key);
+                return Err(ClientError::Unavailable(format!(
+                    "kubeconfig Secret {namespace}/{name} (key {KUBECONFIG_KEY:?}) not found"
+                )));
+            }
+            Some(Some(version)) => {
+                if let Some(entry) = self.lock().get(&key)
+                    && entry.secret_version.as_ref() == Some(&version)
+                {
+                    return Ok(entry.peer.clone());
+                }
+                if let Some((failed_at, error)) = self.failed_clients().get(&key)
+                    && *failed_at == version
+                {
+                    return Err(error.clone());
+                }
+            }
+            None => {}
+        }
+        self.read_peer(namespace, cluster, &name).await
+    }
+
+    fn failed_clients(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, ClientError)>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn read_peer(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        name: &str,
+    ) -> Result<PeerClient, ClientError> {
+        let secrets: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
+        let name = name.to_string();
         let unavailable = |why: String| Err(ClientError::Unavailable(why));
         let secret = match tokio::time::timeout(CALL_TIMEOUT, secrets.get_opt(&name)).await {
             Ok(Ok(Some(secret))) => secret,
@@ -363,10 +412,14 @@ impl Workloads {
             Err(error) => {
                 // Its watches go with the client; the records already published stay.
                 self.lock().remove(&key);
-                return Err(match error {
+                let error = match error {
                     KubeconfigError::Rejected { .. } => ClientError::Rejected(error.to_string()),
                     _ => ClientError::Unavailable(error.to_string()),
-                });
+                };
+                if let Some(version) = secret.metadata.resource_version.clone() {
+                    self.failed_clients().insert(key, (version, error.clone()));
+                }
+                return Err(error);
             }
         };
         let mut clusters = self.lock();
@@ -377,14 +430,19 @@ impl Workloads {
             tracing::info!(%namespace, %cluster, "built a client for the workload cluster");
             // A new kubeconfig: the old client and its watches go.
             clusters.insert(
-                key,
+                key.clone(),
                 ClusterEntry {
                     peer: peer.clone(),
+                    secret_version: None,
                     services: HashMap::new(),
                     slices: None,
                 },
             );
         }
+        if let Some(entry) = clusters.get_mut(&key) {
+            entry.secret_version = secret.metadata.resource_version.clone();
+        }
+        self.failed_clients().remove(&key);
         Ok(peer)
     }
 
@@ -595,7 +653,7 @@ impl Workloads {
         namespace: &str,
         cluster: &str,
         client: &Client,
-    ) -> Result<Vec<EndpointSlice>, String> {
+    ) -> Result<Vec<Arc<EndpointSlice>>, String> {
         let (store, health) = {
             let mut clusters = self.lock();
             match clusters.get_mut(&(namespace.to_string(), cluster.to_string())) {
@@ -614,11 +672,12 @@ impl Workloads {
         if let Some(store) = store
             && health.healthy.load(Ordering::Acquire)
         {
-            return Ok(store.state().iter().map(|s| (**s).clone()).collect());
+            // Shared with the store, never copied.
+            return Ok(store.state());
         }
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), SLICE_NAMESPACE);
         match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await {
-            Ok(Ok(list)) => Ok(list.items),
+            Ok(Ok(list)) => Ok(list.items.into_iter().map(Arc::new).collect()),
             Ok(Err(e)) => Err(format!("cannot list EndpointSlices: {}", bounded(&e))),
             Err(_) => Err("timed out listing EndpointSlices".into()),
         }
