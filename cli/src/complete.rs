@@ -35,6 +35,62 @@ pub struct Completion {
     /// (value, description).
     pub candidates: Vec<(String, String)>,
     pub directive: u32,
+    /// The namespaces of a cluster are candidates too: [`namespaces`] asks it for them.
+    pub namespaces: Option<NamespaceQuery>,
+}
+
+/// Which cluster's namespaces complete `-n` (the kubeconfig and context on the line).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct NamespaceQuery {
+    pub kubeconfig: Option<String>,
+    pub context: Option<String>,
+    /// What is typed of the namespace, and what goes before each candidate.
+    pub typed: String,
+    pub prefix: String,
+}
+
+/// How long completion waits for a cluster's namespaces (a TAB must not hang).
+pub const NAMESPACES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Adds the namespaces `completion` asks for, as kubectl completes `-n`; none when the cluster
+/// does not answer in [`NAMESPACES_TIMEOUT`] or refuses.
+pub async fn namespaces(completion: &mut Completion) {
+    let Some(query) = completion.namespaces.take() else {
+        return;
+    };
+    let list = async {
+        let kubeconfig = crate::contexts::load(query.kubeconfig.as_deref().map(Path::new)).ok()?;
+        let context = crate::contexts::pick(&kubeconfig, query.context.as_deref()).ok()?;
+        let target = crate::contexts::client(&kubeconfig, &context, NAMESPACES_TIMEOUT)
+            .await
+            .ok()?;
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(target.client);
+        let list = api.list_metadata(&Default::default()).await.ok()?;
+        Some(
+            list.items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let names = tokio::time::timeout(NAMESPACES_TIMEOUT, list)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    completion.candidates.extend(
+        names
+            .into_iter()
+            .filter(|n| n.starts_with(&query.typed))
+            .map(|n| (format!("{}{n}", query.prefix), String::new())),
+    );
+}
+
+/// What the words before the one completed say that values depend on.
+#[derive(Default)]
+struct Line<'a> {
+    kubeconfig: Option<&'a str>,
+    context: Option<&'a str>,
 }
 
 impl Completion {
@@ -55,8 +111,8 @@ impl Completion {
 
     fn none(directive: u32) -> Self {
         Completion {
-            candidates: Vec::new(),
             directive,
+            ..Completion::default()
         }
     }
 }
@@ -102,8 +158,18 @@ fn is_context(arg: &Arg) -> bool {
         .is_some_and(|l| l == "context" || l.ends_with("-context"))
 }
 
-/// Candidates for a value of `arg` starting with `typed`, each written after `prefix`.
-fn values(arg: &Arg, typed: &str, prefix: &str, kubeconfig: Option<&str>) -> Completion {
+/// Whether `arg` is kubectl's `-n` of a command reading one context (`status`): completed with
+/// that cluster's namespaces.
+fn is_namespace_of_context(command: &Command, arg: &Arg) -> bool {
+    arg.get_long() == Some("namespace")
+        && arg.get_short() == Some('n')
+        && long(command, "context").is_some()
+}
+
+/// Candidates for a value of `arg` of `command` starting with `typed`, each written after
+/// `prefix`.
+fn values(command: &Command, arg: &Arg, typed: &str, prefix: &str, line: &Line) -> Completion {
+    let kubeconfig = line.kubeconfig;
     // A list (`--context a,b,c`): complete its last item.
     let (typed, prefix) = match arg.get_value_delimiter() {
         Some(d) if typed.contains(d) => {
@@ -131,6 +197,17 @@ fn values(arg: &Arg, typed: &str, prefix: &str, kubeconfig: Option<&str>) -> Com
         ValueHint::FilePath | ValueHint::AnyPath | ValueHint::DirPath
     ) {
         return Completion::none(directive::DEFAULT);
+    } else if is_namespace_of_context(command, arg) {
+        return Completion {
+            directive: directive::NO_FILE_COMP,
+            namespaces: Some(NamespaceQuery {
+                kubeconfig: line.kubeconfig.map(String::from),
+                context: line.context.map(String::from),
+                typed: typed.to_string(),
+                prefix,
+            }),
+            ..Completion::default()
+        };
     } else {
         Vec::new()
     };
@@ -141,6 +218,7 @@ fn values(arg: &Arg, typed: &str, prefix: &str, kubeconfig: Option<&str>) -> Com
     Completion {
         candidates,
         directive: directive::NO_FILE_COMP,
+        namespaces: None,
     }
 }
 
@@ -157,12 +235,15 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
     let mut pending: Option<&Arg> = None;
     let mut positionals = 0;
     let mut only_positionals = false;
-    let mut kubeconfig: Option<&str> = None;
+    let mut line = Line::default();
+    let mut remember = |name: Option<&str>, value| match name {
+        Some("kubeconfig") => line.kubeconfig = Some(value),
+        Some("context") => line.context = Some(value),
+        _ => {}
+    };
     for word in done {
         if let Some(arg) = pending.take() {
-            if arg.get_long() == Some("kubeconfig") {
-                kubeconfig = Some(word);
-            }
+            remember(arg.get_long(), word.as_str());
             continue;
         }
         if only_positionals {
@@ -177,8 +258,7 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
             if let Some(arg) = long(current, name).filter(|a| takes_value(a)) {
                 match value {
                     None => pending = Some(arg),
-                    Some(value) if name == "kubeconfig" => kubeconfig = Some(value),
-                    Some(_) => {}
+                    Some(value) => remember(Some(name), value),
                 }
             }
         } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
@@ -202,12 +282,12 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
         }
     }
     if let Some(arg) = pending {
-        return values(arg, typed, "", kubeconfig);
+        return values(current, arg, typed, "", &line);
     }
     if !only_positionals && typed.starts_with('-') {
         if let Some((name, value)) = typed.strip_prefix("--").and_then(|f| f.split_once('=')) {
             return match long(current, name).filter(|a| takes_value(a)) {
-                Some(arg) => values(arg, value, &format!("--{name}="), kubeconfig),
+                Some(arg) => values(current, arg, value, &format!("--{name}="), &line),
                 None => Completion::none(directive::NO_FILE_COMP),
             };
         }
@@ -223,6 +303,7 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
         return Completion {
             candidates,
             directive: directive::NO_FILE_COMP,
+            namespaces: None,
         };
     }
     let mut candidates: Vec<(String, String)> = if only_positionals {
@@ -235,7 +316,7 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
             .collect()
     };
     if let Some(arg) = current.get_positionals().nth(positionals) {
-        let more = values(arg, typed, "", kubeconfig);
+        let more = values(current, arg, typed, "", &line);
         if candidates.is_empty() && more.directive == directive::DEFAULT {
             return more;
         }
@@ -244,6 +325,7 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
     Completion {
         candidates,
         directive: directive::NO_FILE_COMP,
+        namespaces: None,
     }
 }
 
@@ -486,6 +568,55 @@ current-context: alpha
     }
 
     #[test]
+    fn namespaces_of_the_context_on_the_line_complete_status_n() {
+        let words: Vec<String> = ["status", "--context=beta", "--kubeconfig", "/k", "-n", "te"]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        let c = complete(Cli::command(), &words);
+        assert_eq!(
+            c.namespaces,
+            Some(NamespaceQuery {
+                kubeconfig: Some("/k".into()),
+                context: Some("beta".into()),
+                typed: "te".into(),
+                prefix: String::new(),
+            })
+        );
+        assert_eq!(c.directive, directive::NO_FILE_COMP);
+        // link's -n names a namespace on two clusters: no single cluster to ask.
+        let words: Vec<String> = ["link", "-n", ""].iter().map(|w| w.to_string()).collect();
+        assert_eq!(complete(Cli::command(), &words).namespaces, None);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_gives_no_namespaces_and_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]
+users: [{name: u, user: {}}]
+contexts: [{name: alpha, context: {cluster: c, user: u}}]
+current-context: alpha
+",
+        )
+        .unwrap();
+        let mut c = Completion {
+            namespaces: Some(NamespaceQuery {
+                kubeconfig: Some(path.display().to_string()),
+                ..NamespaceQuery::default()
+            }),
+            ..Completion::default()
+        };
+        namespaces(&mut c).await;
+        assert_eq!(c.candidates, []);
+        assert_eq!(c.namespaces, None);
+    }
+
+    #[test]
     fn the_protocol_is_kubectls() {
         let c = Completion {
             candidates: vec![
@@ -493,6 +624,7 @@ current-context: alpha
                 ("json".into(), String::new()),
             ],
             directive: directive::NO_FILE_COMP,
+            namespaces: None,
         };
         assert_eq!(c.render(), "status\tOne table\njson\n:4\n");
     }

@@ -26,7 +26,14 @@ fn main() -> ExitCode {
         None
     };
     if let Some(words) = words {
-        let completion = complete::complete(Cli::command(), words);
+        let mut completion = complete::complete(Cli::command(), words);
+        if completion.namespaces.is_some()
+            && let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        {
+            runtime.block_on(complete::namespaces(&mut completion));
+        }
         return match kubectl_xcc::write_stdout(completion.render().as_bytes()) {
             Ok(()) => ExitCode::from(exit::OK),
             Err(e) => {

@@ -361,6 +361,20 @@ async fn kubectl_xcc_joins_explains_lists_and_registers_plumber_targets() {
     user.run(&["status", "-n", "Not_A_Namespace"])
         .await
         .fails(2, &["Not_A_Namespace"]);
+    // `-n` completes with the namespaces of the context's cluster, as kubectl's.
+    let out = user
+        .run(&["__complete", "status", "--context", "second", "-n", "kube-"])
+        .await;
+    let candidates: Vec<&str> = out.ok().lines().collect();
+    assert!(
+        candidates.contains(&"kube-system") && candidates.contains(&"kube-public"),
+        "{out:?}"
+    );
+    assert!(
+        candidates
+            .iter()
+            .all(|c| c.starts_with("kube-") || c.starts_with(':'))
+    );
 
     // dns: the agent on the first cluster serves a slice the way xcc-controller writes it,
     // and explains its answer.
