@@ -546,7 +546,12 @@ fn every_named_metric_is_in_the_reference() {
                     .iter()
                     .find_map(|s| name.strip_suffix(s))
                     .unwrap_or(&name);
-                if !reference.contains(base) {
+                // The whole name: `xcc_sync_watch_errors` is not `xcc_sync_watch_errors_total`.
+                let whole = reference.match_indices(base).any(|(at, _)| {
+                    !reference[at + base.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+                if !whole {
                     unknown.push(format!("{}:{n}: {name}", page.display()));
                 }
             }
