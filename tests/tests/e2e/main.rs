@@ -2,6 +2,7 @@
 //! Without a test bed they skip with one loud line, except with CI=true where they fail.
 
 mod agent_leader;
+mod bench_fleet;
 mod bench_pods;
 mod bench_projection;
 mod bench_propagation;
