@@ -177,7 +177,7 @@ async fn inspect_target(
 
 /// A kubeconfig that reads `member` with `token`.
 fn reader_kubeconfig(member: &Member, token: &str) -> String {
-    let mut cluster = serde_yaml::Mapping::new();
+    let mut cluster = serde_json::Map::new();
     cluster.insert("server".into(), member.server.clone().into());
     if let Some(ca) = &member.ca {
         cluster.insert("certificate-authority-data".into(), ca.clone().into());
@@ -190,7 +190,7 @@ fn reader_kubeconfig(member: &Member, token: &str) -> String {
         "contexts": [{"name": member.name, "context": {"cluster": member.name, "user": member.name}}],
         "current-context": member.name,
     });
-    serde_yaml::to_string(&value).unwrap_or_default()
+    xcc_kube::yaml::to_string(&value).unwrap_or_default()
 }
 
 async fn mint(member: &Member, registry: &RegistryArgs, ttl: Duration) -> Result<String, Error> {
@@ -404,15 +404,15 @@ async fn join(args: JoinArgs) -> Result<(), Error> {
 fn server_in(secret: &Secret) -> Option<String> {
     let key = xcc_kube::trust::kubeconfig_key(secret);
     let data = secret.data.as_ref()?.get(key)?;
-    let root: serde_yaml::Value = serde_yaml::from_slice(&data.0).ok()?;
+    let root: serde_json::Value = xcc_kube::yaml::from_slice(&data.0).ok()?;
     let current = root.get("current-context").and_then(|c| c.as_str());
-    let contexts = root.get("contexts")?.as_sequence()?;
+    let contexts = root.get("contexts")?.as_array()?;
     let context = contexts
         .iter()
         .find(|c| current.is_none() || c.get("name").and_then(|n| n.as_str()) == current)?;
     let cluster = context.get("context")?.get("cluster")?.as_str()?;
     root.get("clusters")?
-        .as_sequence()?
+        .as_array()?
         .iter()
         .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(cluster))?
         .get("cluster")?

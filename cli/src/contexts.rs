@@ -6,10 +6,12 @@ use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
 };
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 use xcc_kube::KubeconfigError;
 
 use crate::{Error, args::KubeArgs};
+
+type Mapping = Map<String, Value>;
 
 /// Reads the kubeconfig: `path`, else the files of `$KUBECONFIG` (merged as kubectl merges
 /// them), else `~/.kube/config`.
@@ -125,8 +127,8 @@ pub async fn client(
 
 /// The kubeconfig as YAML, with the names of its entries as written.
 fn as_yaml(kubeconfig: &Kubeconfig) -> Result<Mapping, Error> {
-    match serde_yaml::to_value(kubeconfig) {
-        Ok(Value::Mapping(m)) => Ok(m),
+    match serde_json::to_value(kubeconfig) {
+        Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(Error::Failed("the kubeconfig is not a mapping".into())),
         Err(e) => Err(Error::Failed(format!("cannot read the kubeconfig: {e}"))),
     }
@@ -135,9 +137,9 @@ fn as_yaml(kubeconfig: &Kubeconfig) -> Result<Mapping, Error> {
 /// The entry `name` of list `list` (`clusters`, `users`, `contexts`) of a kubeconfig mapping.
 pub fn entry<'a>(root: &'a Mapping, list: &str, name: &str) -> Option<&'a Mapping> {
     root.get(list)?
-        .as_sequence()?
+        .as_array()?
         .iter()
-        .filter_map(Value::as_mapping)
+        .filter_map(Value::as_object)
         .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
 }
 
@@ -161,7 +163,7 @@ pub fn extract(kubeconfig: &Kubeconfig, context: &str) -> Result<Extracted, Erro
         entry(&root, "contexts", context).ok_or_else(|| invalid("has no body".into()))?;
     let body = context_entry
         .get("context")
-        .and_then(Value::as_mapping)
+        .and_then(Value::as_object)
         .ok_or_else(|| invalid("has no body".into()))?;
     let cluster = body
         .get("cluster")
@@ -184,20 +186,20 @@ pub fn extract(kubeconfig: &Kubeconfig, context: &str) -> Result<Extracted, Erro
     out.insert("kind".into(), "Config".into());
     out.insert(
         "clusters".into(),
-        Value::Sequence(vec![Value::Mapping(cluster_entry.clone())]),
+        Value::Array(vec![Value::Object(cluster_entry.clone())]),
     );
     let users = match &user {
         Some(user) => {
             let user_entry = entry(&root, "users", user)
                 .ok_or_else(|| invalid(format!("names user {user:?}, which is not in users")))?;
-            vec![Value::Mapping(user_entry.clone())]
+            vec![Value::Object(user_entry.clone())]
         }
         None => Vec::new(),
     };
-    out.insert("users".into(), Value::Sequence(users));
+    out.insert("users".into(), Value::Array(users));
     out.insert(
         "contexts".into(),
-        Value::Sequence(vec![Value::Mapping(context_entry.clone())]),
+        Value::Array(vec![Value::Object(context_entry.clone())]),
     );
     out.insert("current-context".into(), context.into());
     Ok(Extracted {
@@ -218,7 +220,7 @@ pub fn server_and_ca(
     let extracted = extract(kubeconfig, context)?;
     let cluster = entry(&extracted.kubeconfig, "clusters", &extracted.cluster)
         .and_then(|e| e.get("cluster"))
-        .and_then(Value::as_mapping)
+        .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
     let server = cluster
@@ -308,7 +310,7 @@ current-context: first
         let user = entry(&first.kubeconfig, "users", "admin").unwrap();
         assert_eq!(user["user"]["token"], "secret-token");
         assert_eq!(first.kubeconfig["current-context"], "first");
-        assert_eq!(first.kubeconfig["clusters"].as_sequence().unwrap().len(), 1);
+        assert_eq!(first.kubeconfig["clusters"].as_array().unwrap().len(), 1);
 
         let second = extract(&kc, "second").unwrap();
         let user = entry(&second.kubeconfig, "users", "cert").unwrap();
@@ -338,7 +340,7 @@ current-context: first
 
     #[test]
     fn the_namespace_is_the_contexts_else_default() {
-        let kubeconfig: Kubeconfig = serde_yaml::from_str(
+        let kubeconfig: Kubeconfig = xcc_kube::yaml::from_str(
             "apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]

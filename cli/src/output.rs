@@ -70,7 +70,7 @@ pub fn structured<T: Serialize>(value: &T, output: Output) -> Result<String, Err
             s
         }),
         Output::Yaml | Output::Table => {
-            return serde_yaml::to_string(value)
+            return xcc_kube::yaml::to_string(value)
                 .map_err(|e| Error::Failed(format!("cannot write YAML: {e}")));
         }
     };

@@ -21,7 +21,7 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde::Serialize;
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 use xcc_kube::PeerTrust;
 
 use crate::{
@@ -31,6 +31,8 @@ use crate::{
     error::is_not_found,
     output::{Table, structured},
 };
+
+type Mapping = Map<String, Value>;
 
 /// Namespace and name of the Secret (plumberctl's), and its key.
 pub const SECRET_NAMESPACE: &str = "kubeconfig";
@@ -226,7 +228,7 @@ async fn add(
             activation.path.display()
         )));
     }
-    let text = serde_yaml::to_string(&Value::Mapping(extracted.kubeconfig.clone()))
+    let text = xcc_kube::yaml::to_string(&Value::Object(extracted.kubeconfig.clone()))
         .map_err(|e| Error::Failed(format!("cannot write context {context:?}: {e}")))?;
     xcc_kube::trust::check(
         text.as_bytes(),
@@ -353,7 +355,7 @@ async fn write_to(
     kubeconfig: &Mapping,
     resource_version: Option<String>,
 ) -> Result<(), Error> {
-    let text = serde_yaml::to_string(&Value::Mapping(kubeconfig.clone()))
+    let text = xcc_kube::yaml::to_string(&Value::Object(kubeconfig.clone()))
         .map_err(|e| Error::Failed(format!("cannot write the kubeconfig: {e}")))?;
     let what = || {
         format!(
@@ -416,8 +418,8 @@ async fn write_to(
 }
 
 fn parse_stored(data: &[u8]) -> Result<Mapping, Error> {
-    match serde_yaml::from_slice::<Value>(data) {
-        Ok(Value::Mapping(m)) => Ok(m),
+    match xcc_kube::yaml::from_slice::<Value>(data) {
+        Ok(Value::Object(m)) => Ok(m),
         Ok(Value::Null) => Ok(Mapping::new()),
         Ok(_) => Err(Error::Failed(format!(
             "Secret {SECRET} key {KEY} is not a kubeconfig mapping: fix or delete it"
@@ -429,13 +431,11 @@ fn parse_stored(data: &[u8]) -> Result<Mapping, Error> {
 }
 
 fn list_mut<'a>(root: &'a mut Mapping, list: &str) -> &'a mut Vec<Value> {
-    let slot = root
-        .entry(Value::from(list))
-        .or_insert_with(|| Value::Sequence(Vec::new()));
-    if !slot.is_sequence() {
-        *slot = Value::Sequence(Vec::new());
+    let slot = root.entry(list).or_insert_with(|| Value::Array(Vec::new()));
+    if !slot.is_array() {
+        *slot = Value::Array(Vec::new());
     }
-    slot.as_sequence_mut().expect("made a sequence above")
+    slot.as_array_mut().expect("made a sequence above")
 }
 
 fn name_of(entry: &Value) -> Option<&str> {
@@ -445,7 +445,7 @@ fn name_of(entry: &Value) -> Option<&str> {
 /// `(cluster, user)` of every context of `root`.
 fn references(root: &Mapping) -> Vec<(String, String, String)> {
     root.get("contexts")
-        .and_then(Value::as_sequence)
+        .and_then(Value::as_array)
         .map(|list| {
             list.iter()
                 .filter_map(|c| {
@@ -494,8 +494,8 @@ pub fn merge(
         Some(data) => parse_stored(data)?,
         None => Mapping::new(),
     };
-    root.entry("apiVersion".into()).or_insert("v1".into());
-    root.entry("kind".into()).or_insert("Config".into());
+    root.entry("apiVersion").or_insert("v1".into());
+    root.entry("kind").or_insert("Config".into());
     remove_in(&mut root, context);
     let refs = references(&root);
     let mut lists = vec![("clusters", addition.cluster.clone(), "cluster")];
@@ -511,7 +511,7 @@ pub fn merge(
             .find(|e| name_of(e) == Some(name.as_str()))
             .cloned();
         match existing {
-            Some(existing) if existing == Value::Mapping(new.clone()) => {}
+            Some(existing) if existing == Value::Object(new.clone()) => {}
             Some(_) => {
                 let users: Vec<&str> = refs
                     .iter()
@@ -531,13 +531,13 @@ pub fn merge(
                     users.join(", ")
                 )));
             }
-            None => list_mut(&mut root, list).push(Value::Mapping(new)),
+            None => list_mut(&mut root, list).push(Value::Object(new)),
         }
     }
     let context_entry = entry(&addition.kubeconfig, "contexts", context)
         .cloned()
         .ok_or_else(|| Error::Failed(format!("context {context:?} lost its entry")))?;
-    list_mut(&mut root, "contexts").push(Value::Mapping(context_entry));
+    list_mut(&mut root, "contexts").push(Value::Object(context_entry));
     Ok(root)
 }
 
@@ -582,7 +582,7 @@ mod tests {
     use crate::contexts::tests::kubeconfig;
 
     fn yaml(m: &Mapping) -> Vec<u8> {
-        serde_yaml::to_string(&Value::Mapping(m.clone()))
+        xcc_kube::yaml::to_string(&Value::Object(m.clone()))
             .unwrap()
             .into_bytes()
     }
@@ -669,13 +669,13 @@ mod tests {
             ("filed", "cluster \"filed\" certificate-authority"),
         ] {
             let extracted = contexts::extract(&kc, context).unwrap();
-            let text = serde_yaml::to_string(&Value::Mapping(extracted.kubeconfig)).unwrap();
+            let text = xcc_kube::yaml::to_string(&Value::Object(extracted.kubeconfig)).unwrap();
             let e =
                 xcc_kube::trust::check(text.as_bytes(), context, PeerTrust::default()).unwrap_err();
             assert!(e.to_string().contains(field), "{e}");
         }
         let ok = contexts::extract(&kc, "second").unwrap();
-        let text = serde_yaml::to_string(&Value::Mapping(ok.kubeconfig)).unwrap();
+        let text = xcc_kube::yaml::to_string(&Value::Object(ok.kubeconfig)).unwrap();
         xcc_kube::trust::check(text.as_bytes(), "second", PeerTrust::default()).unwrap();
     }
 

@@ -4,7 +4,7 @@
 
 use std::{path::Path, process::Command};
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-xcc");
 
@@ -36,7 +36,7 @@ fn the_krew_manifest_names_the_archive_it_was_built_with() {
     run(script(&out).arg(format!("linux/amd64={PLUGIN}")));
 
     let manifest: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(out.join("xcc.yaml")).unwrap()).unwrap();
+        xcc_kube::yaml::from_str(&std::fs::read_to_string(out.join("xcc.yaml")).unwrap()).unwrap();
     assert_eq!(
         manifest["apiVersion"],
         "krew.googlecontainertools.github.com/v1alpha2"
@@ -55,7 +55,7 @@ fn the_krew_manifest_names_the_archive_it_was_built_with() {
             .is_some_and(|d| d.contains("kubectl xcc status")),
         "{spec:?}"
     );
-    let platforms = spec["platforms"].as_sequence().unwrap();
+    let platforms = spec["platforms"].as_array().unwrap();
     assert_eq!(platforms.len(), 1);
     let platform = &platforms[0];
     assert_eq!(platform["selector"]["matchLabels"]["os"], "linux");
@@ -78,7 +78,7 @@ fn the_krew_manifest_names_the_archive_it_was_built_with() {
     let entries: Vec<&str> = listing.lines().collect();
     let bin = platform["bin"].as_str().unwrap();
     assert_eq!(bin, "kubectl-xcc");
-    let files = platform["files"].as_sequence().unwrap();
+    let files = platform["files"].as_array().unwrap();
     assert!(files.iter().any(|f| f["from"] == bin && f["to"] == "."));
     for file in files {
         let from = file["from"].as_str().unwrap();

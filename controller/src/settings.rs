@@ -128,7 +128,7 @@ mod tests {
     use std::time::Duration;
 
     fn spec(yaml: &str) -> GatewayDNSSpec {
-        serde_yaml::from_str(yaml).expect("a spec")
+        xcc_kube::yaml::from_str(yaml).expect("a spec")
     }
 
     #[test]

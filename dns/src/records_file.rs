@@ -42,6 +42,9 @@ thread_local! {
     /// the position of the enclosing map, not the host's; the visitor leaves the error here
     /// instead and [`parse_records`] adds the host's own line.
     static ENTRY_ERROR: std::cell::RefCell<Option<EntryError>> = const { std::cell::RefCell::new(None) };
+    /// The host whose entry is not what YAML-level deserialization expects (a wrong type, an
+    /// unknown field), to name it in the error.
+    static ENTRY_HOST: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
 impl<'de> Deserialize<'de> for Records {
@@ -58,9 +61,10 @@ impl<'de> Deserialize<'de> for Records {
             ) -> Result<Records, A::Error> {
                 let mut records = BTreeMap::new();
                 while let Some(raw) = map.next_key::<String>()? {
-                    // Passed on as it is: a YAML-level error already names the host (its path,
-                    // such as `records.a.xcc.test.addresses[1]`) and its position.
-                    let entry = map.next_value::<RawEntry>()?;
+                    // A YAML-level error has its own position; [`parse_records`] adds the host.
+                    let entry = map.next_value::<RawEntry>().inspect_err(|_| {
+                        ENTRY_HOST.with(|h| *h.borrow_mut() = Some(raw.clone()));
+                    })?;
                     let checked = parse_fqdn(&raw)
                         .map_err(|reason| format!("host name {raw:?}: {reason}"))
                         .and_then(|name| {
@@ -96,10 +100,23 @@ impl<'de> Deserialize<'de> for Records {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "addresses")]
     addresses: Vec<IpAddr>,
     #[serde(default)]
     cname: Option<String>,
+}
+
+/// The `addresses` list; a bad one is named with its index.
+fn addresses<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            text.parse().map_err(|_| {
+                serde::de::Error::custom(format!("addresses[{i}]: {text:?} is not an IP address"))
+            })
+        })
+        .collect()
 }
 
 impl RawEntry {
@@ -148,7 +165,14 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
         return Ok(Vec::new());
     }
     ENTRY_ERROR.with(|e| e.borrow_mut().take());
-    match serde_yaml::from_str::<RecordsFile>(text) {
+    ENTRY_HOST.with(|h| h.borrow_mut().take());
+    let mut options = serde_saphyr::Options::default();
+    // YAML 1.2 scalars; errors on one line (they go to logs and metrics).
+    options.strict_booleans = true;
+    options.with_snippet = false;
+    // A host given twice is reported by [`Records`] (which also sees `a.test` and `a.test.`).
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+    match serde_saphyr::from_str_with_options::<RecordsFile>(text, options) {
         Ok(file) => Ok(file.records.0.into_iter().collect()),
         Err(error) => Err(match ENTRY_ERROR.with(|e| e.borrow_mut().take()) {
             Some(EntryError {
@@ -167,7 +191,10 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
                     None => message,
                 }
             }
-            None => error.to_string(),
+            None => match ENTRY_HOST.with(|h| h.borrow_mut().take()) {
+                Some(host) => format!("host {host}: {error}"),
+                None => error.to_string(),
+            },
         }),
     }
 }
@@ -243,7 +270,8 @@ mod tests {
         let err = parse_records(&text).unwrap_err();
         assert_eq!(err.matches(" line ").count(), 1, "{err}");
         assert!(err.contains("line 103"), "{err}");
-        assert!(err.contains("bad.xcc.test.addresses"), "{err}");
+        assert!(err.contains("host bad.xcc.test: "), "{err}");
+        assert!(err.contains("addresses[1]: \"192.0.2.300\""), "{err}");
 
         let err = parse_records(
             "records:\n  a.xcc.test:\n    addresses: [192.0.2.1]\n  \"a.xcc.test\":\n    addresses: [192.0.2.2]\n",

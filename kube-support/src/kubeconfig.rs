@@ -16,7 +16,7 @@ pub enum KubeconfigError {
     Parse {
         origin: String,
         #[source]
-        source: serde_yaml::Error,
+        source: crate::yaml::Error,
     },
     #[error("kubeconfig in {origin} cannot be used: {why}")]
     Invalid { origin: String, why: String },

@@ -18,6 +18,7 @@ pub mod metrics;
 mod peers;
 pub mod report;
 pub mod trust;
+pub mod yaml;
 
 pub use announcement::{Announcement, Feature};
 pub use backoff::Backoff;

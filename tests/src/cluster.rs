@@ -100,7 +100,7 @@ current-context: {name}
 /// A client for kubeconfig `yaml`; with kube's default retries of 429/503/504 (an API server
 /// whose storage is still initializing answers 429 for a moment) unless `retries` is false.
 pub async fn client_for(yaml: &str, retries: bool) -> anyhow::Result<Client> {
-    let file: KubeconfigFile = serde_yaml::from_str(yaml)?;
+    let file: KubeconfigFile = serde_saphyr::from_str(yaml)?;
     let mut config =
         kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await?;
     config.default_retry = retries;

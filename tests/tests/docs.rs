@@ -727,10 +727,10 @@ fn the_security_page_names_every_identity_and_role() {
     let mut seen = 0;
     for path in &files {
         let text = std::fs::read_to_string(path).expect("a readable manifest");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
-                .expect("the manifests are YAML");
-            let field = |v: &serde_yaml::Value, k: &str| {
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).expect("the manifests are YAML");
+        for value in docs {
+            let field = |v: &serde_json::Value, k: &str| {
                 v.get(k).and_then(|x| x.as_str()).map(str::to_string)
             };
             let Some(kind) = field(&value, "kind") else {

@@ -177,7 +177,7 @@ fn check_override(field: String, o: &Override) -> Result<Option<ValueTemplate>, 
                 });
             }
             if o.parse_value {
-                serde_yaml::from_str::<Value>(value)
+                xcc_kube::yaml::from_str::<Value>(value)
                     .map(drop)
                     .map_err(|e| fail(format!("value is not YAML: {e}")))?;
             }
@@ -543,7 +543,7 @@ fn apply_override(object: &mut Value, o: &Override, raw: String) {
         };
     }
     let value = if o.parse_value {
-        serde_yaml::from_str(&raw).unwrap_or(Value::String(raw))
+        xcc_kube::yaml::from_str(&raw).unwrap_or(Value::String(raw))
     } else {
         Value::String(raw)
     };

@@ -14,7 +14,7 @@
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::ResourceExt;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// Namespace, name and data key of plumber's kubeconfig Secret (the original's).
 pub const NAMESPACE: &str = "kubeconfig";
@@ -114,11 +114,11 @@ fn parse(secret: &Secret) -> Result<Value, Error> {
     let text = kubeconfig_text(secret).ok_or_else(|| Error::MissingKey {
         secret: name.clone(),
     })?;
-    let root: Value = serde_yaml::from_slice(text).map_err(|e| Error::Invalid {
+    let root: Value = xcc_kube::yaml::from_slice(text).map_err(|e| Error::Invalid {
         secret: name.clone(),
         why: xcc_kube::bounded(&e),
     })?;
-    if !root.is_mapping() {
+    if !root.is_object() {
         return Err(Error::Invalid {
             secret: name,
             why: "not a YAML mapping".into(),
@@ -133,7 +133,7 @@ pub fn entries(secret: &Secret) -> Result<Vec<Entry>, Error> {
     let root = parse(secret)?;
     let contexts = root
         .get("contexts")
-        .and_then(Value::as_sequence)
+        .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
     let field = |v: &Value, k: &str| {
@@ -161,13 +161,10 @@ pub fn entries(secret: &Secret) -> Result<Vec<Entry>, Error> {
 /// kubeconfig whose current context is `context`.
 pub fn for_context(secret: &Secret, context: &str) -> Result<Secret, Error> {
     let mut root = parse(secret)?;
-    if let Some(map) = root.as_mapping_mut() {
-        map.insert(
-            Value::String("current-context".into()),
-            Value::String(context.into()),
-        );
+    if let Some(map) = root.as_object_mut() {
+        map.insert("current-context".into(), Value::String(context.into()));
     }
-    let text = serde_yaml::to_string(&root).map_err(|e| Error::Invalid {
+    let text = xcc_kube::yaml::to_string(&root).map_err(|e| Error::Invalid {
         secret: secret.name_any(),
         why: xcc_kube::bounded(&e),
     })?;

@@ -447,7 +447,7 @@ mod tests {
     pub const SAMPLE: &str = include_str!("../../../manifests/examples/replicator-sample.yaml");
 
     fn sample() -> Replicator {
-        serde_yaml::from_str(SAMPLE).unwrap()
+        xcc_kube::yaml::from_str(SAMPLE).unwrap()
     }
 
     #[test]

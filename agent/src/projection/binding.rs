@@ -261,7 +261,7 @@ mod tests {
     fn binding() -> Arc<APIExportRoleBinding> {
         let text =
             include_str!("../../../manifests/examples/projection-apiexport-role-binding.yaml");
-        let mut binding: APIExportRoleBinding = serde_yaml::from_str(text).unwrap();
+        let mut binding: APIExportRoleBinding = xcc_kube::yaml::from_str(text).unwrap();
         binding.metadata.uid = Some("binding-uid".into());
         binding.metadata.generation = Some(2);
         Arc::new(binding)

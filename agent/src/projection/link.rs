@@ -435,7 +435,7 @@ fn still_valid(secret: &Secret, sa_uid: &str, now: i64) -> Option<Token> {
     };
     let (issued, expires) = (time(ISSUED_ANNOTATION)?, time(EXPIRES_ANNOTATION)?);
     let config = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
-    let config: Value = serde_yaml::from_slice(&config.0).ok()?;
+    let config: Value = xcc_kube::yaml::from_slice(&config.0).ok()?;
     let token = config["users"][0]["user"]["token"].as_str()?.to_string();
     let token = Token {
         token,
@@ -452,9 +452,9 @@ pub fn kubeconfig(
     user: &str,
     token: &str,
     namespace: &str,
-) -> Result<String, serde_yaml::Error> {
+) -> Result<String, xcc_kube::yaml::SerializeError> {
     let b64 = base64::engine::general_purpose::STANDARD;
-    serde_yaml::to_string(&json!({
+    xcc_kube::yaml::to_string(&json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "upstream", "cluster": {
@@ -580,7 +580,7 @@ mod tests {
         let config = b64
             .decode(secret["data"][KUBECONFIG_KEY].as_str().unwrap())
             .unwrap();
-        let config: Value = serde_yaml::from_slice(&config).unwrap();
+        let config: Value = xcc_kube::yaml::from_slice(&config).unwrap();
         assert_eq!(
             config["clusters"][0]["cluster"]["server"],
             "https://services.example:6443"

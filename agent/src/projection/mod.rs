@@ -84,7 +84,7 @@ pub enum Error {
     #[error("cannot encode: {0}")]
     Encode(#[from] serde_json::Error),
     #[error("cannot encode the kubeconfig: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] xcc_kube::yaml::SerializeError),
     #[error("cannot make a certificate: {0}")]
     Certificate(String),
 }
@@ -628,7 +628,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).unwrap();
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+        xcc_kube::yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
     #[test]

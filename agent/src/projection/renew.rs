@@ -50,15 +50,15 @@ impl TokenLife {
 /// The life of the bearer token of `kubeconfig`'s current context's user, if it has one that is
 /// a JWT with `iat` and `exp`.
 pub fn token_life(kubeconfig: &str) -> Option<TokenLife> {
-    let config: serde_yaml::Value = serde_yaml::from_str(kubeconfig).ok()?;
+    let config: serde_json::Value = xcc_kube::yaml::from_str(kubeconfig).ok()?;
     let current = config["current-context"].as_str()?;
     let context = config["contexts"]
-        .as_sequence()?
+        .as_array()?
         .iter()
         .find(|c| c["name"].as_str() == Some(current))?;
     let user = context["context"]["user"].as_str()?;
     let token = config["users"]
-        .as_sequence()?
+        .as_array()?
         .iter()
         .find(|u| u["name"].as_str() == Some(user))?["user"]["token"]
         .as_str()?;
@@ -78,13 +78,13 @@ pub fn token_life(kubeconfig: &str) -> Option<TokenLife> {
 
 /// `kubeconfig` with `token` as the token of user entry `user`, everything else as it was.
 pub fn with_token(kubeconfig: &str, user: &str, token: &str) -> Option<String> {
-    let mut config: serde_yaml::Value = serde_yaml::from_str(kubeconfig).ok()?;
+    let mut config: serde_json::Value = xcc_kube::yaml::from_str(kubeconfig).ok()?;
     let entry = config["users"]
-        .as_sequence_mut()?
+        .as_array_mut()?
         .iter_mut()
         .find(|u| u["name"].as_str() == Some(user))?;
-    *entry.get_mut("user")?.get_mut("token")? = serde_yaml::Value::String(token.to_string());
-    serde_yaml::to_string(&config).ok()
+    *entry.get_mut("user")?.get_mut("token")? = serde_json::Value::String(token.to_string());
+    xcc_kube::yaml::to_string(&config).ok()
 }
 
 /// `namespace` and `name` of a ServiceAccount's user name (`system:serviceaccount:<ns>:<name>`).
@@ -229,7 +229,7 @@ mod tests {
             }
         );
         let renewed = with_token(&config, "link", "new-token").unwrap();
-        let value: serde_yaml::Value = serde_yaml::from_str(&renewed).unwrap();
+        let value: serde_json::Value = xcc_kube::yaml::from_str(&renewed).unwrap();
         assert_eq!(value["users"][1]["user"]["token"], "new-token");
         assert_eq!(value["users"][0]["user"]["token"], "not-this-one");
         assert_eq!(

@@ -10,7 +10,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 use xcc_e2e::{Cluster, Testbed, free_port, require_testbed, xcc::binary};
 
 use crate::resource_sync::{
@@ -18,6 +18,8 @@ use crate::resource_sync::{
     install_member, wait_for, wait_secret, wait_state,
 };
 use crate::xcc_dns::KUARD;
+
+type Mapping = Map<String, Value>;
 
 /// What one run of the binary did.
 #[derive(Debug)]
@@ -78,7 +80,7 @@ impl User {
 }
 
 fn entries(root: &Value, list: &str) -> Vec<Value> {
-    root[list].as_sequence().cloned().unwrap_or_default()
+    root[list].as_array().cloned().unwrap_or_default()
 }
 
 /// One kubeconfig with the admin context of every cluster (named after it), plus `exec-user`
@@ -89,7 +91,7 @@ pub(crate) fn user_kubeconfig(bed: &Testbed, dir: &Path) -> PathBuf {
     let mut contexts = Vec::new();
     for cluster in &bed.clusters {
         let text = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
-        let root: Value = serde_yaml::from_str(&text).unwrap();
+        let root: Value = xcc_kube::yaml::from_str(&text).unwrap();
         clusters.extend(entries(&root, "clusters"));
         users.extend(entries(&root, "users"));
         contexts.extend(entries(&root, "contexts"));
@@ -112,19 +114,19 @@ contexts:
         port = free_port(),
         ca = first["certificate-authority-data"].as_str().unwrap(),
     );
-    let extra: Value = serde_yaml::from_str(&extra).unwrap();
+    let extra: Value = xcc_kube::yaml::from_str(&extra).unwrap();
     clusters.extend(entries(&extra, "clusters"));
     users.extend(entries(&extra, "users"));
     contexts.extend(entries(&extra, "contexts"));
     let mut root = Mapping::new();
     root.insert("apiVersion".into(), "v1".into());
     root.insert("kind".into(), "Config".into());
-    root.insert("clusters".into(), Value::Sequence(clusters));
-    root.insert("users".into(), Value::Sequence(users));
-    root.insert("contexts".into(), Value::Sequence(contexts));
+    root.insert("clusters".into(), Value::Array(clusters));
+    root.insert("users".into(), Value::Array(users));
+    root.insert("contexts".into(), Value::Array(contexts));
     root.insert("current-context".into(), "first".into());
     let path = dir.join("user.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&root).unwrap()).unwrap();
+    std::fs::write(&path, xcc_kube::yaml::to_string(&root).unwrap()).unwrap();
     path
 }
 
@@ -150,7 +152,7 @@ async fn plumber_secret(cluster: &Cluster) -> Option<Value> {
         .await
         .unwrap()?;
     let data = secret.data?.get("config")?.0.clone();
-    Some(serde_yaml::from_slice(&data).unwrap())
+    Some(xcc_kube::yaml::from_slice(&data).unwrap())
 }
 
 fn context_names(kubeconfig: &Value) -> Vec<String> {
@@ -503,7 +505,7 @@ ports: [{{name: admin, port: {port}, protocol: TCP}}]
             "yaml",
         ])
         .await;
-    let proxied: serde_json::Value = serde_yaml::from_str(proxied.ok()).unwrap();
+    let proxied: serde_json::Value = xcc_kube::yaml::from_str(proxied.ok()).unwrap();
     assert_eq!(proxied["answers"], explained["answers"]);
     assert_eq!(proxied["sources"], explained["sources"]);
     let long = format!("{}.xcc.test", "a".repeat(260));

@@ -28,8 +28,8 @@ pub(crate) async fn exchange(a: &Cluster, b: &Cluster) {
                 args.extend(["-n", REGISTRY_NS]);
             }
             let yaml = from.kubectl(&args).await.unwrap();
-            let mut object: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
-            if let Some(metadata) = object.get_mut("metadata").and_then(|m| m.as_mapping_mut()) {
+            let mut object: serde_json::Value = xcc_kube::yaml::from_str(&yaml).unwrap();
+            if let Some(metadata) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) {
                 for field in [
                     "uid",
                     "resourceVersion",
@@ -40,10 +40,10 @@ pub(crate) async fn exchange(a: &Cluster, b: &Cluster) {
                     metadata.remove(field);
                 }
             }
-            if let Some(object) = object.as_mapping_mut() {
+            if let Some(object) = object.as_object_mut() {
                 object.remove("status");
             }
-            to.apply_yaml(&serde_yaml::to_string(&object).unwrap())
+            to.apply_yaml(&xcc_kube::yaml::to_string(&object).unwrap())
                 .await
                 .unwrap();
         }

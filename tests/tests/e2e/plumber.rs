@@ -48,7 +48,7 @@ fn detectors(cluster: &Cluster) -> Api<DynamicObject> {
 /// its admin kubeconfig (token and CA inline).
 fn entries(cluster: &Cluster, context: &str, name: &str, user: &str) -> (Value, Value, Value) {
     let text = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
-    let admin: Value = serde_yaml::from_str(&text).unwrap();
+    let admin: Value = xcc_kube::yaml::from_str(&text).unwrap();
     (
         json!({"name": context, "context": {"cluster": name, "user": user}}),
         json!({"name": name, "cluster": admin["clusters"][0]["cluster"]}),
@@ -79,9 +79,9 @@ fn secret_of(all: &[(Value, Value, Value)]) -> String {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "kubeconfig", "namespace": "plumber-system"},
-        "stringData": {"config": serde_yaml::to_string(&config).unwrap()},
+        "stringData": {"config": xcc_kube::yaml::to_string(&config).unwrap()},
     });
-    serde_yaml::to_string(&secret).unwrap()
+    xcc_kube::yaml::to_string(&secret).unwrap()
 }
 
 struct Bed {
@@ -693,10 +693,10 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
     ];
     let edited = Instant::now();
     remaining.push((hostile.0, json!(null), hostile.2));
-    let mut config: Value = serde_yaml::from_str(&secret_of(&remaining)).unwrap();
+    let mut config: Value = xcc_kube::yaml::from_str(&secret_of(&remaining)).unwrap();
     // The hostile context reuses the second cluster's entry: no second cluster entry of that name.
     let text: Value =
-        serde_yaml::from_str(config["stringData"]["config"].as_str().unwrap()).unwrap();
+        xcc_kube::yaml::from_str(config["stringData"]["config"].as_str().unwrap()).unwrap();
     let mut kubeconfig = text.clone();
     kubeconfig["clusters"] = json!(
         text["clusters"]
@@ -707,9 +707,9 @@ async fn plumber_replicates_the_sample_reverts_drift_and_survives_a_dead_target(
             .cloned()
             .collect::<Vec<_>>()
     );
-    config["stringData"]["config"] = json!(serde_yaml::to_string(&kubeconfig).unwrap());
+    config["stringData"]["config"] = json!(xcc_kube::yaml::to_string(&kubeconfig).unwrap());
     primary
-        .apply_yaml(&serde_yaml::to_string(&config).unwrap())
+        .apply_yaml(&xcc_kube::yaml::to_string(&config).unwrap())
         .await
         .unwrap();
     wait_for(
@@ -824,7 +824,7 @@ async fn bench_plumber() {
         "bench plumber: sample (7 objects) to primary + 2 targets synced in {one:?} (bar 2 s)"
     );
 
-    let sample: Value = serde_yaml::from_str(
+    let sample: Value = xcc_kube::yaml::from_str(
         &std::fs::read_to_string(repo().join("manifests/examples/replicator-sample.yaml")).unwrap(),
     )
     .unwrap();
@@ -878,7 +878,7 @@ async fn bench_plumber() {
 fn plumberctl_kubeconfig(primary: &Cluster, second: &Cluster) -> String {
     let cluster = |c: &Cluster| {
         let admin: Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap();
+            xcc_kube::yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap();
         (
             admin["clusters"][0]["cluster"].clone(),
             admin["users"][0]["user"]["token"].clone(),
@@ -904,7 +904,7 @@ fn plumberctl_kubeconfig(primary: &Cluster, second: &Cluster) -> String {
             {"name": "kubernetes-admin2", "user": {"token": second_token}},
         ],
     });
-    serde_yaml::to_string(&config).unwrap()
+    xcc_kube::yaml::to_string(&config).unwrap()
 }
 
 /// Applies `object` as the original controller does: server-side apply, field manager
@@ -1046,7 +1046,7 @@ async fn plumberctls_files_and_secret_register_clusters_and_the_originals_object
 
     // The sample as a running original left it: the Replicator, and its objects on both
     // clusters (TLS off: the original's certificates are not taken over).
-    let mut sample: Value = serde_yaml::from_str(
+    let mut sample: Value = xcc_kube::yaml::from_str(
         &std::fs::read_to_string(manifest("manifests/examples/replicator-sample.yaml")).unwrap(),
     )
     .unwrap();
@@ -1180,12 +1180,12 @@ async fn plumberctls_files_and_secret_register_clusters_and_the_originals_object
     let home = tempfile::tempdir().unwrap();
     let kubeconfig = home.path().join("config");
     let admin = |c: &Cluster| -> Value {
-        serde_yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap()
+        xcc_kube::yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap()
     };
     let (a, b) = (admin(primary), admin(second));
     std::fs::write(
         &kubeconfig,
-        serde_yaml::to_string(&json!({
+        xcc_kube::yaml::to_string(&json!({
             "apiVersion": "v1", "kind": "Config", "current-context": "primary",
             "clusters": [
                 {"name": "kubernetes", "cluster": a["clusters"][0]["cluster"]},
@@ -1229,8 +1229,8 @@ async fn plumberctls_files_and_secret_register_clusters_and_the_originals_object
         .get("config")
         .await
         .unwrap();
-    let stored: Value = serde_yaml::from_slice(&secret.data.unwrap()["config"].0).unwrap();
-    let written: Value = serde_yaml::from_str(&plumberctl_kubeconfig(primary, second)).unwrap();
+    let stored: Value = xcc_kube::yaml::from_slice(&secret.data.unwrap()["config"].0).unwrap();
+    let written: Value = xcc_kube::yaml::from_str(&plumberctl_kubeconfig(primary, second)).unwrap();
     let contexts = stored["contexts"].as_array().unwrap();
     for old in written["contexts"].as_array().unwrap() {
         assert!(contexts.contains(old), "{old:?} kept in {stored:?}");

@@ -279,9 +279,10 @@ spec:
         .status
         .unwrap()
         .token;
-    let mut config: serde_yaml::Value = serde_yaml::from_slice(&kubeconfig.0).unwrap();
+    let mut config: serde_json::Value = xcc_kube::yaml::from_slice(&kubeconfig.0).unwrap();
     config["users"][0]["user"]["token"] = short.clone().into();
-    let kubeconfig = k8s_openapi::ByteString(serde_yaml::to_string(&config).unwrap().into_bytes());
+    let kubeconfig =
+        k8s_openapi::ByteString(xcc_kube::yaml::to_string(&config).unwrap().into_bytes());
 
     // The workload cluster: the copied kubeconfig Secret, then the reference's objects.
     install(workload).await;
@@ -323,8 +324,8 @@ spec:
                 .get("pumpkin-seeds")
                 .await
                 .ok()?;
-            let config: serde_yaml::Value =
-                serde_yaml::from_slice(&secret.data?.get("kubeconfig")?.0).ok()?;
+            let config: serde_json::Value =
+                xcc_kube::yaml::from_slice(&secret.data?.get("kubeconfig")?.0).ok()?;
             let token = config["users"][0]["user"]["token"].as_str()?.to_string();
             (token != short).then_some(token)
         },

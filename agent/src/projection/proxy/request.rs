@@ -81,7 +81,7 @@ pub fn check_body(content_type: Option<&str>, body: &[u8]) -> Result<(), BodyRef
                 .map(|_| ())
                 .map_err(|e| BodyRefusal::Malformed("JSON", xcc_kube::bounded(&e)))
         }
-        "application/apply-patch+yaml" => serde_yaml::from_slice::<serde_yaml::Value>(body)
+        "application/apply-patch+yaml" => xcc_kube::yaml::from_slice::<serde_json::Value>(body)
             .map(|_| ())
             .map_err(|e| BodyRefusal::Malformed("YAML", xcc_kube::bounded(&e))),
         other => Err(BodyRefusal::MediaType(xcc_kube::bounded(&other))),
