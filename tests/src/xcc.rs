@@ -264,3 +264,186 @@ pub async fn wait_dig(
     }
     bail!("{name} {qtype} @{server}: no expected answer after {timeout:?}; last: {last:?}")
 }
+
+/// The Prometheus text of `GET /metrics` on an agent's admin address.
+pub async fn metrics_text(admin: SocketAddr) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(admin).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text)
+}
+
+/// The sum of the samples of metric `name` whose labels include every `label="value"` of
+/// `labels` (0 when there is none).
+pub fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels_text, value) = match rest.strip_prefix('{') {
+                Some(rest) => rest.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            labels
+                .iter()
+                .all(|(k, v)| {
+                    labels_text
+                        .split(',')
+                        .any(|pair| pair == format!("{k}=\"{v}\""))
+                })
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// A point in an agent's progress: when, and how far one reconciler had got.
+#[derive(Clone, Copy, Debug)]
+pub struct Mark {
+    pub reconciler: &'static str,
+    pub at: std::time::SystemTime,
+    pub progress: Progress,
+}
+
+/// How far an agent's sync core got, read from its metrics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// `xcc_sync_reconciles_total` of one reconciler (every result).
+    pub reconciles: f64,
+    /// `xcc_sync_writes_total` of that reconciler to objects (every verb but `status`).
+    pub writes: f64,
+    /// `xcc_sync_writes_total` of that reconciler to statuses.
+    pub status_writes: f64,
+    /// `xcc_sync_queue_depth` of that reconciler.
+    pub queued: f64,
+}
+
+impl Agent {
+    /// The progress of `reconciler` (`resource-sync`, `clusters`, ...) now.
+    pub async fn progress(&self, reconciler: &str) -> anyhow::Result<Progress> {
+        let text = metrics_text(self.admin).await?;
+        let of = |name| sample_sum(&text, name, &[("reconciler", reconciler)]);
+        Ok(Progress {
+            reconciles: of("xcc_sync_reconciles_total"),
+            writes: of("xcc_sync_writes_total")
+                - sample_sum(
+                    &text,
+                    "xcc_sync_writes_total",
+                    &[("reconciler", reconciler), ("verb", "status")],
+                ),
+            status_writes: sample_sum(
+                &text,
+                "xcc_sync_writes_total",
+                &[("reconciler", reconciler), ("verb", "status")],
+            ),
+            queued: of("xcc_sync_queue_depth"),
+        })
+    }
+
+    /// Waits until the agent's watch of `kind` in `cluster` (`local` or a peer's Cluster name)
+    /// heard from the server at or after `since`: a change made after `since` is in its store
+    /// (one watch delivers in order). Take `since` just before the write the agent must see.
+    pub async fn heard(
+        &self,
+        (cluster, kind): (&str, &str),
+        since: std::time::SystemTime,
+    ) -> anyhow::Result<()> {
+        let since = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = metrics_text(self.admin).await?;
+            let contact = sample_sum(
+                &text,
+                "xcc_sync_watch_last_contact_timestamp_seconds",
+                &[("cluster", cluster), ("kind", kind)],
+            );
+            if contact >= since {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let watches: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with("xcc_sync_watch_last_contact"))
+                    .collect();
+                bail!(
+                    "the agent's watch of {kind} in {cluster} heard nothing since {since}: {watches:?}"
+                );
+            }
+            // sleep: poll interval.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A mark of `reconciler`'s progress, to take just before a write the agent must handle.
+    pub async fn mark(&self, reconciler: &'static str) -> anyhow::Result<Mark> {
+        let at = std::time::SystemTime::now();
+        Ok(Mark {
+            reconciler,
+            at,
+            progress: self.progress(reconciler).await?,
+        })
+    }
+
+    /// Writes of the mark's reconciler to objects (not statuses) since the mark.
+    pub async fn writes_since(&self, mark: &Mark) -> anyhow::Result<f64> {
+        Ok(self.progress(mark.reconciler).await?.writes - mark.progress.writes)
+    }
+
+    /// Waits until the agent has handled the changes of `kind` in `cluster` (`local` or a
+    /// peer's Cluster name) made after `mark`: its watch of that kind heard from the server
+    /// after the mark (one watch delivers in order), the mark's reconciler finished a
+    /// reconcile since the mark, and it has nothing queued. This is the proof of progress that
+    /// must come before any assertion that something did not happen.
+    pub async fn handled(&self, (cluster, kind): (&str, &str), mark: &Mark) -> anyhow::Result<()> {
+        self.heard((cluster, kind), mark.at).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = self.progress(mark.reconciler).await?;
+            if now.reconciles > mark.progress.reconciles && now.queued == 0.0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not handle the change of {kind} in {cluster}: {now:?} since {:?}",
+                    mark.reconciler,
+                    mark.progress
+                );
+            }
+            // sleep: poll interval.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample_sum;
+
+    #[test]
+    fn samples_are_summed_over_the_label_sets_that_match() {
+        let text = "# HELP xcc_sync_writes_total Writes.\n\
+            xcc_sync_writes_total{reconciler=\"resource-sync\",verb=\"apply\"} 3\n\
+            xcc_sync_writes_total{reconciler=\"resource-sync\",verb=\"status\"} 2\n\
+            xcc_sync_writes_total{reconciler=\"clusters\",verb=\"apply\"} 7\n\
+            xcc_sync_writes_total_created{reconciler=\"resource-sync\",verb=\"apply\"} 9\n\
+            xcc_up 1\n";
+        let rs = [("reconciler", "resource-sync")];
+        assert_eq!(sample_sum(text, "xcc_sync_writes_total", &rs), 5.0);
+        assert_eq!(
+            sample_sum(
+                text,
+                "xcc_sync_writes_total",
+                &[("reconciler", "resource-sync"), ("verb", "status")]
+            ),
+            2.0
+        );
+        assert_eq!(sample_sum(text, "xcc_sync_writes_total", &[]), 12.0);
+        assert_eq!(sample_sum(text, "xcc_up", &[]), 1.0);
+        assert_eq!(sample_sum(text, "xcc_sync_queue_depth", &rs), 0.0);
+    }
+}

@@ -241,6 +241,8 @@ async fn fleet_benchmark() {
     let to_all = applied.elapsed();
     let pid = controller.pid();
     // Settled: the controller has done what the apply asked (virtual clusters included).
+    // sleep: lets the apply's last writes land before the measured changes (figures, not an
+    // assertion of absence).
     tokio::time::sleep(Duration::from_secs(2 + (virtual_clusters / 100) as u64)).await;
 
     // One LB change on c-00 → every agent answers the new address.

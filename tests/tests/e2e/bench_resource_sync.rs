@@ -141,6 +141,8 @@ async fn resource_sync_benchmark() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let converged = started.elapsed();
+    // sleep: lets the last status writes land before the request count (a figure, not an
+    // assertion).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut requests = count_delta(&secret_requests(second).await, &before);
     *requests.entry("LIST".into()).or_insert(0.0) -= lists;
@@ -167,7 +169,16 @@ async fn resource_sync_benchmark() {
             .await
             .unwrap();
     }
+    // sleep: an agent holds keys back for 15 s after it starts while its peers settle (the
+    // engine's SETTLE) and looks at them when that ends; the proof that it did comes next.
     tokio::time::sleep(Duration::from_secs(15)).await;
+    for member in &members[1..] {
+        let progress = member.agent.progress("resource-sync").await.unwrap();
+        assert!(
+            progress.reconciles >= OBJECTS as f64 && progress.queued == 0.0,
+            "the restarted agent looked at every copy: {progress:?}"
+        );
+    }
     let written = [
         writes(&count_delta(&secret_requests(second).await, &before[0])),
         writes(&count_delta(&secret_requests(third).await, &before[1])),

@@ -4,7 +4,7 @@
 //! reference's YAML unchanged. Every cluster starts as its installation leaves it: its own
 //! Cluster and the Secret with a kubeconfig that reads it; everything else arrives by sync.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::{Api, ResourceExt, api::DeleteParams};
@@ -264,13 +264,15 @@ async fn sync_to_a_set_of_clusters() {
         return;
     };
     let bed = Testbed::start_named(&binaries, &NAMES).await.unwrap();
-    let _running = formed_group(&binaries, &bed).await;
+    let running = formed_group(&binaries, &bed).await;
     sync_everywhere(&bed).await;
     let [first, second, third] = [0, 1, 2].map(|i| &bed.clusters[i]);
     let third_id = third.kube_system_uid().await.unwrap();
 
     // 1. The annotation on the first cluster's rule. 2. Delete the rule on the second: it is
-    // not recreated. 3. Delete the Secret on the second: it is not recreated either.
+    // not recreated. 3. Delete the Secret on the second: it is not recreated either. Each step
+    // waits until the agents heard it.
+    let since = SystemTime::now();
     first
         .kubectl(&[
             "annotate",
@@ -280,18 +282,37 @@ async fn sync_to_a_set_of_clusters() {
         ])
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    running[0]
+        .agent
+        .heard(("local", "ResourceSyncRule"), since)
+        .await
+        .unwrap();
+    let since = SystemTime::now();
     rules_api(second)
         .delete("test-secret-sink", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    running[1]
+        .agent
+        .heard(("local", "ResourceSyncRule"), since)
+        .await
+        .unwrap();
+    let since = SystemTime::now();
     secrets(second)
         .delete("test-secret", &DeleteParams::default())
         .await
         .unwrap();
     wait_gone(second, "test-secret").await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The agents that read the second's Secrets heard the deletion (the second's own agent
+    // heard its rule go, above; only it writes to the second): only now may nothing have come
+    // back.
+    for member in [&running[0], &running[2]] {
+        member
+            .agent
+            .heard(("second", "Secret"), since)
+            .await
+            .unwrap();
+    }
     assert!(
         rules_api(second)
             .get_opt("test-secret-sink")
@@ -322,13 +343,14 @@ async fn sync_from_a_set_of_clusters() {
         return;
     };
     let bed = Testbed::start_named(&binaries, &NAMES).await.unwrap();
-    let _running = formed_group(&binaries, &bed).await;
+    let running = formed_group(&binaries, &bed).await;
     sync_everywhere(&bed).await;
     let [first, _, third] = [0, 1, 2].map(|i| &bed.clusters[i]);
     let third_id = third.kube_system_uid().await.unwrap();
 
     // 1. clusterFeatureMatch on the first cluster's rule: no cluster has the feature, so a
     // deleted copy on the first cluster is not recreated.
+    let since = SystemTime::now();
     first
         .kubectl(&[
             "patch",
@@ -340,12 +362,22 @@ async fn sync_from_a_set_of_clusters() {
         ])
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    running[0]
+        .agent
+        .heard(("local", "ResourceSyncRule"), since)
+        .await
+        .unwrap();
+    let mark = running[0].agent.mark("resource-sync").await.unwrap();
     secrets(first)
         .delete("test-secret", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The first's agent handled the deletion before nothing may have come back.
+    running[0]
+        .agent
+        .handled(("local", "Secret"), &mark)
+        .await
+        .unwrap();
     assert!(
         secrets(first)
             .get_opt("test-secret")

@@ -229,6 +229,8 @@ async fn join_case(
     // The quiet window: no write, and every agent at work throughout.
     let reconciles_before: Vec<f64> =
         futures::future::join_all(members.iter().map(|m| cluster_reconciles(m.agent.admin))).await;
+    // sleep: the measured window; the reconciles counted across it prove every agent worked
+    // throughout.
     tokio::time::sleep(QUIET).await;
     let reconciles_after: Vec<f64> =
         futures::future::join_all(members.iter().map(|m| cluster_reconciles(m.agent.admin))).await;

@@ -3,8 +3,8 @@
 //! cluster's agent goes on syncing from the second as fast as before, while the Cluster and the
 //! SecretImport that depend on the third say so within 15 s and keep what they copied.
 //!
-//! `bench/isolation.sh` runs the benchmark variant: more rounds, and the bar on the ratio of sync
-//! times with and without the blackhole (≤ 1.2).
+//! Both assert the bar on the ratio of sync times with and without the blackhole (≤ 1.2): the
+//! test on the median of three rounds, `bench/isolation.sh` (the benchmark variant) of five.
 
 use std::time::{Duration, Instant};
 
@@ -261,8 +261,21 @@ async fn blackholed_third(rounds: usize, objects: usize) -> Option<(Duration, Du
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_peer_holds_up_no_other_peer() {
-    // The figures are printed; the bar on their ratio is the benchmark's.
-    blackholed_third(1, 100).await;
+    // The benchmark's bar, on the median of three rounds (one round is at the mercy of
+    // whatever else the machine runs for those 200 ms).
+    let Some((before, after)) = blackholed_third(3, 100).await else {
+        return;
+    };
+    assert_ratio(before, after);
+}
+
+/// The bar: sync with a blackholed peer at most 1.2 times as long as without.
+fn assert_ratio(before: Duration, after: Duration) {
+    let ratio = after.as_secs_f64() / before.as_secs_f64();
+    assert!(
+        ratio <= 1.2,
+        "sync with a blackholed peer is {ratio:.2}× slower (bar 1.2)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,9 +284,5 @@ async fn isolation_benchmark() {
     let Some((before, after)) = blackholed_third(5, 100).await else {
         return;
     };
-    let ratio = after.as_secs_f64() / before.as_secs_f64();
-    assert!(
-        ratio <= 1.2,
-        "sync with a blackholed peer is {ratio:.2}× slower (bar 1.2)"
-    );
+    assert_ratio(before, after);
 }

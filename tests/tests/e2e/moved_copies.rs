@@ -371,11 +371,17 @@ spec: {size: 3}
         .apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: blocked-moved, namespace: team-b}\ndata: {mode: local}\n")
         .await
         .unwrap();
+    let mark = members[1].agent.mark("resource-sync").await.unwrap();
     first
         .apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: blocked, namespace: team-a}\ndata: {mode: move}\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The second's agent handled the new source before the local object may be found intact.
+    members[1]
+        .agent
+        .handled(("first", "ConfigMap"), &mark)
+        .await
+        .unwrap();
     let local = configmap(second, "team-b", "blocked-moved").await.unwrap();
     assert_eq!(
         data(&local)["mode"],
@@ -393,6 +399,7 @@ spec: {size: 3}
     .await;
 
     // A changed source changes the copy of another kind.
+    let mark = members[1].agent.mark("resource-sync").await.unwrap();
     first
         .kubectl(&[
             "-n",
@@ -408,10 +415,18 @@ spec: {size: 3}
         .unwrap();
     wait_gadget(second, |g| g["spec"]["size"] == 4).await;
 
-    // Converged: nothing is written any more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Converged: the second's agent handled the echo of its write, and wrote once.
+    members[1]
+        .agent
+        .handled(("local", "Gadget"), &mark)
+        .await
+        .unwrap();
     let before = versions(second).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        members[1].agent.writes_since(&mark).await.unwrap(),
+        1.0,
+        "writes for one changed source"
+    );
     assert_eq!(versions(second).await, before, "writes after convergence");
 
     // A source deleted while the agent is down: its moved copy goes when the agent is back,

@@ -640,6 +640,7 @@ async fn the_walkthrough_from_pods_with_the_default_install() {
     // 3'. Idle for 5 minutes: no xcc pod logs a warning or an error, on the workload clusters
     //     and on the management cluster.
     let idle_from = rfc3339_now();
+    // sleep: the idle window the scenario is made of (what it checks is the logs of it).
     tokio::time::sleep(Duration::from_secs(300)).await;
     // Still serving after the idle time, with the replicas it started with.
     until(

@@ -7,7 +7,7 @@ use std::{
     collections::BTreeMap,
     future::Future,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -431,7 +431,7 @@ async fn three_clusters_sync_by_rules_and_never_lose_or_overwrite() {
         return;
     };
     let bed = Testbed::start_named(&binaries, &NAMES).await.unwrap();
-    let _running = group(&binaries, &bed).await;
+    let running = group(&binaries, &bed).await;
     let [first, second, third] = [0, 1, 2].map(|i| &bed.clusters[i]);
     let third_id = third.kube_system_uid().await.unwrap();
     let first_id = first.kube_system_uid().await.unwrap();
@@ -491,57 +491,84 @@ async fn three_clusters_sync_by_rules_and_never_lose_or_overwrite() {
     assert_eq!(data(&copy)["owner"], "first");
     assert_eq!(copy.labels().get("copied").map(String::as_str), Some("yes"));
 
-    // Drift of a copy is reverted: a changed value and an added key.
-    third
-        .kubectl(&[
-            "-n",
-            "team-a",
-            "patch",
-            "configmap",
-            "settings",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"owner":"edited"}}"#,
-        ])
-        .await
-        .unwrap();
-    first
-        .kubectl(&[
-            "-n",
-            REGISTRY_NS,
-            "patch",
-            "secret",
-            "test-secret",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"extra":"eA=="}}"#,
-        ])
-        .await
-        .unwrap();
-    wait_for(
-        "on third: ConfigMap settings reverted",
-        Duration::from_secs(30),
-        || async {
-            let cm = configmaps(third).get("settings").await.ok()?;
-            (data(&cm).get("owner").map(String::as_str) == Some("first")).then_some(())
-        },
-    )
-    .await;
-    wait_for(
-        "on first: test-secret reverted",
-        Duration::from_secs(30),
-        || async {
-            let s = secrets(first).get("test-secret").await.ok()?;
-            s.data.as_ref().is_none_or(|d| d.is_empty()).then_some(())
-        },
-    )
-    .await;
-
-    // Converged: nothing is written any more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = versions(&bed).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(versions(&bed).await, before, "writes after convergence");
+    // Drift of a copy is reverted: a changed value and an added key. Twice: the second time,
+    // with everything before settled, it shows convergence: each of the two agents handled the
+    // echo of its revert and wrote what the revert takes (the ConfigMap's changed value: one
+    // apply; the Secret's added key, kubectl's field: an apply and a replace), the second
+    // nothing (a copy that kept changing would write again here).
+    for round in 0..2 {
+        let mut marks = Vec::new();
+        for member in &running {
+            marks.push(member.agent.mark("resource-sync").await.unwrap());
+        }
+        third
+            .kubectl(&[
+                "-n",
+                "team-a",
+                "patch",
+                "configmap",
+                "settings",
+                "--type=merge",
+                "-p",
+                r#"{"data":{"owner":"edited"}}"#,
+            ])
+            .await
+            .unwrap();
+        first
+            .kubectl(&[
+                "-n",
+                REGISTRY_NS,
+                "patch",
+                "secret",
+                "test-secret",
+                "--type=merge",
+                "-p",
+                r#"{"data":{"extra":"eA=="}}"#,
+            ])
+            .await
+            .unwrap();
+        wait_for(
+            "on third: ConfigMap settings reverted",
+            Duration::from_secs(30),
+            || async {
+                let cm = configmaps(third).get("settings").await.ok()?;
+                (data(&cm).get("owner").map(String::as_str) == Some("first")).then_some(())
+            },
+        )
+        .await;
+        wait_for(
+            "on first: test-secret reverted",
+            Duration::from_secs(30),
+            || async {
+                let s = secrets(first).get("test-secret").await.ok()?;
+                s.data.as_ref().is_none_or(|d| d.is_empty()).then_some(())
+            },
+        )
+        .await;
+        running[0]
+            .agent
+            .handled(("local", "Secret"), &marks[0])
+            .await
+            .unwrap();
+        running[2]
+            .agent
+            .handled(("local", "ConfigMap"), &marks[2])
+            .await
+            .unwrap();
+        if round == 1 {
+            let before = versions(&bed).await;
+            let mut writes = Vec::new();
+            for (member, mark) in running.iter().zip(&marks) {
+                writes.push(member.agent.writes_since(mark).await.unwrap());
+            }
+            assert_eq!(
+                writes,
+                [2.0, 0.0, 1.0],
+                "objects written by each agent for the two reverts"
+            );
+            assert_eq!(versions(&bed).await, before, "writes after convergence");
+        }
+    }
     for (cluster, value) in [(first, "first"), (second, "second")] {
         let cm = configmaps(cluster).get("settings").await.unwrap();
         assert_eq!(data(&cm)["owner"], value, "a local object was overwritten");
@@ -572,7 +599,8 @@ async fn three_clusters_sync_by_rules_and_never_lose_or_overwrite() {
         .unwrap_or_default()
         .to_string();
     assert!(message.contains("cannot reach the API server"), "{message}");
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Both agents wrote that the third is Failed (above): they saw it go, and nothing may have
+    // been deleted.
     for cluster in [first, second] {
         assert!(
             secrets(cluster)
@@ -606,13 +634,24 @@ async fn three_clusters_sync_by_rules_and_never_lose_or_overwrite() {
     // Sync from a set of clusters: the reference's clusterFeatureMatch and ClusterFeature.
     apply_namespaced(third, TEST_SECRET).await;
     wait_secret(first, "test-secret", Some(&third_id)).await;
+    let since = SystemTime::now();
     first.apply_yaml(TEST_RULE_FEATURE).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    running[0]
+        .agent
+        .heard(("local", "ResourceSyncRule"), since)
+        .await
+        .unwrap();
+    let mark = running[0].agent.mark("resource-sync").await.unwrap();
     secrets(first)
         .delete("test-secret", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The first's agent handled the deletion before nothing may have come back.
+    running[0]
+        .agent
+        .handled(("local", "Secret"), &mark)
+        .await
+        .unwrap();
     assert!(
         secrets(first)
             .get_opt("test-secret")

@@ -509,6 +509,8 @@ async fn hostile_kubeconfigs_are_refused_in_every_place_that_reads_one() {
     // Ten seconds after the hostile Secrets: nothing ran, nothing connected.
     let waited = started.elapsed().min(peers_hostile.elapsed());
     if let Some(rest) = Duration::from_secs(10).checked_sub(waited) {
+        // sleep: a window after the proof above (both kubeconfigs rejected in the statuses):
+        // a command or a connection would come at any time, not in answer to one event.
         tokio::time::sleep(rest).await;
     }
     for case in ["controller", "import", "peer", "copied"] {
@@ -705,6 +707,7 @@ async fn a_peer_answering_401_is_not_hammered_and_its_objects_say_why() {
     // times.
     let minute = Duration::from_secs(60);
     if let Some(rest) = (2 * minute).checked_sub(started.elapsed()) {
+        // sleep: the measured window (requests per minute to the peer).
         tokio::time::sleep(rest).await;
     }
     let first_minute = peer.between(started, started + minute);

@@ -526,6 +526,9 @@ async fn agents_keep_answering_while_the_management_cluster_is_down() {
 
     let down = std::time::Instant::now();
     mgmt.stop();
+    // sleep: two seconds of the outage itself: the agent reads nothing from the management
+    // cluster, so no event of it is there to wait for; its answers must simply hold through
+    // it (failover::every_agent_answers_... asks 20,000 times through a longer one).
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         dig(agent_a.dns, KUARD, "A").await.unwrap().data,
