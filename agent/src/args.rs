@@ -9,13 +9,26 @@ use std::{
 
 use clap::{Args as ArgGroup, Parser, Subcommand};
 
-/// Serves the xcc DNS zone (default `xcc.test`) from an in-memory record table.
+/// The xcc agent of a member cluster: serves the xcc DNS zone, and runs the cross-cluster sync
+/// reconcilers.
 ///
-/// In a cluster (the default): the table is fed by the EndpointSlices that xcc-controller writes
-/// into the agent's namespace (annotation `connectivity.tanzu.vmware.com/dns-hostname`); the
-/// cluster's CoreDNS forwards the zone here (see xcc-coredns-patcher). The agent also runs the
-/// sync reconcilers, which read from peer clusters and write only to this one (Secret replication:
-/// SecretExport, SecretImport and the monitors; `xcc-agent crds` prints their CRDs).
+/// DNS: serves the xcc zone (default `xcc.test`) from an in-memory record table. In a cluster
+/// (the default) the table is fed by the EndpointSlices that xcc-controller writes into the
+/// agent's namespace (annotation `connectivity.tanzu.vmware.com/dns-hostname`); the cluster's
+/// CoreDNS forwards the zone here (see xcc-coredns-patcher).
+///
+/// Sync reconcilers (each can be switched off; they read from peer clusters and write only to
+/// this one; `xcc-agent crds` prints their CRDs):
+///   * Secret replication: SecretExport, SecretImport, the import/export monitors and bindings
+///     (services-toolkit's replication API);
+///   * cluster groups and resource sync: Cluster, ClusterFeature, ResourceSyncRule
+///     (cluster-registry's API);
+///   * plumber: ClusterDetector and Replicator;
+///   * API projection: UpstreamClusterLink, APIExportRoleBinding (service side) and
+///     DownstreamClusterLink, APIResourceImport, ClusterAPIGroupImport with an aggregated API
+///     server (workload side).
+///
+/// Admin HTTP (`--admin-listen`): /healthz, /readyz, /metrics, /explain.
 ///
 /// Kubeconfigs read from Secrets (a SecretImport's service cluster, a Cluster's peer Secret) are
 /// untrusted data: only inline credentials are accepted (server over https,
@@ -49,22 +62,30 @@ pub struct Args {
     pub admin: AdminArgs,
 
     #[command(flatten)]
-    pub log: LogArgs,
+    pub log: xcc_kube::logging::LogArgs,
 }
 
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "DNS")]
 pub struct DnsArgs {
-    /// Address the DNS server listens on (UDP and TCP).
-    #[arg(long, env = "XCC_LISTEN", default_value = "0.0.0.0:53")]
+    /// Address the DNS server listens on (UDP and TCP), IP:PORT.
+    #[arg(
+        long,
+        env = "XCC_LISTEN",
+        default_value = "0.0.0.0:53",
+        value_name = "IP:PORT",
+        value_parser = xcc_kube::flags::listen
+    )]
     pub listen: SocketAddr,
 
-    /// Zone to serve; repeat (or comma-separate) for several.
+    /// Zone to serve (a DNS name such as xcc.test); repeat (or comma-separate) for several.
     #[arg(
         long = "zone",
         env = "XCC_ZONES",
         value_delimiter = ',',
-        default_value = xcc_dns::DEFAULT_ZONE
+        default_value = xcc_dns::DEFAULT_ZONE,
+        value_name = "ZONE",
+        value_parser = xcc_kube::flags::zone
     )]
     pub zones: Vec<String>,
 
@@ -336,7 +357,8 @@ pub struct SyncArgs {
         long,
         env = "XCC_PROJECTION_PROXY_LISTEN",
         default_value = "0.0.0.0:9443",
-        value_name = "ADDR"
+        value_name = "IP:PORT",
+        value_parser = xcc_kube::flags::listen
     )]
     pub projection_proxy_listen: SocketAddr,
 
@@ -404,11 +426,13 @@ pub struct SyncArgs {
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "Admin")]
 pub struct AdminArgs {
-    /// Address of the admin HTTP server (/healthz, /readyz, /metrics).
+    /// Address of the admin HTTP server (/healthz, /readyz, /metrics, /explain), IP:PORT.
     #[arg(
         long = "admin-listen",
         env = "XCC_ADMIN_LISTEN",
-        default_value = "0.0.0.0:9180"
+        default_value = "0.0.0.0:9180",
+        value_name = "IP:PORT",
+        value_parser = xcc_kube::flags::listen
     )]
     pub admin_listen: SocketAddr,
 
@@ -439,28 +463,6 @@ impl AdminArgs {
             None => Duration::ZERO,
         }
     }
-}
-
-#[derive(Debug, ArgGroup)]
-#[command(next_help_heading = "Logging")]
-pub struct LogArgs {
-    /// Log filter, in `tracing` env-filter syntax.
-    #[arg(
-        long = "log",
-        env = "XCC_LOG",
-        default_value = "info,hickory_server=warn,hickory_proto=warn,hickory_net=warn"
-    )]
-    pub filter: String,
-
-    /// Log format.
-    #[arg(long = "log-format", env = "XCC_LOG_FORMAT", default_value = "text")]
-    pub format: LogFormat,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[cfg(test)]
@@ -581,6 +583,23 @@ mod tests {
         .unwrap();
         assert_eq!(args.records.shrink_limit(), xcc_dns::ShrinkLimit::NONE);
         assert!(Args::try_parse_from(["xcc-agent", "--records-max-removed-share", "1.5"]).is_err());
+    }
+
+    #[test]
+    fn bad_zones_and_addresses_are_usage_errors() {
+        for (args, says) in [
+            (&["--zone", "*.test"][..], "wildcard"),
+            (&["--zone", "bad..zone"], "empty label"),
+            (&["--listen", "localhost:5353"], "IP:PORT"),
+        ] {
+            let error = Args::try_parse_from(["xcc-agent"].iter().chain(args)).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+            assert!(error.to_string().contains(says), "{args:?}: {error}");
+        }
+        let args = Args::try_parse_from(["xcc-agent", "--leader-elect"]).unwrap();
+        assert!(args.sync.leader_elect);
+        let args = Args::try_parse_from(["xcc-agent", "--leader-elect=false"]).unwrap();
+        assert!(!args.sync.leader_elect);
     }
 
     #[test]

@@ -30,26 +30,40 @@ mod sources;
 mod sync_metrics;
 mod wakers;
 
-use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
-    let args = args::Args::parse();
+use xcc_kube::report::{EXIT_FAILURE, EXIT_USAGE, one_line};
+
+/// Logs when nothing else asks: info, and hickory's own logs only from warn.
+const DEFAULT_LOG: &str = "info,hickory_server=warn,hickory_proto=warn,hickory_net=warn";
+
+fn main() -> ExitCode {
+    let args: args::Args = xcc_kube::flags::parse("xcc-agent");
     if let Some(args::Command::Crds { dir }) = &args.command {
         return match run::print_crds(dir.as_deref()) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
+            Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                eprintln!("xcc-agent: {error:#}");
-                std::process::ExitCode::FAILURE
+                eprintln!("xcc-agent: error: {}", one_line(error.as_ref()));
+                ExitCode::from(EXIT_FAILURE)
             }
         };
     }
-    run::init_logging(&args.log);
+    xcc_kube::logging::init(&args.log, DEFAULT_LOG);
     match run::main(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // Once, through the log (which goes to stderr too).
-            tracing::error!("{error:#}");
-            std::process::ExitCode::FAILURE
+            // Once, on one line, each cause once.
+            eprintln!("xcc-agent: error: {}", one_line(error.as_ref()));
+            // A records file that cannot be used at start is the operator's input, as a flag.
+            let usage = error.chain().any(|cause| {
+                matches!(
+                    cause.downcast_ref::<xcc_dns::Error>(),
+                    Some(
+                        xcc_dns::Error::InvalidRecords { .. } | xcc_dns::Error::InvalidZone { .. }
+                    )
+                )
+            });
+            ExitCode::from(if usage { EXIT_USAGE } else { EXIT_FAILURE })
         }
     }
 }

@@ -10,7 +10,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::{
     admin::{self, AdminState, CoreTasks},
-    args::{Args, KubeArgs, LogArgs, LogFormat},
+    args::{Args, KubeArgs},
     clusterregistry,
     metrics::Metrics,
     plumber, projection,
@@ -54,24 +54,6 @@ pub fn print_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-pub fn init_logging(args: &LogArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.filter).unwrap_or_else(|error| {
-        eprintln!(
-            "xcc-agent: bad --log filter {:?} ({error}); using \"info\"",
-            args.filter
-        );
-        tracing_subscriber::EnvFilter::new("info")
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match args.format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 fn cpus() -> usize {

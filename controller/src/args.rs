@@ -24,8 +24,15 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// DNS zone of the published names (XCC's DOMAIN_SUFFIX).
-    #[arg(long, env = "DOMAIN_SUFFIX", default_value = "xcc.test")]
+    /// DNS zone of the published names (a DNS name such as xcc.test; the agents' --zone). The
+    /// environment variable is the original XCC's name, so that its manifests keep working.
+    #[arg(
+        long,
+        env = "DOMAIN_SUFFIX",
+        default_value = "xcc.test",
+        value_name = "ZONE",
+        value_parser = xcc_kube::flags::zone
+    )]
     pub zone: String,
 
     /// Kubeconfig of the management cluster; default: in-cluster or $KUBECONFIG.
@@ -56,11 +63,23 @@ pub struct Args {
     #[arg(long, env = "XCC_UNINSTALL", default_value_t = false)]
     pub uninstall: bool,
 
-    /// Elect a leader through a Lease, so that several replicas are safe.
-    #[arg(long, env = "XCC_LEADER_ELECTION", default_value_t = false)]
-    pub leader_election: bool,
+    /// Elect a leader through the Lease `xcc-controller` in --lease-namespace, so that several
+    /// replicas are safe (`--leader-elect`, `--leader-elect=true|false`, as Kubernetes
+    /// components; `--leader-election` is the older spelling).
+    #[arg(
+        long,
+        alias = "leader-election",
+        env = "XCC_LEADER_ELECT",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub leader_elect: bool,
 
-    /// Namespace of the leader-election Lease (the controller's own namespace).
+    /// Namespace of the leader-election Lease (the controller's own namespace; the environment
+    /// variable is the original XCC's name, from the downward API).
     #[arg(long, env = "NAMESPACE", default_value = "xcc-system")]
     pub lease_namespace: String,
 
@@ -68,16 +87,21 @@ pub struct Args {
     #[arg(long, env = "XCC_POD_NAME")]
     pub pod_name: Option<String>,
 
-    /// Address of /healthz and /readyz.
-    #[arg(long, env = "XCC_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Address of the admin HTTP server (/healthz, /readyz, /metrics), IP:PORT.
+    #[arg(
+        long,
+        env = "XCC_ADMIN_LISTEN",
+        default_value = "0.0.0.0:9180",
+        value_name = "IP:PORT",
+        value_parser = xcc_kube::flags::listen
+    )]
     pub admin_listen: SocketAddr,
 
     #[command(flatten)]
     pub trust: xcc_kube::PeerTrust,
 
-    /// Log filter (tracing env-filter syntax).
-    #[arg(long = "log", env = "XCC_LOG", default_value = "info")]
-    pub log_filter: String,
+    #[command(flatten)]
+    pub log: xcc_kube::logging::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,5 +118,21 @@ mod tests {
     #[test]
     fn flags_are_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn leader_elect_takes_a_value_and_the_older_spelling() {
+        for (argv, on) in [
+            (&["--leader-elect"][..], true),
+            (&["--leader-elect=true"], true),
+            (&["--leader-elect=false"], false),
+            (&["--leader-election"], true),
+            (&[], false),
+        ] {
+            let args = Args::try_parse_from(["xcc-controller"].iter().chain(argv)).unwrap();
+            assert_eq!(args.leader_elect, on, "{argv:?}");
+        }
+        let error = Args::try_parse_from(["xcc-controller", "--zone", "*.test"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
     }
 }

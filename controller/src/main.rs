@@ -20,40 +20,49 @@ mod settings;
 mod uninstall;
 mod workload;
 
-use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
-    let args = args::Args::parse();
+use xcc_kube::report::{EXIT_FAILURE, one_line};
+
+fn main() -> ExitCode {
+    let mut args: args::Args = xcc_kube::flags::parse("xcc-controller");
+    // The older variable of --leader-elect, in manifests written before it was renamed.
+    if !args.leader_elect && std::env::var("XCC_LEADER_ELECTION").is_ok_and(|v| v == "true") {
+        args.leader_elect = true;
+    }
     match args.command {
         Some(args::Command::Crds) => {
             print!("{}", run::crds_yaml());
-            std::process::ExitCode::SUCCESS
+            ExitCode::SUCCESS
         }
         None => {
-            run::init_logging(&args.log_filter);
+            xcc_kube::logging::init(&args.log, "info");
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("xcc-controller: cannot start the async runtime: {e}");
-                    return std::process::ExitCode::FAILURE;
+                    eprintln!("xcc-controller: error: cannot start the async runtime: {e}");
+                    return ExitCode::from(EXIT_FAILURE);
                 }
             };
             if args.uninstall {
                 return match runtime.block_on(uninstall::run(&args)) {
-                    Ok(true) => std::process::ExitCode::SUCCESS,
-                    Ok(false) => std::process::ExitCode::FAILURE,
+                    Ok(true) => ExitCode::SUCCESS,
+                    Ok(false) => ExitCode::from(EXIT_FAILURE),
                     Err(error) => {
-                        eprintln!("xcc-controller --uninstall: {error:#}");
-                        std::process::ExitCode::FAILURE
+                        eprintln!(
+                            "xcc-controller --uninstall: error: {}",
+                            one_line(error.as_ref())
+                        );
+                        ExitCode::from(EXIT_FAILURE)
                     }
                 };
             }
             match runtime.block_on(run::run(args)) {
-                Ok(()) => std::process::ExitCode::SUCCESS,
+                Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    tracing::error!("{error:#}");
-                    eprintln!("xcc-controller: {error:#}");
-                    std::process::ExitCode::FAILURE
+                    // Once, on one line, each cause once.
+                    eprintln!("xcc-controller: error: {}", one_line(error.as_ref()));
+                    ExitCode::from(EXIT_FAILURE)
                 }
             }
         }

@@ -35,16 +35,6 @@ pub fn crds_yaml() -> String {
     )
 }
 
-pub fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 async fn client(args: &Args) -> anyhow::Result<Client> {
     Ok(xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?)
 }
@@ -98,7 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Ready means "this process works" (its client and admin server are up), never "this
     // process leads": a standby that were never ready would stall every rolling update.
     ready.store(true, Ordering::Release);
-    if args.leader_election {
+    if args.leader_elect {
         let lease = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "xcc-controller")
             .with_namespace(args.lease_namespace.clone())
             .with_identity(identity.clone())

@@ -19,26 +19,26 @@ mod service;
 #[cfg(test)]
 mod testing;
 
-use clap::Parser;
+use xcc_kube::report::{EXIT_FAILURE, one_line};
 
 fn main() -> std::process::ExitCode {
-    let args = args::Args::parse();
-    run::init_logging(&args.log_filter);
+    let args: args::Args = xcc_kube::flags::parse("xcc-coredns-patcher");
+    xcc_kube::logging::init(&args.log, "info");
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("xcc-coredns-patcher: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            eprintln!("xcc-coredns-patcher: error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(EXIT_FAILURE);
         }
     };
     match runtime.block_on(run::run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("xcc-coredns-patcher: {}", report::one_line(&error));
-            std::process::ExitCode::FAILURE
+            eprintln!("xcc-coredns-patcher: error: {}", one_line(error.as_ref()));
+            std::process::ExitCode::from(EXIT_FAILURE)
         }
     }
 }

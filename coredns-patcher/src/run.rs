@@ -8,16 +8,6 @@ use crate::{
     corefile, service,
 };
 
-pub fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 async fn client(args: &Args) -> anyhow::Result<Client> {
     Ok(xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?)
 }

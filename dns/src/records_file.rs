@@ -98,7 +98,11 @@ impl<'de> Deserialize<'de> for Records {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a host entry: a mapping with `addresses` (a list of IP addresses, e.g. \
+                 `addresses: [192.0.2.10]`) or `cname` (a host name)"
+)]
 struct RawEntry {
     #[serde(default, deserialize_with = "addresses")]
     addresses: Vec<IpAddr>,

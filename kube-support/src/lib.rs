@@ -5,11 +5,13 @@
 //! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
 //! while the status does not change), and the [`announcement`] by which an xcc-agent tells
 //! xcc-controller which parts of the record feed it reads; and what every binary does the same
-//! way: [`logging`], the common [`metrics`], errors on one line ([`report`]).
+//! way: [`logging`], the common [`metrics`], errors on one line ([`report`]),
+//! flag values and usage errors ([`flags`]).
 
 pub mod announcement;
 mod backoff;
 mod conditions;
+pub mod flags;
 pub mod h2;
 mod kubeconfig;
 mod leader;

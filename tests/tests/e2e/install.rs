@@ -511,7 +511,7 @@ async fn the_management_install_applies_and_its_controller_starts_without_a_warn
     ]);
     let env = deployment_env(cluster, "xcc-system", "xcc-controller", &fields).await;
     assert_eq!(
-        env.get("XCC_LEADER_ELECTION").map(String::as_str),
+        env.get("XCC_LEADER_ELECT").map(String::as_str),
         Some("true")
     );
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
