@@ -164,6 +164,10 @@ fn line_of(text: &str, host: &str, from: usize) -> Option<usize> {
 }
 
 /// Parses records-file text. Errors say where (line, column) and what is wrong.
+/// What a host entry looks like, for a person whose entry is not one.
+const ENTRY_SHAPE: &str = "a host entry is a mapping with `addresses` (a list of IP addresses, \
+                           e.g. `addresses: [192.0.2.10]`) or `cname` (a host name)";
+
 pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
@@ -196,7 +200,7 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
                 }
             }
             None => match ENTRY_HOST.with(|h| h.borrow_mut().take()) {
-                Some(host) => format!("host {host}: {error}"),
+                Some(host) => format!("host {host}: {error}; {ENTRY_SHAPE}"),
                 None => error.to_string(),
             },
         }),
