@@ -66,29 +66,9 @@ pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// A command-line error as clap renders it, on one line: its message, its tips (clap's "a
-/// similar subcommand exists"), and where to look: the help of `command` (the command the
-/// line names, e.g. `kubectl xcc cluster join`).
-pub fn usage_line(rendered: &str, command: &str) -> String {
-    let mut message = Vec::new();
-    let mut tips = Vec::new();
-    let mut in_message = true;
-    for line in rendered.lines().map(str::trim) {
-        if line.is_empty() {
-            in_message = false;
-        } else if line.starts_with("tip:") {
-            tips.push(line);
-        } else if in_message {
-            message.push(line);
-        }
-    }
-    let mut text = message.join(" ");
-    for tip in tips {
-        text.push_str("; ");
-        text.push_str(tip);
-    }
-    format!("{text} (see {command} --help)")
-}
+/// A command-line error as clap renders it, on one line, ending with the help of the command the
+/// line names (e.g. `kubectl xcc cluster join`): the same rendering as every xcc binary's.
+pub use xcc_kube::flags::usage_line;
 
 /// Whether `e` is the API server's 404.
 pub fn is_not_found(e: &kube::Error) -> bool {

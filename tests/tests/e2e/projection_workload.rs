@@ -626,6 +626,65 @@ async fn a_projected_api_serves_the_service_clusters_objects_on_the_workload_clu
         "server-side apply reached the service cluster"
     );
 
+    // An apply that conflicts on many fields: the user reads the service cluster's own answer,
+    // every conflict on its line, as kubectl on the service cluster prints it.
+    let labels = |value: &str| -> String {
+        (0..12)
+            .map(|i| format!("    l{i}: {value}\n"))
+            .collect::<String>()
+    };
+    let owned = workload.dir().join("rabbit-labels.yaml");
+    std::fs::write(
+        &owned,
+        RABBIT.replace("replicas: 1", "replicas: 7").replace(
+            "  namespace: team-1\n",
+            &format!("  namespace: team-1\n  labels:\n{}", labels("mine")),
+        ),
+    )
+    .unwrap();
+    let rival = workload.dir().join("rabbit-rival.yaml");
+    std::fs::write(
+        &rival,
+        RABBIT.replace("replicas: 1", "replicas: 7").replace(
+            "  namespace: team-1\n",
+            &format!("  namespace: team-1\n  labels:\n{}", labels("theirs")),
+        ),
+    )
+    .unwrap();
+    let apply = |file: &std::path::Path, manager: &str| {
+        [
+            "apply".to_string(),
+            "--server-side".to_string(),
+            format!("--field-manager={manager}"),
+            "-f".to_string(),
+            file.display().to_string(),
+        ]
+    };
+    let args = apply(&owned, "e2e");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    workload.kubectl(&args).await.unwrap();
+    let args = apply(&rival, "rival");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let through = workload.kubectl(&args).await.unwrap_err().to_string();
+    let direct = services.kubectl(&args).await.unwrap_err().to_string();
+    let conflicts = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("- .metadata.labels."))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(conflicts(&through).len(), 12, "{through}");
+    assert_eq!(
+        conflicts(&through),
+        conflicts(&direct),
+        "{through}\n---\n{direct}"
+    );
+    assert!(
+        through.contains("Apply failed with 12 conflicts"),
+        "{through}"
+    );
+
     // Straight to the agent's port: no client certificate means 401 whatever the headers say;
     // nothing is forwarded.
     let forged = tokio::process::Command::new("curl")

@@ -19,8 +19,9 @@
 //! `/apis/<group>/<version>`) is forwarded too and its last good answer kept, so that the
 //! cluster's discovery keeps working while the service cluster is unreachable; data requests then
 //! get 503 with `Retry-After`. Upstream answers pass through unchanged (status, `resourceVersion`,
-//! `uid`, Table output, watch streams) except that the message of an error Status is cut to
-//! bounded text.
+//! `uid`, Table output, watch streams, error Statuses byte for byte up to 1 MiB); an error body
+//! that is not a Status (a proxy's HTML page) becomes a Status whose message is its first 4,096
+//! characters.
 
 pub mod front;
 pub mod identity;
@@ -67,8 +68,12 @@ use upstream::{Liveness, Upstream};
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// Largest OpenAPI v2 document read from upstream (a whole cluster's, several MiB).
 const MAX_OPENAPI_BODY: usize = 64 * 1024 * 1024;
-/// Largest error body read from upstream before it is answered as a Status.
-const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest error body passed on from upstream (an API server's Status is a few KiB even when it
+/// lists hundreds of apply conflicts); a larger one is answered as a 502 that says so.
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+/// Longest text of an upstream error that is not a Kubernetes Status (an HTML page of a proxy in
+/// front of the service cluster), kept as the message of the Status answered in its place.
+const MAX_FOREIGN_ERROR_TEXT: usize = 4096;
 /// How long upstream may take to answer a request with its headers while it answers
 /// [`upstream`]'s questions (kube-apiserver's own default request timeout).
 pub const UPSTREAM_DEADLINE: Duration = Duration::from_secs(60);
@@ -938,11 +943,17 @@ impl Proxy {
             }
         }
         if parts.status.is_client_error() || parts.status.is_server_error() {
-            let body = Limited::new(body, MAX_ERROR_BODY)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let Ok(body) = Limited::new(body, MAX_ERROR_BODY).collect().await else {
+                return status(
+                    StatusCode::BAD_GATEWAY,
+                    "InternalError",
+                    &format!(
+                        "the service cluster answered {} with an error body that could not be read whole (over {} KiB or cut off)",
+                        parts.status.as_u16(),
+                        MAX_ERROR_BODY / 1024
+                    ),
+                );
+            };
             return upstream_error(
                 parts.status,
                 &body,
@@ -1136,28 +1147,30 @@ fn upstream_error(
     body: &[u8],
     retry_after: Option<HeaderValue>,
 ) -> Response<Body> {
-    let parsed = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .filter(|v| v["kind"] == "Status");
-    let mut value = match parsed {
-        Some(value) => value,
-        None => json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "reason": code.canonical_reason().unwrap_or("Unknown").replace(' ', ""),
-            "code": code.as_u16(),
-            "message": String::from_utf8_lossy(body).to_string(),
-        }),
-    };
-    let message = value["message"].as_str().unwrap_or_default().to_string();
-    value["message"] = xcc_kube::bounded(&message).into();
-    let mut response = value_answer(code, &value);
     let retry_after = retry_after.or_else(|| {
         (code == StatusCode::SERVICE_UNAVAILABLE || code == StatusCode::TOO_MANY_REQUESTS)
             .then(|| HeaderValue::from_static(RETRY_AFTER))
     });
+    let is_status =
+        serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["kind"] == "Status");
+    let mut response = if is_status {
+        // The service cluster's own Status, byte for byte: its message (every apply conflict,
+        // one per line) is what the user must read.
+        let mut response = json_body(Bytes::copy_from_slice(body));
+        *response.status_mut() = code;
+        response
+    } else {
+        let text = String::from_utf8_lossy(body);
+        let text = match text.char_indices().nth(MAX_FOREIGN_ERROR_TEXT) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text.into_owned(),
+        };
+        let reason = code
+            .canonical_reason()
+            .unwrap_or("Unknown")
+            .replace(' ', "");
+        status(code, &reason, &text)
+    };
     if let Some(retry_after) = retry_after {
         response
             .headers_mut()
@@ -1171,20 +1184,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn upstream_errors_keep_code_reason_and_details_with_bounded_text() {
-        let long = "x".repeat(10_000);
+    fn upstream_statuses_pass_unchanged_and_foreign_errors_become_bounded_statuses() {
+        // An apply conflict on many fields: the message, newlines included, reaches the user.
+        let conflicts: Vec<String> = (0..40)
+            .map(|i| format!("- .metadata.labels.l{i}"))
+            .collect();
+        let message = format!(
+            "Apply failed with 40 conflicts: conflicts with \"e2e\":\n{}",
+            conflicts.join("\n")
+        );
         let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "reason": "Forbidden", "code": 403, "message": long,
-            "details": {"name": "hello", "group": "rabbitmq.com", "kind": "rabbitmqclusters"}});
-        let response = upstream_error(StatusCode::FORBIDDEN, body.to_string().as_bytes(), None);
-        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+            "reason": "Conflict", "code": 409, "message": message,
+            "details": {"name": "hello", "group": "rabbitmq.com", "kind": "rabbitmqclusters"}})
+        .to_string();
+        let response = upstream_error(StatusCode::CONFLICT, body.as_bytes(), None);
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        let passed = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        assert_eq!(
+            passed,
+            body.as_bytes(),
+            "the Status is passed byte for byte"
+        );
+
+        // An HTML page of a proxy: a Status whose message is the page, bounded.
+        let page = format!("<html>{}</html>", "x".repeat(10_000));
+        let response = upstream_error(StatusCode::BAD_GATEWAY, page.as_bytes(), None);
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
             .to_bytes();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(value["reason"], "Forbidden");
-        assert_eq!(value["details"]["name"], "hello");
-        assert!(value["message"].as_str().unwrap().chars().count() <= 257);
+        assert_eq!(value["reason"], "BadGateway");
+        let message = value["message"].as_str().unwrap();
+        assert!(message.starts_with("<html>xxx"), "{message}");
+        assert_eq!(message.chars().count(), MAX_FOREIGN_ERROR_TEXT + 1);
 
         let response = upstream_error(
             StatusCode::TOO_MANY_REQUESTS,
