@@ -3,9 +3,12 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use jsonpath_rust::{
+    parser::{model::JpQuery, parse_json_path},
+    query::js_path_process,
+};
 use kube::core::{Selector, SelectorExt};
 use serde_json::{Map, Value};
-use serde_json_path::JsonPath;
 
 use super::{
     OWNER_ANNOTATION,
@@ -101,7 +104,7 @@ struct Matcher {
     namespaces: Vec<String>,
     labels: Vec<Selector>,
     annotations: Vec<Selector>,
-    content: Vec<(JsonPath, Value)>,
+    content: Vec<(JpQuery, Value)>,
 }
 
 fn selector(
@@ -119,7 +122,7 @@ fn selector(
     })
 }
 
-fn json_path(field: String, key: &str) -> Result<JsonPath, RuleError> {
+fn json_path(field: String, key: &str) -> Result<JpQuery, RuleError> {
     // cluster-registry's keys are written `.spec.type`; RFC 9535 wants `$.spec.type`.
     let query = if key.starts_with('$') {
         key.to_string()
@@ -128,7 +131,7 @@ fn json_path(field: String, key: &str) -> Result<JsonPath, RuleError> {
     } else {
         format!("$.{key}")
     };
-    JsonPath::parse(&query).map_err(|e| RuleError::JsonPath {
+    parse_json_path(&query).map_err(|e| RuleError::JsonPath {
         field,
         path: key.to_string(),
         reason: e.to_string(),
@@ -273,9 +276,10 @@ impl Matcher {
         if !self.annotations.iter().all(|s| s.matches(&annotations)) {
             return false;
         }
-        self.content
-            .iter()
-            .all(|(path, value)| path.query(object).all().contains(&value))
+        self.content.iter().all(|(path, value)| {
+            js_path_process(path, object)
+                .is_ok_and(|found| found.into_iter().any(|node| node.val() == value))
+        })
     }
 }
 

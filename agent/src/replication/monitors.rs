@@ -12,6 +12,10 @@
 use std::{collections::BTreeMap, fmt::Debug, sync::Arc, time::Duration};
 
 use futures::StreamExt;
+use jsonpath_rust::{
+    parser::{model::JpQuery, parse_json_path},
+    query::js_path_process,
+};
 use k8s_openapi::NamespaceResourceScope;
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -26,7 +30,6 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
-use serde_json_path::JsonPath;
 
 use super::{
     Error, FINALIZER, Verdict,
@@ -61,7 +64,7 @@ pub mod reason {
 
 /// A path of `secretPaths` as a JSONPath query. The documentation writes kubectl's style
 /// (`.status.binding.name`); `{.a.b}` and RFC 9535 (`$.a.b`) are accepted too.
-pub fn secret_path(path: &str) -> Result<JsonPath, String> {
+pub fn secret_path(path: &str) -> Result<JpQuery, String> {
     let trimmed = path.trim();
     let inner = trimmed
         .strip_prefix('{')
@@ -74,7 +77,7 @@ pub fn secret_path(path: &str) -> Result<JsonPath, String> {
     } else {
         format!("$.{inner}")
     };
-    JsonPath::parse(&query)
+    parse_json_path(&query)
         .map_err(|e| format!("secretPaths entry {path:?} is not a JSONPath: {e}"))
 }
 
@@ -114,7 +117,11 @@ pub fn secret_names(instance: &Value, paths: &[String]) -> Vec<(String, String)>
         .iter()
         .filter_map(|path| {
             let query = secret_path(path).ok()?;
-            let name = query.query(instance).exactly_one().ok()?.as_str()?;
+            let found = js_path_process(&query, instance).ok()?;
+            let [node] = found.as_slice() else {
+                return None;
+            };
+            let name = node.val.as_str()?;
             (!name.is_empty()).then(|| (path.clone(), name.to_string()))
         })
         .collect()

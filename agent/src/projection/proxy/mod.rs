@@ -943,7 +943,7 @@ impl Proxy {
             }
         }
         if parts.status.is_client_error() || parts.status.is_server_error() {
-            let Ok(body) = Limited::new(body, MAX_ERROR_BODY).collect().await else {
+            let Ok(collected) = Limited::new(body, MAX_ERROR_BODY).collect().await else {
                 return status(
                     StatusCode::BAD_GATEWAY,
                     "InternalError",
@@ -956,7 +956,7 @@ impl Proxy {
             };
             return upstream_error(
                 parts.status,
-                &body,
+                &collected.to_bytes(),
                 parts.headers.get(header::RETRY_AFTER).cloned(),
             );
         }
