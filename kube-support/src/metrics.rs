@@ -296,6 +296,68 @@ pub fn reference_section(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// The metrics the reference page `page` lists for binary `name`: metric name (as scraped) →
+/// label names.
+pub fn documented(page: &str, name: &str) -> Vec<(String, Vec<String>)> {
+    let begin = format!("<!-- BEGIN {name} -->");
+    let Some(section) = page.split(&begin).nth(1) else {
+        return Vec::new();
+    };
+    let section = section.split("<!-- END").next().unwrap_or_default();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let name = cells.first()?.trim_start_matches("| ").trim_matches('`');
+            let labels = cells
+                .get(2)?
+                .split(", ")
+                .map(|c| c.trim_matches('`').to_string())
+                .filter(|c| !c.is_empty())
+                .collect();
+            Some((name.to_string(), labels))
+        })
+        .collect()
+}
+
+/// Checks the scrape `text` of binary `name` against the reference page `page`: every metric
+/// served is documented with exactly the documented labels, and every documented metric is
+/// served unless `may_be_absent` says it has no series before it has work (a family whose label
+/// values are not known yet). The error names the first difference.
+pub fn check_served(
+    text: &str,
+    page: &str,
+    name: &str,
+    may_be_absent: impl Fn(&str) -> bool,
+) -> Result<(), String> {
+    let scraped = descriptors_lenient(text);
+    let documented = documented(page, name);
+    if documented.is_empty() {
+        return Err(format!("the reference documents no metric of {name}"));
+    }
+    for (metric, labels) in &documented {
+        match scraped.iter().find(|d| &d.name == metric) {
+            Some(served) if served.series_labels.as_ref() != Some(labels) => {
+                return Err(format!(
+                    "{metric}: labels served {:?} differ from the reference {labels:?}",
+                    served.series_labels
+                ));
+            }
+            Some(_) => {}
+            None if may_be_absent(metric) => {}
+            None => return Err(format!("{metric} is documented but not served")),
+        }
+    }
+    if let Some(extra) = scraped
+        .iter()
+        .find(|d| !documented.iter().any(|(metric, _)| *metric == d.name))
+    {
+        return Err(format!("{} is served but not in the reference", extra.name));
+    }
+    Ok(())
+}
+
 /// Replaces the text between `<!-- BEGIN name -->` and `<!-- END name -->` in `page`.
 pub fn replace_section(page: &str, name: &str, section: &str) -> Option<String> {
     let begin = format!("<!-- BEGIN {name} -->\n");

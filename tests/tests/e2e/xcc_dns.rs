@@ -2,6 +2,7 @@
 //! controller and agents running under kubeconfigs minted from our manifests' ServiceAccounts.
 
 use std::{
+    net::SocketAddr,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -171,18 +172,50 @@ async fn coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) -> CoreDns {
 }
 
 pub(crate) fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
+    controller_with_admin(bed, kubeconfig).0
+}
+
+/// The controller and the address of its admin server.
+fn controller_with_admin(bed: &Testbed, kubeconfig: &Path) -> (xcc_e2e::Process, SocketAddr) {
     let mgmt = bed.cluster("management");
-    spawn(
+    let admin: SocketAddr = format!("127.0.0.1:{}", xcc_e2e::free_port())
+        .parse()
+        .unwrap();
+    let process = spawn(
         "xcc-controller",
         &binary("xcc-controller"),
         &[
             format!("--kubeconfig={}", kubeconfig.display()),
-            "--admin-listen=127.0.0.1:0".into(),
+            format!("--admin-listen={admin}"),
             "--log=info,xcc_controller=debug".into(),
         ],
         &mgmt.dir().join("xcc-controller.log"),
     )
-    .unwrap()
+    .unwrap();
+    (process, admin)
+}
+
+/// A fresh controller, before any GatewayDNS, serves the metrics of docs/metrics.md with their
+/// documented labels (the per-cluster state has no series before a cluster is selected).
+async fn controller_serves_the_documented_metrics(admin: SocketAddr) {
+    let page = std::fs::read_to_string(manifest("docs/metrics.md")).unwrap();
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = xcc_e2e::xcc::metrics_text(admin).await {
+            match xcc_kube::metrics::check_served(&text, &page, "xcc-controller", |m| {
+                m == "xcc_controller_cluster_state"
+            }) {
+                Ok(()) => return,
+                Err(difference) => last = format!("{difference}:\n{text}"),
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller's /metrics at {admin}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 pub(crate) async fn set_lb(cluster: &Cluster, ingress: &str) {
@@ -246,7 +279,8 @@ pub(crate) async fn walkthrough(binaries: &xcc_e2e::Binaries, ingress: &str) -> 
         .mint_kubeconfig("xcc-system", "xcc-controller")
         .await
         .unwrap();
-    let controller = controller(&bed, &kubeconfig.path);
+    let (controller, admin) = controller_with_admin(&bed, &kubeconfig.path);
+    controller_serves_the_documented_metrics(admin).await;
     let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
     let agent_a = agent(ca).await;
     let agent_b = agent(cb).await;
