@@ -95,14 +95,16 @@ pub async fn reconcile(gateway: Arc<GatewayDNS>, ctx: Arc<Context>) -> Result<Ac
 async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Context) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, gateway, |event| async {
+    let result = finalizer(&api, FINALIZER, gateway, |event| async {
         match event {
             Finalizer::Apply(gateway) => apply(&gateway, ctx).await,
             Finalizer::Cleanup(gateway) => cleanup(&gateway, ctx).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .await;
+    // A GatewayDNS already gone when its finalizer is removed (a stale wake, or the replica that
+    // led before a rollover removed it first) is done, not a failure to retry and warn about.
+    xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>) -> Action {

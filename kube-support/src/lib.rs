@@ -11,6 +11,7 @@
 pub mod announcement;
 mod backoff;
 mod conditions;
+pub mod finalizers;
 pub mod flags;
 pub mod h2;
 mod kubeconfig;

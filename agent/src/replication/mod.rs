@@ -94,23 +94,7 @@ pub enum Error {
 pub fn finalized(
     result: Result<kube::runtime::controller::Action, kube::runtime::finalizer::Error<Error>>,
 ) -> Result<kube::runtime::controller::Action, Error> {
-    use kube::runtime::finalizer::Error as F;
-    match result {
-        Ok(action) => Ok(action),
-        Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
-            if s.code == 404 =>
-        {
-            Ok(kube::runtime::controller::Action::await_change())
-        }
-        // The object handed over predates a change (typically the finalizer this reconciler
-        // added a moment ago, when another wake came before the watch delivered it): the
-        // patch's test fails; the new version, already on its way, wakes the object again.
-        Err(F::AddFinalizer(kube::Error::Api(s))) if s.code == 409 || s.code == 422 => {
-            tracing::debug!(message = %s.message, "finalizer not added to an older version; waiting for the newer one");
-            Ok(kube::runtime::controller::Action::await_change())
-        }
-        Err(error) => Err(Error::Finalizer(Box::new(error))),
-    }
+    xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// The objects this reconciler asked to add [`FINALIZER`] to, by UID, with the resourceVersion
