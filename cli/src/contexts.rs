@@ -216,7 +216,6 @@ pub fn server_and_ca(
     kubeconfig: &Kubeconfig,
     context: &str,
 ) -> Result<(String, Option<String>), Error> {
-    use base64::Engine as _;
     let extracted = extract(kubeconfig, context)?;
     let cluster = entry(&extracted.kubeconfig, "clusters", &extracted.cluster)
         .and_then(|e| e.get("cluster"))
@@ -257,7 +256,7 @@ pub fn server_and_ca(
                     "cannot read certificate-authority {file} of context {context:?}: {e}"
                 ))
             })?;
-            Some(base64::engine::general_purpose::STANDARD.encode(pem))
+            Some(xcc_kube::wire::encode_base64(pem))
         }
         (None, None) => None,
     };

@@ -18,7 +18,6 @@
 
 use std::{future::Future, time::Duration};
 
-use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
@@ -361,7 +360,7 @@ fn copied_secret(
             "labels": {MANAGED_BY.0: MANAGED_BY.1},
             "annotations": annotations,
         },
-        "data": {KUBECONFIG_KEY: base64::engine::general_purpose::STANDARD.encode(kubeconfig)},
+        "data": {KUBECONFIG_KEY: xcc_kube::wire::encode_base64(kubeconfig)},
     })
 }
 

@@ -769,10 +769,7 @@ mod tests {
                 let sent = body(request).await;
                 assert!(sent["metadata"].get("resourceVersion").is_none(), "{sent}");
                 let data = sent["data"]["config"].as_str().unwrap();
-                use base64::Engine as _;
-                let text = base64::engine::general_purpose::STANDARD
-                    .decode(data)
-                    .unwrap();
+                let text = xcc_kube::wire::decode_base64(data).unwrap();
                 let text = String::from_utf8(text).unwrap();
                 assert!(text.contains("token: secret-token"), "{text}");
                 respond.send_response(json(200, sent));

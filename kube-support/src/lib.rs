@@ -6,7 +6,7 @@
 //! while the status does not change), and the [`announcement`] by which an xcc-agent tells
 //! xcc-controller which parts of the record feed it reads; and what every binary does the same
 //! way: [`logging`], the common [`metrics`], errors on one line ([`report`]),
-//! flag values and usage errors ([`flags`]).
+//! flag values and usage errors ([`flags`]), bytes as the API writes them ([`wire`]).
 
 pub mod announcement;
 mod backoff;
@@ -21,6 +21,7 @@ pub mod metrics;
 mod peers;
 pub mod report;
 pub mod trust;
+pub mod wire;
 pub mod yaml;
 
 pub use announcement::{Announcement, Feature};

@@ -73,8 +73,7 @@ pub struct Testbed {
 
 /// A kubeconfig for `url` that verifies the server with CA `ca_pem` and presents `token`.
 pub fn kubeconfig_yaml(name: &str, url: &str, ca_pem: &str, token: &str) -> String {
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let ca = xcc_kube::wire::encode_base64(ca_pem);
     format!(
         "apiVersion: v1
 kind: Config

@@ -199,14 +199,8 @@ fn object<K: kube::Resource<DynamicType = ()>>(
 
 /// Secret data: base64 of each value.
 fn encoded(data: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    use base64::Engine as _;
     data.iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                base64::engine::general_purpose::STANDARD.encode(v),
-            )
-        })
+        .map(|(k, v)| (k.clone(), xcc_kube::wire::encode_base64(v)))
         .collect()
 }
 

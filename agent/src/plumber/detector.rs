@@ -549,11 +549,10 @@ contexts:
 
     #[tokio::test]
     async fn every_context_gets_a_detector_with_its_reason_and_a_removed_one_goes() {
-        use base64::Engine as _;
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "config", "namespace": "kubeconfig", "uid": "s", "resourceVersion": "1"},
-            "data": {"config": base64::engine::general_purpose::STANDARD.encode(KUBECONFIG)},
+            "data": {"config": xcc_kube::wire::encode_base64(KUBECONFIG)},
         });
         let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
         let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});

@@ -19,7 +19,6 @@
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
-use base64::Engine as _;
 use k8s_openapi::{
     ByteString,
     api::{
@@ -174,7 +173,7 @@ pub async fn reconcile(
         verdict.set(&mut status.conditions, type_, generation);
     }
     status.proxy = Some(ProxyStatus {
-        ca_bundle: ca.map(|ca| base64::engine::general_purpose::STANDARD.encode(ca)),
+        ca_bundle: ca.map(xcc_kube::wire::encode_base64),
         service_reference: service.ready.then(|| ServiceReference {
             name: service_name(&name),
             namespace: namespace.clone(),
@@ -360,7 +359,6 @@ async fn serving(
         None => {
             let generated = generate(&name, namespace)
                 .map_err(|e| Error::Certificate(xcc_kube::bounded(&e)))?;
-            let b64 = base64::engine::general_purpose::STANDARD;
             let desired = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -372,9 +370,9 @@ async fn serving(
                     "ownerReferences": [owner],
                 },
                 "data": {
-                    "tls.crt": b64.encode(&generated.cert),
-                    "tls.key": b64.encode(&generated.key),
-                    "ca.crt": b64.encode(&generated.ca),
+                    "tls.crt": xcc_kube::wire::encode_base64(&generated.cert),
+                    "tls.key": xcc_kube::wire::encode_base64(&generated.key),
+                    "ca.crt": xcc_kube::wire::encode_base64(&generated.ca),
                 },
             });
             sink::apply_whole(&api, secret_name, desired, &ctx.counted).await?

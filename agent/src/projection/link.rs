@@ -13,7 +13,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use base64::Engine as _;
 use k8s_openapi::{
     api::{
         authentication::v1::{TokenRequest, TokenRequestSpec},
@@ -329,7 +328,6 @@ async fn ensure(
         }
     };
     let config = kubeconfig(&ctx.advertise_url, &ca, &sa_name, &token.token, namespace)?;
-    let b64 = base64::engine::general_purpose::STANDARD;
     let desired = json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -345,7 +343,7 @@ async fn ensure(
             },
             "ownerReferences": [owner],
         },
-        "data": { KUBECONFIG_KEY: b64.encode(config) },
+        "data": { KUBECONFIG_KEY: xcc_kube::wire::encode_base64(config) },
     });
     let fresh = match &current {
         Some(secret) => !sink::up_to_date(&serde_json::to_value(secret)?, &desired),
@@ -453,13 +451,12 @@ pub fn kubeconfig(
     token: &str,
     namespace: &str,
 ) -> Result<String, xcc_kube::yaml::SerializeError> {
-    let b64 = base64::engine::general_purpose::STANDARD;
     xcc_kube::yaml::to_string(&json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "upstream", "cluster": {
             "server": server,
-            "certificate-authority-data": b64.encode(ca),
+            "certificate-authority-data": xcc_kube::wire::encode_base64(ca),
         }}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "upstream", "context": {
@@ -576,10 +573,9 @@ mod tests {
             secret["metadata"]["annotations"][SERVICE_ACCOUNT_UID_ANNOTATION],
             "uid-of-written"
         );
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let config = b64
-            .decode(secret["data"][KUBECONFIG_KEY].as_str().unwrap())
-            .unwrap();
+        let config =
+            xcc_kube::wire::decode_base64(secret["data"][KUBECONFIG_KEY].as_str().unwrap())
+                .unwrap();
         let config: Value = xcc_kube::yaml::from_slice(&config).unwrap();
         assert_eq!(
             config["clusters"][0]["cluster"]["server"],
@@ -587,7 +583,7 @@ mod tests {
         );
         assert_eq!(
             config["clusters"][0]["cluster"]["certificate-authority-data"],
-            b64.encode(CA)
+            xcc_kube::wire::encode_base64(CA)
         );
         assert_eq!(config["users"][0]["user"]["token"], "t0k3n");
         assert_eq!(
@@ -647,7 +643,7 @@ mod tests {
                     EXPIRES_ANNOTATION: ts(1_000 + 3_000),
                     SERVICE_ACCOUNT_UID_ANNOTATION: sa_uid,
                 }},
-                "data": {KUBECONFIG_KEY: base64::engine::general_purpose::STANDARD.encode(&config)},
+                "data": {KUBECONFIG_KEY: xcc_kube::wire::encode_base64(&config)},
             }))
             .unwrap()
         };

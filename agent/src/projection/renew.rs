@@ -9,7 +9,6 @@
 //! caps tokens below an hour does not make it renew at every look. A kubeconfig without a token
 //! (client certificates), or whose token is not a ServiceAccount's JWT, is left as it is.
 
-use base64::Engine as _;
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::{Secret, ServiceAccount},
@@ -63,12 +62,8 @@ pub fn token_life(kubeconfig: &str) -> Option<TokenLife> {
         .find(|u| u["name"].as_str() == Some(user))?["user"]["token"]
         .as_str()?;
     let payload = token.split('.').nth(1)?;
-    let claims: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload.trim_end_matches('='))
-            .ok()?,
-    )
-    .ok()?;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&xcc_kube::wire::decode_base64url(payload).ok()?).ok()?;
     Some(TokenLife {
         user: user.to_string(),
         issued: claims["iat"].as_i64()?,
@@ -152,7 +147,7 @@ pub async fn renew_if_due(
             "resourceVersion": secret.resource_version(),
             "annotations": {EXPIRES_ANNOTATION: expires.to_string()},
         },
-        "data": {key: base64::engine::general_purpose::STANDARD.encode(renewed)},
+        "data": {key: xcc_kube::wire::encode_base64(renewed)},
     });
     let namespace = secret.namespace().unwrap_or_default();
     Api::<Secret>::namespaced(local.clone(), &namespace)
@@ -180,11 +175,10 @@ mod tests {
     use super::*;
 
     fn jwt(iat: i64, exp: i64) -> String {
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         format!(
             "{}.{}.c2lnbmF0dXJl",
-            b64.encode(r#"{"alg":"RS256"}"#),
-            b64.encode(json!({"iat": iat, "exp": exp, "sub": "system:serviceaccount:services-toolkit:xcc-upstream-workload-3c"}).to_string())
+            xcc_kube::wire::encode_base64url(r#"{"alg":"RS256"}"#),
+            xcc_kube::wire::encode_base64url(json!({"iat": iat, "exp": exp, "sub": "system:serviceaccount:services-toolkit:xcc-upstream-workload-3c"}).to_string())
         )
     }
 

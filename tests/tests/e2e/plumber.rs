@@ -1261,6 +1261,5 @@ async fn plumberctls_files_and_secret_register_clusters_and_the_originals_object
 }
 
 fn base64_of(text: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(text)
+    xcc_kube::wire::encode_base64(text)
 }

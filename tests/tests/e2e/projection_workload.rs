@@ -332,11 +332,7 @@ spec:
     )
     .await;
     let claims: serde_json::Value = serde_json::from_slice(
-        &base64::Engine::decode(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-            renewed.split('.').nth(1).unwrap(),
-        )
-        .unwrap(),
+        &xcc_kube::wire::decode_base64url(renewed.split('.').nth(1).unwrap()).unwrap(),
     )
     .unwrap();
     let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();

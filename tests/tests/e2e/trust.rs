@@ -644,8 +644,7 @@ impl RevokedPeer {
     }
 
     fn kubeconfig(&self) -> String {
-        use base64::Engine as _;
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        let ca = xcc_kube::wire::encode_base64(&self.ca_pem);
         kubeconfig(
             &format!("https://127.0.0.1:{}", self.port),
             &format!("    certificate-authority-data: {ca}\n"),
