@@ -16,12 +16,13 @@ type Mapping = Map<String, Value>;
 /// Reads the kubeconfig: `path`, else the files of `$KUBECONFIG` (merged as kubectl merges
 /// them), else `~/.kube/config`.
 pub fn load(path: Option<&Path>) -> Result<Kubeconfig, Error> {
-    let read = |path: String| move |source| KubeconfigError::Read { path, source };
+    let read = |path: &'static str| move |source| KubeconfigError::read(path, source);
     let kubeconfig = match path {
-        Some(path) => Kubeconfig::read_from(path).map_err(read(path.display().to_string()))?,
-        None => match Kubeconfig::from_env().map_err(read("$KUBECONFIG".into()))? {
+        Some(path) => Kubeconfig::read_from(path)
+            .map_err(|source| KubeconfigError::read(&path.display().to_string(), source))?,
+        None => match Kubeconfig::from_env().map_err(read("$KUBECONFIG"))? {
             Some(kubeconfig) => kubeconfig,
-            None => Kubeconfig::read().map_err(read("~/.kube/config".into()))?,
+            None => Kubeconfig::read().map_err(read("~/.kube/config"))?,
         },
     };
     Ok(kubeconfig)

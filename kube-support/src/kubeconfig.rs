@@ -33,11 +33,12 @@ pub enum KubeconfigError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// Made by [`KubeconfigError::read`].
     #[error("cannot read kubeconfig {path}: {source}")]
     Read {
         path: String,
         #[source]
-        source: kube::config::KubeconfigError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error(
         "no Kubernetes configuration: run in a pod, or set KUBECONFIG or --kubeconfig ({source})"
@@ -55,6 +56,22 @@ pub enum KubeconfigError {
 }
 
 impl KubeconfigError {
+    /// A kubeconfig (the file `path`, or the files it names, as `$KUBECONFIG`) could not be read
+    /// or parsed. kube's "cannot read" error names the file: it becomes the path, and only its
+    /// cause (the I/O error) the source, so that the line says the path once.
+    pub fn read(path: &str, source: kube::config::KubeconfigError) -> Self {
+        match source {
+            kube::config::KubeconfigError::ReadConfig(io, file) => KubeconfigError::Read {
+                path: file.display().to_string(),
+                source: Box::new(io),
+            },
+            other => KubeconfigError::Read {
+                path: path.to_string(),
+                source: Box::new(other),
+            },
+        }
+    }
+
     /// Short, stable label (metrics, condition reasons).
     pub fn reason(&self) -> &'static str {
         match self {
@@ -108,11 +125,8 @@ async fn own_config(path: Option<&std::path::Path>) -> Result<(Config, String), 
     Ok(match path {
         Some(path) => {
             let origin = path.display().to_string();
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| KubeconfigError::Read {
-                    path: origin.clone(),
-                    source,
-                })?;
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|source| KubeconfigError::read(&origin, source))?;
             let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .map_err(|source| KubeconfigError::Config {
