@@ -1,37 +1,8 @@
-//! `xcc-agent`: one process per member cluster. It serves the xcc DNS zone from an in-memory
-//! record table fed either by the EndpointSlices of its namespace or, standalone, by a records file.
-//!
-//! ```text
-//!  EndpointSlices (watch) ─┐
-//!                          ├─► RecordTable ──► DNS :53 (UDP × N, TCP)
-//!  records file (poll) ────┘        │
-//!  admin HTTP: /healthz /readyz /metrics
-//!
-//!  sync reconcilers (each can be switched off): Secret replication (SecretExport, SecretImport,
-//!  the monitors and their bindings)
-//!  peers (kubeconfig Secret → client) ─► read ─► sink (SSA + origin annotation) ─► local cluster
-//! ```
-
-mod admin;
-mod announce;
-mod args;
-mod clusterregistry;
-mod core;
-mod explain;
-mod metrics;
-mod plumber;
-mod projection;
-mod records;
-mod replication;
-mod run;
-mod sink;
-mod slices;
-mod sources;
-mod sync_metrics;
-mod wakers;
+//! The `xcc-agent` binary: parses the flags, prints the CRDs or runs the agent ([`xcc_agent`]).
 
 use std::process::ExitCode;
 
+use xcc_agent::process::{args, run};
 use xcc_kube::report::{EXIT_FAILURE, EXIT_USAGE, one_line};
 
 /// Logs when nothing else asks: info, and hickory's own logs only from warn.

@@ -487,6 +487,7 @@ fn every_named_repository_path_exists() {
         "agent/",
         "controller/",
         "kube-support/",
+        "sync/",
         "dns/",
         "cli/",
         "coredns-patcher/",

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::{
     SECRET_TYPE,
-    core::core_rules,
+    builtin::core_rules,
     decide::{Action, Decision, Key, LocalView, PeerView, decide},
     rules::RuleSet,
 };

@@ -29,7 +29,7 @@ use super::{
     PeerTable,
     access::Access,
     api::{Cluster, GroupVersionKind, ResourceSyncRule},
-    churn, core,
+    builtin, churn,
     decide::{Action, Key, LocalView, PeerView, decide},
     links::Links,
     rules::{self, RuleSet},
@@ -158,7 +158,7 @@ pub struct Engine {
     links: Arc<Mutex<Links>>,
     /// What each rule last reported (reason, message), so that it is said once.
     reported: HashMap<String, (String, String)>,
-    /// Whether the built-in rules that form the group run ([`core`]).
+    /// Whether the built-in rules that form the group run ([`builtin`]).
     group_sync: bool,
     /// What the agent may do here and read on each peer (SelfSubjectAccessReviews).
     access: Access,
@@ -195,7 +195,7 @@ fn to_value(object: &DynamicObject) -> Value {
 
 impl Engine {
     pub fn new(
-        core: &crate::core::Core,
+        core: &xcc_sync::Core,
         local_id: String,
         recorder: Recorder,
         clusters: Store<Cluster>,
@@ -444,7 +444,7 @@ impl Engine {
                 .push(compiled);
         }
         if self.group_sync {
-            for rule in core::core_rules() {
+            for rule in builtin::core_rules() {
                 if self.resolve(&rule.gvk).await.is_err() {
                     tracing::debug!(rule = %rule.name, "kind not served; built-in rule waits");
                     continue;
@@ -947,7 +947,7 @@ impl Engine {
             .rules
             .get(gvk)?
             .iter()
-            .find(|r| !core::is_core(r))?
+            .find(|r| !builtin::is_core(r))?
             .name;
         Some(ResourceSyncRule::new(name, Default::default()).object_ref(&()))
     }
@@ -1050,7 +1050,7 @@ fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
 fn peer_field_selector(gvk: &GroupVersionKind, rules: Option<&[RuleSet]>) -> Option<String> {
     let secrets = gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Secret";
     let rules = rules?;
-    (secrets && !rules.is_empty() && rules.iter().all(core::is_core))
+    (secrets && !rules.is_empty() && rules.iter().all(builtin::is_core))
         .then(|| format!("type={}", super::SECRET_TYPE))
 }
 
@@ -1090,7 +1090,7 @@ mod tests {
 
     #[test]
     fn peers_are_asked_only_for_peer_secrets_unless_a_rule_reads_secrets() {
-        let core: Vec<RuleSet> = core::core_rules()
+        let core: Vec<RuleSet> = builtin::core_rules()
             .into_iter()
             .filter(|r| r.gvk == secret_gvk())
             .collect();
@@ -1109,7 +1109,7 @@ mod tests {
             peer_field_selector(&secret_gvk(), Some(&with_user_rule)),
             None
         );
-        let clusters = core::core_rules().into_iter().next().unwrap();
+        let clusters = builtin::core_rules().into_iter().next().unwrap();
         assert_eq!(
             peer_field_selector(&clusters.gvk.clone(), Some(&[clusters])),
             None

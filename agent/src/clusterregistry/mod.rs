@@ -14,11 +14,11 @@
 
 mod access;
 pub mod api;
+mod builtin;
 mod churn;
 mod clusters;
 #[cfg(test)]
 mod convergence;
-mod core;
 mod decide;
 mod engine;
 mod feature;
@@ -123,7 +123,7 @@ pub struct Settings {
 
 /// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
 pub async fn run(
-    core: crate::core::Core,
+    core: xcc_sync::Core,
     settings: Settings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {

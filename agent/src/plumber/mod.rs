@@ -33,7 +33,9 @@ use kube::{
 };
 use xcc_kube::PeerClient;
 
-use crate::{core::Core, sink::Counted, sources::Typed};
+use xcc_sync::Core;
+
+use crate::{sink::Counted, sources::Typed};
 use api::{ClusterDetector, Replicator};
 
 /// The CRDs of this module.

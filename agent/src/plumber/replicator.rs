@@ -41,8 +41,9 @@ use super::{
     contexts,
     desired::{self, Kinds, Object},
 };
+use xcc_sync::Core;
+
 use crate::{
-    core::Core,
     sink::{Counted, FIELD_MANAGER, ORIGIN_ANNOTATION},
     sources::{Change, Detail, SourceId, Sources},
 };

@@ -47,8 +47,9 @@ use kube::{
 use serde_json::json;
 use xcc_kube::{ConditionStatus, set_condition};
 
+use xcc_sync::Core;
+
 use crate::{
-    core::Core,
     sink::{Counted, FIELD_MANAGER},
     sources::{SecretChange, Typed},
 };

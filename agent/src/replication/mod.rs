@@ -267,8 +267,8 @@ where
 }
 
 /// Runs both reconcilers until `stop` resolves.
-pub async fn run(core: crate::core::Core, stop: tokio::sync::watch::Receiver<bool>) {
-    let crate::core::Core {
+pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>) {
+    let xcc_sync::Core {
         client,
         instance,
         peers,

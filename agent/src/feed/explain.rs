@@ -17,7 +17,7 @@ use xcc_dns::{
     },
 };
 
-use crate::slices::SliceOrigins;
+use super::slices::SliceOrigins;
 
 /// Longest name accepted (RFC 1035's 253 characters of text, trailing dot not counted).
 pub const MAX_NAME_LEN: usize = 253;
@@ -241,7 +241,7 @@ mod tests {
     use xcc_dns::{Zone, ZoneSettings};
 
     use super::*;
-    use crate::slices::{HOSTNAME_ANNOTATION, REF_ANNOTATION, SliceIndex};
+    use crate::feed::slices::{HOSTNAME_ANNOTATION, REF_ANNOTATION, SliceIndex};
 
     fn slice(name: &str, cluster: &str, addresses: &[&str]) -> EndpointSlice {
         EndpointSlice {

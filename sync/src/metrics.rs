@@ -243,8 +243,8 @@ impl SyncMetrics {
         }
     }
 
-    /// One series of every family (placeholder label values), for the metrics reference.
-    #[cfg(test)]
+    /// One series of every family (placeholder label values), for the metrics reference (the
+    /// test that generates `docs/metrics.md` in the binaries that export these series).
     pub fn touch_every_family(&self) {
         self.watch_state("<cluster>", "<kind>", "synced");
         self.watch_error("<cluster>", "<kind>");

@@ -44,7 +44,7 @@ use kube::{
 use tokio::sync::{broadcast, watch};
 use xcc_kube::PeerClients;
 
-use crate::sync_metrics::SyncMetrics;
+use crate::metrics::SyncMetrics;
 
 /// The cluster name of the agent's own cluster in a [`SourceId`].
 pub const LOCAL: &str = "local";
@@ -405,7 +405,7 @@ impl<'a> Tracker<'a> {
             told_listed: false,
         });
         outage.answered = None;
-        let state = crate::sync_metrics::failed_watch_state(error);
+        let state = crate::metrics::failed_watch_state(error);
         let error = xcc_kube::bounded(error);
         let failing = now.duration_since(outage.since);
         let (cluster, kind) = (self.cluster, self.kind);
@@ -459,7 +459,7 @@ type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Erro
 /// objects would look failed until its next change. A new list after a failure costs one list
 /// (the watcher relists after an expired watch anyway) and ends in `InitDone`, so the source
 /// knows it is back. Put the backoff around it: the new watcher is polled after the delay.
-pub(crate) fn relisting<K: Send + 'static>(
+pub fn relisting<K: Send + 'static>(
     watch: impl Fn() -> WatchEvents<K> + Send + 'static,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
     let events = watch();
@@ -833,6 +833,12 @@ where
 {
     reader: Store<K>,
     writer: reflector::store::Writer<K>,
+}
+
+impl<K: TypedKind> Default for Typed<K> {
+    fn default() -> Typed<K> {
+        Typed::new()
+    }
 }
 
 impl<K: TypedKind> Typed<K> {

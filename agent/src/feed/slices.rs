@@ -28,7 +28,7 @@ use kube::{
 use xcc_dns::{HostRecords, RecordTable, proto::rr::Name};
 use xcc_kube::announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION};
 
-use crate::metrics::Metrics;
+use super::metrics::Metrics;
 
 /// Annotation naming the host name a slice answers for (`*.gateway.<cluster>.<ns>.clusters.<zone>`).
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
@@ -319,10 +319,11 @@ pub async fn run(
     ready: Arc<AtomicBool>,
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-    let mut events =
-        crate::sources::relisting(move || watcher(api.clone(), watcher::Config::default()).boxed())
-            .backoff(xcc_kube::Backoff::local())
-            .boxed();
+    let mut events = xcc_sync::sources::relisting(move || {
+        watcher(api.clone(), watcher::Config::default()).boxed()
+    })
+    .backoff(xcc_kube::Backoff::local())
+    .boxed();
     let mut pending: Vec<EndpointSlice> = Vec::new();
     while let Some(event) = events.next().await {
         match event {

@@ -8,16 +8,20 @@ use xcc_dns::{Handler, RecordTable, Sockets, Zone, ZoneSettings};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::events::{Recorder, Reporter};
 
-use crate::{
+use xcc_sync::sources::{LocalSecrets, Sources};
+
+use super::{
     admin::{self, AdminState, CoreTasks},
     args::{Args, KubeArgs},
+};
+use crate::{
     clusterregistry,
-    metrics::Metrics,
-    plumber, projection,
-    records::{Loader, RecordsFeed},
-    replication,
-    slices::{self, SliceIndex},
-    sources::{LocalSecrets, Sources},
+    feed::{
+        metrics::Metrics,
+        records::{Loader, RecordsFeed},
+        slices::{self, SliceIndex},
+    },
+    plumber, projection, replication,
 };
 
 /// How long the sync reconcilers get to stop on SIGTERM (leader election adds the Lease release).
@@ -107,7 +111,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|z| z.origin().to_string())
         .collect();
     let metrics = Arc::new(Metrics::new(
-        &crate::metrics::server_label(args.dns.listen),
+        &crate::feed::metrics::server_label(args.dns.listen),
         &zone_names,
         args.records.file.is_some(),
     ));
@@ -286,7 +290,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             if args.kube.announce {
                 // Before the feed starts, so that a ready agent has announced itself; failures
                 // are retried in the background, never fatal to DNS serving.
-                crate::announce::start(client.clone(), args.kube.namespace.clone()).await;
+                crate::feed::announce::start(client.clone(), args.kube.namespace.clone()).await;
             }
             let run = slices::run(
                 client,
@@ -387,7 +391,7 @@ struct Reconcilers {
     /// The advertised URL and the aggregated API server's endpoint.
     projection: projection::Settings,
     peers: xcc_kube::PeerClients,
-    metrics: crate::sync_metrics::SyncMetrics,
+    metrics: xcc_sync::metrics::SyncMetrics,
 }
 
 impl Reconcilers {
@@ -410,7 +414,7 @@ impl Reconcilers {
                 })
                 .await
         });
-        let core = crate::core::Core {
+        let core = xcc_sync::Core {
             client: self.client.clone(),
             instance: self.instance.clone(),
             peers: self.peers.clone(),

@@ -23,7 +23,7 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use crate::sync_metrics::SyncMetrics;
+use crate::metrics::SyncMetrics;
 
 /// Where a write is counted: the metrics and the reconciler's name.
 #[derive(Clone)]
@@ -33,7 +33,7 @@ pub struct Counted {
 }
 
 impl Counted {
-    pub(crate) fn wrote(&self, verb: &'static str) {
+    pub fn wrote(&self, verb: &'static str) {
         self.metrics.wrote(self.reconciler, verb);
     }
 }

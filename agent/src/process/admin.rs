@@ -21,7 +21,7 @@ use axum::{
 use tokio::net::TcpListener;
 use xcc_dns::RecordTable;
 
-use crate::{explain, metrics::Metrics, slices::SliceOrigins};
+use crate::feed::{explain, metrics::Metrics, slices::SliceOrigins};
 
 #[derive(Clone)]
 pub struct AdminState {
@@ -218,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn explain_answers_json_and_refuses_bad_names() {
         let state = state();
-        let index = crate::slices::SliceIndex::new(state.table.clone());
+        let index = crate::feed::slices::SliceIndex::new(state.table.clone());
         let state = AdminState {
             origins: index.origins(),
             ..state

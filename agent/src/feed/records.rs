@@ -14,7 +14,7 @@ use std::{
 
 use xcc_dns::{RecordTable, ShrinkLimit};
 
-use crate::metrics::Metrics;
+use super::metrics::Metrics;
 
 /// The table source name under which the file's records are published.
 const SOURCE: &str = "records-file";

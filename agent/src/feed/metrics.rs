@@ -168,7 +168,7 @@ pub struct Metrics {
     table_serial: Gauge<i64, AtomicI64>,
     records: Option<RecordsMetrics>,
     /// The sync core's watches and reconcilers.
-    pub sync: crate::sync_metrics::SyncMetrics,
+    pub sync: xcc_sync::metrics::SyncMetrics,
 }
 
 impl Metrics {
@@ -266,7 +266,7 @@ impl Metrics {
                 last_reload_time,
             }
         });
-        let sync = crate::sync_metrics::SyncMetrics::register(xcc);
+        let sync = xcc_sync::metrics::SyncMetrics::register(xcc);
 
         let zone_count = zone_labels.len();
         let metrics = Metrics {

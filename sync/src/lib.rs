@@ -1,0 +1,55 @@
+//! The shared sync core every reconciler runs on: the local client, the one cache of peer
+//! clients (behind the kubeconfig trust gate), the one watch per (cluster, kind) ([`Sources`]),
+//! the local Secret view built on it, and the sync metrics.
+//!
+//! A crate of its own rather than a module tree of `xcc-kube`: it is the layer between the
+//! plumbing every binary needs (`xcc-kube`: the trust gate, the peer-client cache, HTTP/2
+//! clients, backoff, conditions, leader election) and the reconcilers, and only the binaries that
+//! run reconcilers on shared watches need it (the agent today, the controller next); the CLI and
+//! the CoreDNS patcher link `xcc-kube` without it. The peer clients stay in `xcc-kube`
+//! ([`PeerClients`], re-exported here) because the controller builds and probes its workload
+//! clients with them without the rest of this core, and they sit on the trust gate and the HTTP/2
+//! client there.
+//!
+//! - [`sources`]: one watch per (cluster, kind), shared by every reconciler that reads that kind.
+//! - [`sink`]: the one local writer (forced server-side apply, status apart, delete by UID).
+//! - [`wakers`]: the watches a reconciler opens per object, each waking that object.
+//! - [`metrics`]: per watch, peer server and reconciler.
+
+pub mod metrics;
+pub mod sink;
+pub mod sources;
+pub mod wakers;
+
+use kube::Client;
+pub use xcc_kube::PeerClients;
+
+use crate::{
+    metrics::SyncMetrics,
+    sources::{LocalSecrets, Sources},
+};
+
+#[derive(Clone)]
+pub struct Core {
+    /// The agent's own cluster.
+    pub client: Client,
+    /// The pod name, for Events.
+    pub instance: Option<String>,
+    pub peers: PeerClients,
+    pub sources: Sources,
+    pub local_secrets: LocalSecrets,
+    pub metrics: SyncMetrics,
+}
+
+impl Core {
+    /// The Event recorder of the agent's reconcilers: controller `xcc-agent`, instance the pod.
+    pub fn recorder(&self) -> kube::runtime::events::Recorder {
+        kube::runtime::events::Recorder::new(
+            self.client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "xcc-agent".into(),
+                instance: self.instance.clone(),
+            },
+        )
+    }
+}
