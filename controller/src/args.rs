@@ -54,6 +54,12 @@ pub struct Args {
     #[arg(long, env = "XCC_PROBE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub probe_interval: Duration,
 
+    /// Most writes to workload clusters in flight at once, over all clusters. Each cluster has
+    /// its own queue: a slow one holds at most one of these places, and changes made while its
+    /// write is in flight are merged into the next.
+    #[arg(long, env = "XCC_MAX_WRITES_IN_FLIGHT", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_writes_in_flight: u16,
+
     /// Undo what xcc-controller did, then exit (run it with the controller stopped, before going
     /// back to the original XCC): remove xcc's finalizer from every GatewayDNS and delete the
     /// EndpointSlices xcc-controller wrote on every workload cluster. Slices the original

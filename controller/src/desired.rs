@@ -117,7 +117,7 @@ pub struct ClusterInfo {
 }
 
 /// The outcome for one GatewayDNS.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// Slices to exist on every cluster of the namespace.
     pub slices: Vec<EndpointSlice>,
@@ -137,7 +137,7 @@ pub struct Plan {
 }
 
 /// Whose gateways the global name answers with, per asking cluster.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum GlobalMembers {
     /// The same clusters for every asking cluster (`roundRobin`, `failover`, or the
     /// `whenNoneHealthy` fallback).

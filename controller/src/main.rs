@@ -14,6 +14,7 @@ mod gatewaydns;
 mod health;
 mod index;
 mod metrics;
+mod queue;
 mod reconcile;
 mod run;
 mod settings;

@@ -56,7 +56,16 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Reachability of every workload cluster (the prober and the reconciles feed it).
     pub health: Arc<crate::health::Tracker>,
+    /// One write lane per (namespace, cluster, GatewayDNS), all within one bound.
+    pub writes: crate::queue::Queues<Lane, ClusterOutcome>,
 }
+
+/// A write lane: (namespace, workload cluster, GatewayDNS reference).
+pub type Lane = (String, String, String);
+
+/// How long a reconcile waits for its writes before it reports the rest as pending (they go on;
+/// the GatewayDNS is looked at again when they are done).
+pub const WRITE_PATIENCE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -92,7 +101,7 @@ pub async fn reconcile(gateway: Arc<GatewayDNS>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
-async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Arc<Context>) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
     let result = finalizer(&api, FINALIZER, gateway, |event| async {
@@ -142,7 +151,7 @@ async fn list_clusters(ctx: &Context, namespace: &str) -> Result<Vec<ClusterInfo
         .collect())
 }
 
-async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
+async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
     let me = ObjectRef::from_obj(gateway);
@@ -202,7 +211,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
     }
     ctx.workloads.retain(&namespace, &me, &used);
     let (views, recheck) = health_views(gateway, &namespace, &settings, &observations, ctx);
-    let mut plan = desired::plan_with_health(
+    let plan = desired::plan_with_health(
         gateway,
         &all,
         &clusters,
@@ -217,30 +226,50 @@ async fn apply(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         |name| views.get(name).cloned().unwrap_or_default(),
     );
 
-    // Every cluster at once: one slow or unreachable cluster delays none of the others.
-    let writes = clusters.iter().map(|cluster| {
-        write_cluster(
-            ctx,
-            &namespace,
-            &cluster.name,
-            peer(&cluster.name),
-            &reference,
-            &plan,
-        )
+    // Every cluster at once, each in its own lane within the shared bound: one slow or
+    // unreachable cluster delays none of the others, and this reconcile waits for it only so
+    // long; its write goes on, and the status names it as pending meanwhile.
+    let plan = Arc::new(plan);
+    let tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)> = clusters
+        .iter()
+        .map(|cluster| {
+            let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
+            let job = write_job(
+                ctx,
+                &namespace,
+                &cluster.name,
+                peer(&cluster.name),
+                &reference,
+                &plan,
+            );
+            (cluster.name.clone(), ctx.writes.submit(lane, job))
+        })
+        .collect();
+    // Lanes of clusters that left the namespace go (a write in flight there finishes).
+    let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    ctx.writes.retain(|(ns, cluster, r)| {
+        ns != &namespace || r != &reference || known.contains(cluster.as_str())
     });
-    let outcomes = futures::future::join_all(writes).await;
+    let (outcomes, pending) = wait_for_writes(ctx, &me, tickets).await;
+    let mut plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
     let insecure: Vec<String> = selected
         .iter()
         .filter_map(|cluster| ctx.workloads.insecure(&namespace, &cluster.name))
         .collect();
-    update_status(&api, gateway, &plan, &problems, &insecure, &mixed, ctx).await?;
+    let report = WriteReport {
+        problems,
+        pending,
+        insecure,
+        mixed,
+    };
+    update_status(&api, gateway, &plan, &report, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
     // announces itself there, it gets the rest within the announcement TTL. An unreachable
     // cluster is looked at again the moment the stale-record policy withdraws it.
     let mut next = ctx.resync;
-    if mixed.withheld.is_some() || outcomes.iter().any(|o| o.withheld_global) {
+    if report.mixed.withheld.is_some() || outcomes.iter().any(|o| o.withheld_global) {
         next = next.min(ctx.workloads.announcement_ttl());
     }
     if let Some(recheck) = recheck {
@@ -393,7 +422,7 @@ async fn invalid_spec(
 
 /// What one cluster of the namespace got.
 #[derive(Debug, Default)]
-pub(crate) struct ClusterOutcome {
+pub struct ClusterOutcome {
     pub cluster: String,
     /// Wanted slices not sent: the cluster announced no agent that reads them.
     pub withheld: Vec<String>,
@@ -418,10 +447,13 @@ struct MixedFleet {
 impl MixedFleet {
     /// Sums up `outcomes`, and names on each selected cluster's entry the clusters that are not
     /// sent all of its addresses.
-    fn from_outcomes(plan: &mut Plan, outcomes: &[ClusterOutcome]) -> MixedFleet {
+    fn from_outcomes<O: std::borrow::Borrow<ClusterOutcome>>(
+        plan: &mut Plan,
+        outcomes: &[O],
+    ) -> MixedFleet {
         let mut withheld_lines = Vec::new();
         let mut kept_lines = Vec::new();
-        for outcome in outcomes {
+        for outcome in outcomes.iter().map(|o| o.borrow()) {
             for name in &outcome.withheld {
                 let Some(source) = plan.sources.get(name).cloned() else {
                     continue;
@@ -471,6 +503,61 @@ impl MixedFleet {
             kept: join(kept_lines),
         }
     }
+}
+
+/// The write of `plan` to `cluster`, to be run by its lane.
+fn write_job(
+    ctx: &Arc<Context>,
+    namespace: &str,
+    cluster: &str,
+    client: Result<Client, ClientError>,
+    reference: &str,
+    plan: &Arc<Plan>,
+) -> crate::queue::Job<ClusterOutcome> {
+    let (ctx, plan) = (ctx.clone(), plan.clone());
+    let (namespace, cluster, reference) = (
+        namespace.to_string(),
+        cluster.to_string(),
+        reference.to_string(),
+    );
+    Box::pin(
+        async move { write_cluster(&ctx, &namespace, &cluster, client, &reference, &plan).await },
+    )
+}
+
+/// Waits up to [`WRITE_PATIENCE`] for the writes of `tickets` (cluster, ticket): the outcomes
+/// of those done, and the clusters whose write is still going on. When those finish,
+/// `gateway` is woken to report them.
+async fn wait_for_writes(
+    ctx: &Context,
+    gateway: &ObjectRef<GatewayDNS>,
+    tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)>,
+) -> (Vec<Arc<ClusterOutcome>>, Vec<String>) {
+    let deadline = tokio::time::Instant::now() + WRITE_PATIENCE;
+    let mut pending: BTreeSet<String> = tickets.iter().map(|(c, _)| c.clone()).collect();
+    let mut waiting: futures::stream::FuturesUnordered<_> = tickets
+        .into_iter()
+        .map(|(cluster, ticket)| async move { (cluster, ticket.done().await) })
+        .collect();
+    let mut outcomes = Vec::new();
+    while let Ok(Some((cluster, outcome))) =
+        tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut waiting)).await
+    {
+        // `None`: the lane was dropped (the cluster left) before it wrote.
+        if let Some(outcome) = outcome {
+            pending.remove(&cluster);
+            outcomes.push(outcome);
+        }
+    }
+    if !waiting.is_empty() {
+        tracing::info!(gateway = %gateway, pending = waiting.len(), "writes still going on; reported as pending");
+        let (trigger, gateway) = (ctx.workloads.trigger(), gateway.clone());
+        tokio::spawn(async move {
+            while futures::StreamExt::next(&mut waiting).await.is_some() {}
+            let _ = trigger.send(gateway);
+        });
+    }
+    (outcomes, pending.into_iter().collect())
 }
 
 /// Brings the slices of `gateway` on one cluster to the plan, as far as that cluster reads them
@@ -569,7 +656,12 @@ async fn write_cluster_into(
                 ));
             }
             Ok(Err(e)) => problems.push(format!("cannot write EndpointSlice {name}: {e}")),
-            Err(_) => problems.push(format!("timed out writing EndpointSlice {name}")),
+            Err(_) => {
+                // A cluster that does not answer would hold its place in the write bound for
+                // every further call: the next reconcile tries again.
+                problems.push(format!("timed out writing EndpointSlice {name}"));
+                return Err(format!("cluster {cluster}: {}", problems.join("; ")));
+            }
         }
     }
     for name in &writes.delete {
@@ -589,15 +681,47 @@ async fn write_cluster_into(
     }
 }
 
+/// Reason of `Ready` and `RecordsWritten` while writes to some clusters are still going on.
+pub const WRITES_PENDING: &str = "WritesPending";
+
+/// Names the clusters whose write is still going on (the first few, and how many more).
+fn pending_message(pending: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut message = format!(
+        "writes to {} cluster(s) still going on: {}",
+        pending.len(),
+        pending[..pending.len().min(SHOWN)].join(", ")
+    );
+    if pending.len() > SHOWN {
+        message.push_str(&format!(" and {} more", pending.len() - SHOWN));
+    }
+    message
+}
+
+/// What the writes of a reconcile came to, for the status.
+struct WriteReport {
+    /// What went wrong, per cluster.
+    problems: Vec<String>,
+    /// Clusters whose write is still going on.
+    pending: Vec<String>,
+    /// Clusters whose client does not verify its peer, and why.
+    insecure: Vec<String>,
+    mixed: MixedFleet,
+}
+
 async fn update_status(
     api: &Api<GatewayDNS>,
     gateway: &GatewayDNS,
     plan: &Plan,
-    problems: &[String],
-    insecure: &[String],
-    mixed: &MixedFleet,
+    report: &WriteReport,
     ctx: &Context,
 ) -> Result<(), Error> {
+    let WriteReport {
+        problems,
+        pending,
+        insecure,
+        mixed,
+    } = report;
     ctx.metrics.cluster_states(
         &gateway_ref(gateway),
         Some(
@@ -648,6 +772,12 @@ async fn update_status(
             "WriteFailed".to_string(),
             problems.join("; "),
         )
+    } else if !pending.is_empty() {
+        (
+            ConditionStatus::False,
+            WRITES_PENDING.to_string(),
+            pending_message(pending),
+        )
     } else {
         (
             ConditionStatus::True,
@@ -663,10 +793,16 @@ async fn update_status(
         message.clone(),
         gateway.metadata.generation,
     );
-    let writes = if problems.is_empty() {
-        (ConditionStatus::True, "Written", String::new())
-    } else {
+    let writes = if !problems.is_empty() {
         (ConditionStatus::False, "WriteFailed", problems.join("; "))
+    } else if !pending.is_empty() {
+        (
+            ConditionStatus::False,
+            WRITES_PENDING,
+            pending_message(pending),
+        )
+    } else {
+        (ConditionStatus::True, "Written", String::new())
     };
     set_condition(
         &mut status.conditions,
@@ -830,7 +966,7 @@ fn truncate(mut s: String, max: usize) -> String {
 }
 
 /// A deleted GatewayDNS: withdraw its slices from every cluster that can be reached.
-async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
     ctx.metrics
@@ -846,18 +982,28 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Context) -> Result<Action, Error> {
         }) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
-    let empty = Plan::default();
+    // Through each cluster's lane, after any write of this GatewayDNS still going on there.
+    let empty = Arc::new(Plan::default());
+    let mut tickets = Vec::new();
     for cluster in &clusters {
         let client = ctx.workloads.client(&namespace, &cluster.name).await;
-        let outcome =
-            write_cluster(ctx, &namespace, &cluster.name, client, &reference, &empty).await;
-        if let Some(problem) = outcome.problem {
+        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
+        let job = write_job(ctx, &namespace, &cluster.name, client, &reference, &empty);
+        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
+    }
+    for (cluster, ticket) in tickets {
+        let Some(outcome) = ticket.done().await else {
+            continue;
+        };
+        if let Some(problem) = &outcome.problem {
             tracing::warn!(gateway = %reference, %problem, "could not withdraw records on deletion");
         }
-        for (slice, kind) in outcome.kept_unreadable {
-            tracing::warn!(gateway = %reference, cluster = %cluster.name, %slice, address_type = %kind, "GatewayDNS deleted; its EndpointSlice the original XCC cannot read is left on a cluster with no xcc-agent announced (deleting it would crash an original dns-server)");
+        for (slice, kind) in &outcome.kept_unreadable {
+            tracing::warn!(gateway = %reference, %cluster, %slice, address_type = %kind, "GatewayDNS deleted; its EndpointSlice the original XCC cannot read is left on a cluster with no xcc-agent announced (deleting it would crash an original dns-server)");
         }
     }
+    ctx.writes
+        .retain(|(ns, _, r)| ns != &namespace || r != &reference);
     Ok(Action::await_change())
 }
 
@@ -1053,6 +1199,7 @@ mod tests {
             resync: Duration::from_secs(300),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             health: Arc::default(),
+            writes: crate::queue::Queues::new(8),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();
@@ -1137,6 +1284,7 @@ mod tests {
             resync: Duration::from_secs(300),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             health: Arc::default(),
+            writes: crate::queue::Queues::new(8),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();

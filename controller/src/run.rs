@@ -145,6 +145,7 @@ async fn controller(
         resync: args.resync_interval,
         metrics,
         health: Arc::default(),
+        writes: crate::queue::Queues::new(usize::from(args.max_writes_in_flight)),
     });
     // Health checks of every workload cluster, for as long as this process leads.
     let prober = ctx.clone();

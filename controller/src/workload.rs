@@ -307,6 +307,11 @@ impl Workloads {
         }
     }
 
+    /// What wakes a GatewayDNS.
+    pub fn trigger(&self) -> UnboundedSender<ObjectRef<GatewayDNS>> {
+        self.trigger.clone()
+    }
+
     /// How long a cluster's announcement is trusted before it is read again.
     pub fn announcement_ttl(&self) -> Duration {
         self.announcement_ttl
