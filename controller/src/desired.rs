@@ -19,6 +19,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    hash::{Hash, Hasher},
     net::IpAddr,
 };
 
@@ -134,6 +135,13 @@ pub struct Plan {
     /// The global name, and the TTL of its answers (empty in a plan without it).
     pub global_hostname: String,
     pub global_ttl: String,
+    /// What each wanted slice (per-cluster and global, by name) says, computed once and
+    /// compared with every cluster's slices.
+    pub prints: HashMap<String, Print>,
+    /// A hash of everything above that decides what any cluster is sent: a cluster whose
+    /// last write was of a plan with the same hash, and whose slices and announcement did not
+    /// change since, needs nothing.
+    pub hash: u64,
 }
 
 /// Whose gateways the global name answers with, per asking cluster.
@@ -445,7 +453,200 @@ pub fn plan_with_health(
         out.clusters.push(status);
     }
     plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    out.seal();
     out
+}
+
+impl Plan {
+    /// Computes [`Plan::prints`] and [`Plan::hash`].
+    pub fn seal(&mut self) {
+        self.prints = self
+            .slices
+            .iter()
+            .chain(self.global.values().flatten())
+            .map(|s| (s.name_any(), Print::of(s)))
+            .collect();
+        let mut hasher = std::hash::DefaultHasher::new();
+        let mut names: Vec<&String> = self.prints.keys().collect();
+        names.sort();
+        for name in names {
+            name.hash(&mut hasher);
+            self.prints[name].hash(&mut hasher);
+        }
+        self.keep.hash(&mut hasher);
+        self.sources.hash(&mut hasher);
+        for (cluster, slices) in &self.global {
+            cluster.hash(&mut hasher);
+            for slice in slices {
+                slice.metadata.name.hash(&mut hasher);
+            }
+        }
+        format!("{:?}", self.global_members).hash(&mut hasher);
+        self.global_hostname.hash(&mut hasher);
+        self.global_ttl.hash(&mut hasher);
+        self.hash = hasher.finish();
+    }
+}
+
+/// The annotations and labels the writes compare, in [`Print::keys`] order.
+const KEYS: [(&str, bool); 8] = [
+    (HOSTNAME_ANNOTATION, true),
+    (REF_ANNOTATION, true),
+    (TTL_ANNOTATION, true),
+    (GLOBAL_ANNOTATION, true),
+    (GLOBAL_HOSTNAME_ANNOTATION, true),
+    (GLOBAL_TTL_ANNOTATION, true),
+    (SERVICE_NAME_LABEL, false),
+    (MANAGED_BY_LABEL, false),
+];
+/// Positions in [`KEYS`].
+const HOSTNAME_KEY: usize = 0;
+const REF_KEY: usize = 1;
+const GLOBAL_HOSTNAME_KEY: usize = 4;
+const GLOBAL_TTL_KEY: usize = 5;
+
+fn hash_of(value: &str) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    value.hash(&mut hasher);
+    // 0 stands for "absent".
+    hasher.finish().max(1)
+}
+
+/// What the writes need to know of an EndpointSlice, in a few dozen bytes: its address type,
+/// a hash of its addresses, and a hash of each annotation and label they compare (0: absent).
+/// The controller keeps this of every slice in `xcc-dns` of every cluster, never the object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Print {
+    pub address_type: AddressType,
+    /// Of the sorted addresses, when the slice has exactly one endpoint; 0 otherwise.
+    pub addresses: u64,
+    pub keys: [u64; 8],
+}
+
+/// An EndpointSlice's `addressType`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AddressType {
+    #[default]
+    IPv4,
+    IPv6,
+    Fqdn,
+    Other,
+}
+
+impl AddressType {
+    pub fn of(address_type: &str) -> AddressType {
+        match address_type {
+            "IPv4" => AddressType::IPv4,
+            "IPv6" => AddressType::IPv6,
+            "FQDN" => AddressType::Fqdn,
+            _ => AddressType::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressType::IPv4 => "IPv4",
+            AddressType::IPv6 => "IPv6",
+            AddressType::Fqdn => "FQDN",
+            AddressType::Other => "other",
+        }
+    }
+}
+
+impl Print {
+    pub fn of(slice: &EndpointSlice) -> Print {
+        let address_type = AddressType::of(&slice.address_type);
+        let addresses = match slice.endpoints.as_slice() {
+            [one] => {
+                let mut sorted: Vec<&str> = one.addresses.iter().map(String::as_str).collect();
+                sorted.sort_unstable();
+                let mut hasher = std::hash::DefaultHasher::new();
+                sorted.hash(&mut hasher);
+                hasher.finish().max(1)
+            }
+            _ => 0,
+        };
+        let (annotations, labels) = (slice.annotations(), slice.labels());
+        let keys = KEYS.map(|(key, annotation)| {
+            let value = if annotation {
+                annotations.get(key)
+            } else {
+                labels.get(key)
+            };
+            value.map_or(0, |v| hash_of(v))
+        });
+        Print {
+            address_type,
+            addresses,
+            keys,
+        }
+    }
+
+    /// Whether this (a slice on a cluster) already says what `desired` says, with the global
+    /// name (host, TTL hashes) `global` or without one: every annotation and label `desired`
+    /// has is here with its value, and the global name is exactly `global`.
+    pub fn says(&self, desired: &Print, global: Option<(u64, u64)>) -> bool {
+        let (host, ttl) = global.unwrap_or_default();
+        self.address_type == desired.address_type
+            && self.addresses != 0
+            && self.addresses == desired.addresses
+            && self.keys[GLOBAL_HOSTNAME_KEY] == host
+            && self.keys[GLOBAL_TTL_KEY] == ttl
+            && self
+                .keys
+                .iter()
+                .zip(desired.keys)
+                .enumerate()
+                .filter(|(i, _)| *i != GLOBAL_HOSTNAME_KEY && *i != GLOBAL_TTL_KEY)
+                .all(|(_, (have, want))| want == 0 || *have == want)
+    }
+
+    /// Whether this is a slice that `reference` (`<ns>/<name>`) wrote: the host-name
+    /// annotation, and the ref annotation naming it.
+    pub fn owned_by(&self, reference: u64) -> bool {
+        self.keys[HOSTNAME_KEY] != 0 && self.keys[REF_KEY] == reference
+    }
+
+    /// The global name (host, TTL) this says, if any.
+    pub fn global_name(&self) -> Option<(u64, u64)> {
+        let global = (self.keys[GLOBAL_HOSTNAME_KEY], self.keys[GLOBAL_TTL_KEY]);
+        (global != (0, 0)).then_some(global)
+    }
+}
+
+/// The slices in `xcc-dns` of one cluster, by name.
+pub type Slices = HashMap<String, Print>;
+
+/// What [`original_reads`] and [`readable_by`] look at.
+pub trait SliceKind {
+    fn kind(&self) -> AddressType;
+    fn has_hostname(&self) -> bool;
+    /// Carries a global name as a separate slice (`xcc.test/global: "true"`).
+    fn global(&self) -> bool;
+}
+
+impl SliceKind for Print {
+    fn kind(&self) -> AddressType {
+        self.address_type
+    }
+    fn has_hostname(&self) -> bool {
+        self.keys[HOSTNAME_KEY] != 0
+    }
+    fn global(&self) -> bool {
+        self.keys[3] == hash_of("true")
+    }
+}
+
+impl SliceKind for EndpointSlice {
+    fn kind(&self) -> AddressType {
+        AddressType::of(&self.address_type)
+    }
+    fn has_hostname(&self) -> bool {
+        self.annotations().contains_key(HOSTNAME_ANNOTATION)
+    }
+    fn global(&self) -> bool {
+        is_global(self)
+    }
 }
 
 /// The per-cluster slices of `cluster` (names from [`slice_names`]) for its (v4, v6, host name)
@@ -597,35 +798,35 @@ fn slice(
 /// annotation. It stores only those, and its process dies when any other slice of its namespace
 /// is deleted; so these are the only slices that may be created or deleted on a cluster where
 /// no xcc-agent is announced.
-pub fn original_reads(slice: &EndpointSlice) -> bool {
-    matches!(slice.address_type.as_str(), "IPv4" | "FQDN")
-        && slice.annotations().contains_key(HOSTNAME_ANNOTATION)
-        && !is_global(slice)
+pub fn original_reads(slice: &impl SliceKind) -> bool {
+    matches!(slice.kind(), AddressType::IPv4 | AddressType::Fqdn)
+        && slice.has_hostname()
+        && !slice.global()
 }
 
 /// The announced feature an agent needs before it is sent `slice`; `None` for a slice the
 /// original reads, or one no xcc-agent feature covers.
-pub fn feature_needed(slice: &EndpointSlice) -> Option<Feature> {
+pub fn feature_needed(slice: &impl SliceKind) -> Option<Feature> {
     if original_reads(slice) {
         return None;
     }
-    if is_global(slice) && slice.annotations().contains_key(HOSTNAME_ANNOTATION) {
+    if slice.global() && slice.has_hostname() {
         return Some(Feature::Global);
     }
-    match slice.address_type.as_str() {
-        "IPv6" if slice.annotations().contains_key(HOSTNAME_ANNOTATION) => Some(Feature::Ipv6),
+    match slice.kind() {
+        AddressType::IPv6 if slice.has_hostname() => Some(Feature::Ipv6),
         _ => None,
     }
 }
 
 /// Whether a cluster whose agent announced `agent` (`None`: nothing announced, perhaps the
 /// original dns-server runs there) may be sent, or have deleted, `slice`.
-pub fn readable_by(slice: &EndpointSlice, agent: Option<&Announcement>) -> bool {
+pub fn readable_by(slice: &impl SliceKind, agent: Option<&Announcement>) -> bool {
     let needs = |f: Feature| agent.is_some_and(|a| a.reads(f));
     original_reads(slice)
         || (feature_needed(slice).is_some_and(needs)
             // A global IPv6 slice needs both.
-            && (!is_global(slice) || slice.address_type != "IPv6" || needs(Feature::Ipv6)))
+            && (!slice.global() || slice.kind() != AddressType::IPv6 || needs(Feature::Ipv6)))
 }
 
 /// What to do with one GatewayDNS's slices on one cluster of the namespace.
@@ -658,24 +859,34 @@ pub fn cluster_writes(
     cluster_writes_for(plan, existing, reference, agent, "")
 }
 
+/// [`cluster_writes_in`] for slices given as objects.
+#[cfg(test)]
+pub fn cluster_writes_for(
+    plan: &Plan,
+    existing: &[EndpointSlice],
+    reference: &str,
+    agent: Option<&Announcement>,
+    target: &str,
+) -> ClusterWrites {
+    let existing: Slices = existing
+        .iter()
+        .map(|s| (s.name_any(), Print::of(s)))
+        .collect();
+    cluster_writes_in(plan, &existing, reference, agent, target)
+}
+
 /// Brings `existing` (the slices in `xcc-dns` of cluster `target`) to `plan`, sending only what
 /// a cluster with announcement `agent` reads: without one, no slice the original cannot read is
-/// ever created, changed or deleted there.
-pub fn cluster_writes_for<E: std::borrow::Borrow<EndpointSlice>>(
+/// ever created, changed or deleted there. Deletions and kept slices come sorted by name.
+pub fn cluster_writes_in(
     plan: &Plan,
-    existing: &[E],
+    existing: &Slices,
     reference: &str,
     agent: Option<&Announcement>,
     target: &str,
 ) -> ClusterWrites {
     let mut out = ClusterWrites::default();
-    let by_name: HashMap<&str, &EndpointSlice> = existing
-        .iter()
-        .map(|s| {
-            let s: &EndpointSlice = s.borrow();
-            (s.metadata.name.as_deref().unwrap_or_default(), s)
-        })
-        .collect();
+    let owner = hash_of(reference);
     // An agent that reads the global name off the per-cluster slices gets it there: one slice
     // per gateway, one write per change. An earlier one gets the separate global slices.
     let on_slices =
@@ -685,6 +896,7 @@ pub fn cluster_writes_for<E: std::borrow::Borrow<EndpointSlice>>(
     } else {
         HashSet::new()
     };
+    let global_keys = (hash_of(&plan.global_hostname), hash_of(&plan.global_ttl));
     let member = |slice: &EndpointSlice| {
         on_slices
             && slice
@@ -711,28 +923,32 @@ pub fn cluster_writes_for<E: std::borrow::Borrow<EndpointSlice>>(
             continue;
         }
         wanted.insert(name);
-        let global = member(want).then(|| (&*plan.global_hostname, &*plan.global_ttl));
-        match by_name.get(name) {
-            Some(have) if !is_owned(have, reference) => out.foreign.push(name.to_string()),
-            Some(have) if same_content_with(have, want, global) => {}
-            _ => out.apply.push(match global {
-                Some((host, ttl)) => with_global_hostname(want, host, ttl),
-                None => want.clone(),
+        let global = member(want);
+        let print = plan
+            .prints
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Print::of(want));
+        match existing.get(name) {
+            Some(have) if !have.owned_by(owner) => out.foreign.push(name.to_string()),
+            Some(have) if have.says(&print, global.then_some(global_keys)) => {}
+            _ => out.apply.push(if global {
+                with_global_hostname(want, &plan.global_hostname, &plan.global_ttl)
+            } else {
+                want.clone()
             }),
         }
     }
-    for have in existing
-        .iter()
-        .map(|s| s.borrow())
-        .filter(|s| is_owned(s, reference))
-    {
-        let name = have.name_any();
+    for (name, have) in existing.iter().filter(|(_, s)| s.owned_by(owner)) {
         if !readable_by(have, agent) {
-            out.kept_unreadable.push((name, have.address_type.clone()));
-        } else if !wanted.contains(name.as_str()) && !plan.keep.contains(&name) {
-            out.delete.push(name);
+            out.kept_unreadable
+                .push((name.clone(), have.address_type.as_str().to_string()));
+        } else if !wanted.contains(name.as_str()) && !plan.keep.contains(name) {
+            out.delete.push(name.clone());
         }
     }
+    out.delete.sort();
+    out.kept_unreadable.sort();
     out
 }
 
@@ -746,79 +962,15 @@ pub fn with_global_hostname(slice: &EndpointSlice, host: &str, ttl: &str) -> End
 }
 
 /// Whether `existing` is a slice this GatewayDNS wrote (both annotations, matching ref).
+#[cfg(test)]
 pub fn is_owned(existing: &EndpointSlice, reference: &str) -> bool {
-    let annotations = existing.annotations();
-    annotations.contains_key(HOSTNAME_ANNOTATION)
-        && annotations.get(REF_ANNOTATION).map(String::as_str) == Some(reference)
+    Print::of(existing).owned_by(hash_of(reference))
 }
 
-/// Whether `existing` already says what `desired` says (no write needed).
-pub fn same_content(existing: &EndpointSlice, desired: &EndpointSlice) -> bool {
-    let global = desired
-        .annotations()
-        .get(GLOBAL_HOSTNAME_ANNOTATION)
-        .map(|host| {
-            (
-                host.as_str(),
-                desired
-                    .annotations()
-                    .get(GLOBAL_TTL_ANNOTATION)
-                    .map(String::as_str)
-                    .unwrap_or_default(),
-            )
-        });
-    same_content_with(existing, desired, global)
-}
-
-/// [`same_content`] for `desired` with the global name `global` (host, TTL) added, or without
-/// one: an annotation naming a global name the slice should not answer is a difference too.
-fn same_content_with(
-    existing: &EndpointSlice,
-    desired: &EndpointSlice,
-    global: Option<(&str, &str)>,
-) -> bool {
-    // Both sides are short: compare as sorted lists without copying the strings.
-    let mut have_sorted: Vec<&str> = existing
-        .endpoints
-        .iter()
-        .flat_map(|e| e.addresses.iter().map(String::as_str))
-        .collect();
-    let mut want_sorted: Vec<&str> = desired
-        .endpoints
-        .iter()
-        .flat_map(|e| e.addresses.iter().map(String::as_str))
-        .collect();
-    have_sorted.sort_unstable();
-    want_sorted.sort_unstable();
-    let annotations = existing.annotations();
-    let global_same = match global {
-        Some((host, ttl)) => {
-            annotations
-                .get(GLOBAL_HOSTNAME_ANNOTATION)
-                .map(String::as_str)
-                == Some(host)
-                && annotations.get(GLOBAL_TTL_ANNOTATION).map(String::as_str) == Some(ttl)
-        }
-        None => {
-            !annotations.contains_key(GLOBAL_HOSTNAME_ANNOTATION)
-                && !annotations.contains_key(GLOBAL_TTL_ANNOTATION)
-        }
-    };
-    existing.address_type == desired.address_type
-        && have_sorted == want_sorted
-        && existing.endpoints.len() == 1
-        && global_same
-        && desired
-            .annotations()
-            .iter()
-            .filter(|(k, _)| {
-                k.as_str() != GLOBAL_HOSTNAME_ANNOTATION && k.as_str() != GLOBAL_TTL_ANNOTATION
-            })
-            .all(|(k, v)| annotations.get(k) == Some(v))
-        && desired
-            .labels()
-            .iter()
-            .all(|(k, v)| existing.labels().get(k) == Some(v))
+/// Whether `existing` already says what `desired` says (no write needed), the global name
+/// included.
+pub fn same_content(existing: &Print, desired: &Print) -> bool {
+    existing.says(desired, desired.global_name())
 }
 
 #[cfg(test)]
@@ -1072,10 +1224,13 @@ mod tests {
             !is_owned(&by_hand, "dev-team/g"),
             "a slice made by a person is never ours"
         );
-        assert!(same_content(&mine, &plan.slices[0]));
+        assert!(same_content(&Print::of(&mine), &Print::of(&plan.slices[0])));
         let mut moved = mine.clone();
         moved.endpoints[0].addresses = vec!["10.0.0.9".into()];
-        assert!(!same_content(&moved, &plan.slices[0]));
+        assert!(!same_content(
+            &Print::of(&moved),
+            &Print::of(&plan.slices[0])
+        ));
     }
 
     fn mixed_plan(ips: &[&str], hostnames: &[&str]) -> Plan {
@@ -1162,8 +1317,8 @@ mod tests {
         assert_eq!(
             announced.delete,
             [
-                "dev-team-cluster-a-gateway-ipv6",
-                "dev-team-cluster-a-gateway-fqdn"
+                "dev-team-cluster-a-gateway-fqdn",
+                "dev-team-cluster-a-gateway-ipv6"
             ]
         );
         assert!(announced.kept_unreadable.is_empty());

@@ -95,6 +95,16 @@ where
         ticket
     }
 
+    /// The outcome of the last write lane `key` finished, and whether a write is queued or
+    /// running there now.
+    pub fn last(&self, key: &K) -> (Option<Arc<O>>, bool) {
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        match lanes.get(key) {
+            Some(lane) => (lane.done.borrow().1.clone(), lane.running),
+            None => (None, false),
+        }
+    }
+
     /// Drops every lane for which `keep` is false, with its last outcome (a write in flight
     /// finishes; one waiting is dropped).
     pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
@@ -206,6 +216,7 @@ mod tests {
             1,
             "the stalled write is still in flight"
         );
+        assert!(queues.last(&"slow".to_string()).1, "its lane is busy");
         assert!(fake.most_in_flight.load(Ordering::SeqCst) <= 4);
         release.send(()).unwrap();
         assert_eq!(*slow.done().await.unwrap(), ("slow".to_string(), 1));
@@ -231,6 +242,8 @@ mod tests {
         for ticket in tickets {
             assert_eq!(*ticket.done().await.unwrap(), ("c".to_string(), 4));
         }
+        let (last, _) = queues.last(&"c".to_string());
+        assert_eq!(*last.unwrap(), ("c".to_string(), 4));
         assert_eq!(
             fake.started(),
             [("c".to_string(), 1), ("c".to_string(), 4)],

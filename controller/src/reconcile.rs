@@ -230,27 +230,34 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
     // unreachable cluster delays none of the others, and this reconcile waits for it only so
     // long; its write goes on, and the status names it as pending meanwhile.
     let plan = Arc::new(plan);
-    let tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)> = clusters
-        .iter()
-        .map(|cluster| {
-            let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
-            let job = write_job(
-                ctx,
-                &namespace,
-                &cluster.name,
-                peer(&cluster.name),
-                &reference,
-                &plan,
-            );
-            (cluster.name.clone(), ctx.writes.submit(lane, job))
-        })
-        .collect();
+    // A cluster whose last write was of this same plan, and whose slices and announcement did
+    // not change since, is not asked again: a reconcile that changes nothing costs O(1) per
+    // cluster.
+    let mut done = Vec::new();
+    let mut tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)> = Vec::new();
+    for cluster in &clusters {
+        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
+        if let Some(last) = up_to_date(ctx, &lane, &plan) {
+            done.push(last);
+            continue;
+        }
+        let job = write_job(
+            ctx,
+            &namespace,
+            &cluster.name,
+            peer(&cluster.name),
+            &reference,
+            &plan,
+        );
+        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
+    }
     // Lanes of clusters that left the namespace go (a write in flight there finishes).
     let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     ctx.writes.retain(|(ns, cluster, r)| {
         ns != &namespace || r != &reference || known.contains(cluster.as_str())
     });
-    let (outcomes, pending) = wait_for_writes(ctx, &me, tickets).await;
+    let (mut outcomes, pending) = wait_for_writes(ctx, &me, tickets).await;
+    outcomes.extend(done);
     let mut plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
@@ -434,6 +441,11 @@ pub struct ClusterOutcome {
     pub problem: Option<String>,
     /// The global name was not sent (no xcc-agent announced `global`).
     pub withheld_global: bool,
+    /// What was written: the plan's hash, the generation of the cluster's slice store the
+    /// writes were decided on, and the announcement read.
+    pub plan_hash: u64,
+    pub store_generation: Option<u64>,
+    pub announcement: Option<Result<Option<xcc_kube::Announcement>, String>>,
 }
 
 /// What the status says about a fleet where some clusters may run the original XCC: the
@@ -505,6 +517,22 @@ impl MixedFleet {
     }
 }
 
+/// The last outcome of `lane`, if it wrote `plan` without a problem and nothing it was decided on
+/// changed since (the cluster's slices, its announcement).
+fn up_to_date(ctx: &Context, lane: &Lane, plan: &Plan) -> Option<Arc<ClusterOutcome>> {
+    let (namespace, cluster, _) = lane;
+    let (last, busy) = ctx.writes.last(lane);
+    let last = last?;
+    let fresh = !busy
+        && last.problem.is_none()
+        && last.plan_hash == plan.hash
+        && last.store_generation.is_some()
+        && last.store_generation == ctx.workloads.slice_generation(namespace, cluster)
+        && last.announcement.is_some()
+        && ctx.workloads.cached_announcement(namespace, cluster) == last.announcement;
+    fresh.then_some(last)
+}
+
 /// The write of `plan` to `cluster`, to be run by its lane.
 fn write_job(
     ctx: &Arc<Context>,
@@ -573,6 +601,7 @@ async fn write_cluster(
 ) -> ClusterOutcome {
     let mut outcome = ClusterOutcome {
         cluster: cluster.to_string(),
+        plan_hash: plan.hash,
         ..Default::default()
     };
     if let Err(problem) = write_cluster_into(
@@ -604,10 +633,11 @@ async fn write_cluster_into(
     // Both reads are cached (the announcement for its TTL, the slices by this cluster's watch):
     // a reconcile that finds nothing to change asks the cluster nothing. A missing namespace
     // shows in the first write (404).
-    let (agent, existing) = tokio::join!(
-        ctx.workloads.announcement(namespace, cluster, &client),
-        ctx.workloads.slices(namespace, cluster, &client),
-    );
+    let agent = ctx
+        .workloads
+        .announcement(namespace, cluster, &client)
+        .await;
+    outcome.announcement = Some(agent.clone());
     // Unknown counts as "not announced": withholding is safe, sending is not.
     let agent = match agent {
         Ok(agent) => agent,
@@ -617,9 +647,15 @@ async fn write_cluster_into(
             None
         }
     };
-    let existing = existing.map_err(|e| format!("cluster {cluster}: {e}"))?;
+    let (generation, writes) = ctx
+        .workloads
+        .with_slices(namespace, cluster, &client, |existing| {
+            desired::cluster_writes_in(plan, existing, reference, agent.as_ref(), cluster)
+        })
+        .await
+        .map_err(|e| format!("cluster {cluster}: {e}"))?;
+    outcome.store_generation = generation;
     let slices: Api<EndpointSlice> = Api::namespaced(client, SLICE_NAMESPACE);
-    let writes = desired::cluster_writes_for(plan, &existing, reference, agent.as_ref(), cluster);
     outcome.withheld_global = writes.withheld_global;
     if !writes.withheld.is_empty() {
         tracing::debug!(%cluster, gateway = %reference, withheld = ?writes.withheld, "no xcc-agent announced: slices the original XCC cannot read are withheld");

@@ -35,7 +35,7 @@ use xcc_kube::{
 };
 
 use crate::{
-    desired::{Observation, SLICE_NAMESPACE},
+    desired::{Observation, Print, SLICE_NAMESPACE, Slices},
     gatewaydns::GatewayDNS,
     health::Tracker,
 };
@@ -153,28 +153,14 @@ where
     }
 }
 
-/// One event of a watch.
-enum Change<'a, K> {
-    Applied(&'a K),
-    Deleted(&'a K),
-}
-
-impl<'a, K> Change<'a, K> {
-    fn object(&self) -> &'a K {
-        match self {
-            Change::Applied(object) | Change::Deleted(object) => object,
-        }
-    }
-}
-
 /// Starts a reflector of `api` with `config`; `changed` is called with each object applied or
-/// deleted, and with `None` when the watch lists (again) or first fails, so that whoever reads
-/// the store is told to look again.
+/// deleted, when the watch lists (again) and when it first fails, so that whoever reads the
+/// store is told to look again.
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     what: String,
-    changed: impl Fn(Option<Change<'_, K>>) + Send + 'static,
+    changed: impl Fn() + Send + 'static,
 ) -> Watched<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -200,10 +186,9 @@ where
                         .last_error
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()) = None;
-                    changed(None);
+                    changed();
                 }
-                Ok(watcher::Event::Apply(object)) => changed(Some(Change::Applied(&object))),
-                Ok(watcher::Event::Delete(object)) => changed(Some(Change::Deleted(&object))),
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => changed(),
                 Ok(_) => {}
                 Err(e) => {
                     let first = task_health.healthy.swap(false, Ordering::AcqRel);
@@ -214,7 +199,7 @@ where
                         Some(format!("watch of {what} failed: {}", bounded(&e)));
                     if first {
                         tracing::warn!(error = %e, "watch of {what} failed; retrying");
-                        changed(None);
+                        changed();
                     }
                 }
             }
@@ -252,10 +237,33 @@ pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) 
     u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
-/// The EndpointSlices of namespace `xcc-dns` on one cluster: what the writes compare with,
-/// without a LIST on the path of every change.
+/// The EndpointSlices of namespace `xcc-dns` on one cluster, as [`Print`]s (a few dozen bytes
+/// each, never the objects): what the writes compare with, without a LIST on the path of every
+/// change. The watch stops when this is dropped.
 struct SliceWatch {
-    slices: Watched<EndpointSlice>,
+    state: Arc<Mutex<SliceState>>,
+    health: Arc<WatchHealth>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SliceWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Default)]
+struct SliceState {
+    slices: Slices,
+    /// Changes with every change of the slices this controller did not make itself (and with
+    /// every list); never the same for two watches. 0 until listed.
+    generation: u64,
+}
+
+/// A number no other slice store had or will have.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A cluster's announcement (`Ok(None)`: nothing announced; `Err`: it could not be read) and
@@ -274,7 +282,7 @@ pub struct Workloads {
     /// The last content this controller wrote (or is writing) to each slice, keyed by
     /// (namespace, cluster, slice): a watch event that shows just that wakes nobody, since the
     /// reconcile that wrote it knows. Recorded before the write, so the event cannot overtake it.
-    written: Arc<Mutex<HashMap<SliceKey, EndpointSlice>>>,
+    written: Arc<Mutex<HashMap<SliceKey, Print>>>,
     /// Clients that could not be built, with the Secret version they were refused at.
     failed: Mutex<HashMap<(String, String), (String, ClientError)>>,
     /// What the management cluster's Cluster and Secret watches say.
@@ -540,13 +548,13 @@ impl Workloads {
             Api::namespaced(client.clone(), svc_ns),
             watcher::Config::default().fields(&format!("metadata.name={svc_name}")),
             format!("Service {svc_ns}/{svc_name} on cluster {cluster}"),
-            move |_: Option<Change<'_, Service>>| wake(),
+            move || wake(),
         );
         let endpoints = watch(
             Api::namespaced(client, svc_ns),
             watcher::Config::default().labels(&format!("kubernetes.io/service-name={svc_name}")),
             format!("EndpointSlices of Service {svc_ns}/{svc_name} on cluster {cluster}"),
-            move |_: Option<Change<'_, EndpointSlice>>| wake_too(),
+            move || wake_too(),
         );
         ServiceWatch {
             service,
@@ -650,42 +658,80 @@ impl Workloads {
         }
     }
 
-    /// The EndpointSlices in `xcc-dns` of `cluster`, from a watch of that namespace started on
-    /// first use (a changed or deleted slice wakes the GatewayDNS it names, so a write decided
-    /// on a store a moment behind is looked at again); a LIST until the watch has listed.
-    pub async fn slices(
+    /// Runs `decide` on the EndpointSlices in `xcc-dns` of `cluster`, from a watch of that
+    /// namespace started on first use (a changed or deleted slice wakes the GatewayDNS it names,
+    /// so a write decided on a store a moment behind is looked at again); on a LIST until the
+    /// watch has listed. Also gives the store's generation (`None`: not from the store).
+    pub async fn with_slices<T>(
         &self,
         namespace: &str,
         cluster: &str,
         client: &Client,
-    ) -> Result<Vec<Arc<EndpointSlice>>, String> {
-        let (store, health) = {
+        decide: impl FnOnce(&Slices) -> T,
+    ) -> Result<(Option<u64>, T), String> {
+        let (state, health) = {
             let mut clusters = self.lock();
             match clusters.get_mut(&(namespace.to_string(), cluster.to_string())) {
                 Some(entry) => {
                     let watch = entry.slices.get_or_insert_with(|| {
                         self.start_slice_watch(client.clone(), namespace, cluster)
                     });
-                    (
-                        Some(watch.slices.store.clone()),
-                        watch.slices.health.clone(),
-                    )
+                    (Some(watch.state.clone()), watch.health.clone())
                 }
                 None => (None, Arc::default()),
             }
         };
-        if let Some(store) = store
+        if let Some(state) = state
             && health.healthy.load(Ordering::Acquire)
         {
-            // Shared with the store, never copied.
-            return Ok(store.state());
+            let state = state.lock().unwrap_or_else(|e| e.into_inner());
+            return Ok((Some(state.generation), decide(&state.slices)));
         }
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), SLICE_NAMESPACE);
         match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await {
-            Ok(Ok(list)) => Ok(list.items.into_iter().map(Arc::new).collect()),
+            Ok(Ok(list)) => {
+                let slices: Slices = list
+                    .items
+                    .iter()
+                    .map(|s| (s.name_any(), Print::of(s)))
+                    .collect();
+                Ok((None, decide(&slices)))
+            }
             Ok(Err(e)) => Err(format!("cannot list EndpointSlices: {}", bounded(&e))),
             Err(_) => Err("timed out listing EndpointSlices".into()),
         }
+    }
+
+    /// The generation of `cluster`'s slice store, while its watch has listed and is healthy.
+    pub fn slice_generation(&self, namespace: &str, cluster: &str) -> Option<u64> {
+        let clusters = self.lock();
+        let watch = clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?
+            .slices
+            .as_ref()?;
+        if !watch.health.healthy.load(Ordering::Acquire) {
+            return None;
+        }
+        let generation = watch
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation;
+        (generation != 0).then_some(generation)
+    }
+
+    /// What `cluster`'s announcement cache holds, while it is fresh.
+    pub fn cached_announcement(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Option<Result<Option<Announcement>, String>> {
+        self.announcements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .filter(|(read_at, _)| read_at.elapsed() < self.announcement_ttl)
+            .map(|(_, cached)| cached.clone())
     }
 
     /// This controller is about to write `slice` on `cluster` (`None`: to delete slice `name`).
@@ -700,7 +746,7 @@ impl Workloads {
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         match slice {
             Some(slice) => {
-                written.insert(key, slice.clone());
+                written.insert(key, Print::of(slice));
             }
             None => {
                 written.remove(&key);
@@ -711,38 +757,101 @@ impl Workloads {
     fn start_slice_watch(&self, client: Client, namespace: &str, cluster: &str) -> SliceWatch {
         let (trigger, namespace) = (self.trigger.clone(), namespace.to_string());
         let (written, cluster_name) = (self.written.clone(), cluster.to_string());
-        let slices = watch(
-            Api::namespaced(client, SLICE_NAMESPACE),
+        let own_namespace = namespace.clone();
+        let what = format!("EndpointSlices {SLICE_NAMESPACE}/* on cluster {cluster}");
+        let state: Arc<Mutex<SliceState>> = Arc::default();
+        let health = Arc::new(WatchHealth::default());
+        let stream = watcher(
+            Api::<EndpointSlice>::namespaced(client, SLICE_NAMESPACE),
             watcher::Config::default(),
-            format!("EndpointSlices {SLICE_NAMESPACE}/* on cluster {cluster}"),
-            move |change: Option<Change<'_, EndpointSlice>>| {
-                // Only slices that name a GatewayDNS of this namespace wake anything; the
-                // (re)list itself needs nobody: the next reconcile reads the store.
-                let Some(change) = change else { return };
-                let slice = change.object();
-                let Some(reference) = slice.annotations().get(crate::desired::REF_ANNOTATION)
-                else {
-                    return;
-                };
-                let own = matches!(change, Change::Applied(s) if {
-                    s.metadata.deletion_timestamp.is_none()
-                        && written
+        )
+        .backoff(xcc_kube::Backoff::peer());
+        let (task_state, task_health) = (state.clone(), health.clone());
+        // Only slices that name a GatewayDNS of this namespace wake anything.
+        let wake = move |slice: &EndpointSlice| {
+            if let Some(reference) = slice.annotations().get(crate::desired::REF_ANNOTATION)
+                && let Some((ns, name)) = reference.split_once('/')
+                && ns == namespace
+            {
+                let _ = trigger.send(ObjectRef::new(name).within(ns));
+            }
+        };
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut listing: Slices = Slices::new();
+            let state = |f: &mut dyn FnMut(&mut SliceState)| {
+                f(&mut task_state.lock().unwrap_or_else(|e| e.into_inner()));
+            };
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => listing.clear(),
+                    Ok(watcher::Event::InitApply(slice)) => {
+                        listing.insert(slice.name_any(), Print::of(&slice));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        // The (re)list itself wakes nobody: the next reconcile reads the store.
+                        let mut listed = std::mem::take(&mut listing);
+                        listed.shrink_to_fit();
+                        state(&mut |s| {
+                            s.slices = std::mem::take(&mut listed);
+                            s.generation = next_generation();
+                        });
+                        task_health.healthy.store(true, Ordering::Release);
+                        *task_health
+                            .last_error
                             .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get(&(namespace.clone(), cluster_name.clone(), s.name_any()))
-                            .is_some_and(|want| crate::desired::same_content(s, want))
-                });
-                if own {
-                    return;
+                            .unwrap_or_else(|e| e.into_inner()) = None;
+                    }
+                    Ok(watcher::Event::Apply(slice)) => {
+                        let (name, print) = (slice.name_any(), Print::of(&slice));
+                        // What this controller just wrote wakes nobody: the reconcile that
+                        // wrote it knows.
+                        let own = slice.metadata.deletion_timestamp.is_none()
+                            && written
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get(&(own_namespace.clone(), cluster_name.clone(), name.clone()))
+                                .is_some_and(|want| crate::desired::same_content(&print, want));
+                        let mut print = Some(print);
+                        state(&mut |s| {
+                            if let Some(print) = print.take() {
+                                s.slices.insert(name.clone(), print);
+                            }
+                            if !own {
+                                s.generation = next_generation();
+                            }
+                        });
+                        if !own {
+                            wake(&slice);
+                        }
+                    }
+                    Ok(watcher::Event::Delete(slice)) => {
+                        let name = slice.name_any();
+                        state(&mut |s| {
+                            s.slices.remove(&name);
+                            s.generation = next_generation();
+                        });
+                        wake(&slice);
+                    }
+                    Err(e) => {
+                        let first = task_health.healthy.swap(false, Ordering::AcqRel);
+                        *task_health
+                            .last_error
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner()) =
+                            Some(format!("watch of {what} failed: {}", bounded(&e)));
+                        if first {
+                            tracing::warn!(error = %e, "watch of {what} failed; retrying");
+                        }
+                    }
                 }
-                if let Some((ns, name)) = reference.split_once('/')
-                    && ns == namespace
-                {
-                    let _ = trigger.send(ObjectRef::new(name).within(ns));
-                }
-            },
-        );
-        SliceWatch { slices }
+            }
+        });
+        SliceWatch {
+            state,
+            health,
+            task,
+        }
     }
 
     /// Forgets `gateway`'s interest in every Service except those in `keep` (cluster, service),
