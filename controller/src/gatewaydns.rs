@@ -147,9 +147,22 @@ pub struct GatewayDNSStatus {
     /// Published/selected clusters, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    /// One entry per selected cluster: what is published, or why not.
+    /// What is published, or why not: one entry per selected cluster while there are at most
+    /// 20; beyond that, only the clusters that need attention (not `Published`, not healthy,
+    /// or not sent every address), the first 20 by name. Every entry: the controller's admin
+    /// endpoint `/gatewaydns/<namespace>/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterGatewayStatus>,
+    /// Selected clusters per state (`Published`, `Unreachable`, ...).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub cluster_counts: std::collections::BTreeMap<String, u32>,
+    /// Selected clusters not listed in `clusters`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clusters_not_listed: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What became of one selected cluster's gateway.

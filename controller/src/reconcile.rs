@@ -28,7 +28,7 @@ use xcc_kube::{
 use crate::workload::CALL_TIMEOUT;
 use crate::{
     desired::{self, ClusterInfo, HealthView, Observation, Plan, SLICE_NAMESPACE, gateway_ref},
-    gatewaydns::{GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
+    gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
     health,
     settings::{self, InvalidField, Settings},
     workload::{ClientError, Workloads},
@@ -58,6 +58,84 @@ pub struct Context {
     pub health: Arc<crate::health::Tracker>,
     /// One write lane per (namespace, cluster, GatewayDNS), all within one bound.
     pub writes: crate::queue::Queues<Lane, ClusterOutcome>,
+    /// Every selected cluster's entry of each GatewayDNS (the status lists only some).
+    pub details: Arc<Details>,
+}
+
+/// Clusters listed in full in a status; beyond, only those that need attention, this many.
+pub const STATUS_CLUSTERS: usize = 20;
+
+/// Per GatewayDNS (namespace, name): its uid and every selected cluster's entry, as of its last
+/// reconcile. What the bounded status leaves out, and what the next reconcile starts from.
+#[derive(Default)]
+pub struct Details(std::sync::Mutex<DetailMap>);
+
+/// (namespace, name) → (uid, entries).
+type DetailMap = HashMap<(String, String), (String, Arc<Vec<ClusterGatewayStatus>>)>;
+
+impl Details {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DetailMap> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The entries of `gateway` as its last reconcile left them, if this process made one.
+    fn of(&self, gateway: &GatewayDNS) -> Option<Arc<Vec<ClusterGatewayStatus>>> {
+        let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
+        let lock = self.lock();
+        let (uid, entries) = lock.get(&key)?;
+        (Some(uid) == gateway.metadata.uid.as_ref()).then(|| entries.clone())
+    }
+
+    fn put(&self, gateway: &GatewayDNS, entries: Vec<ClusterGatewayStatus>) {
+        let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
+        let uid = gateway.metadata.uid.clone().unwrap_or_default();
+        self.lock().insert(key, (uid, Arc::new(entries)));
+    }
+
+    fn forget(&self, gateway: &GatewayDNS) {
+        self.lock()
+            .remove(&(gateway.namespace().unwrap_or_default(), gateway.name_any()));
+    }
+
+    /// Every entry of GatewayDNS `namespace/name`, as JSON (`None`: not reconciled here).
+    pub fn json(&self, namespace: &str, name: &str) -> Option<String> {
+        let entries = self
+            .lock()
+            .get(&(namespace.to_string(), name.to_string()))?
+            .1
+            .clone();
+        serde_json::to_string_pretty(&serde_json::json!({ "clusters": entries.as_slice() })).ok()
+    }
+}
+
+/// The entries a status lists of `all` (sorted by cluster), the count per state, and how many
+/// are left out: all of them up to [`STATUS_CLUSTERS`], else the first that need attention.
+fn bounded_entries(
+    all: &[ClusterGatewayStatus],
+) -> (
+    Vec<ClusterGatewayStatus>,
+    std::collections::BTreeMap<String, u32>,
+    u32,
+) {
+    let mut counts = std::collections::BTreeMap::new();
+    for entry in all {
+        *counts.entry(entry.state.to_string()).or_insert(0u32) += 1;
+    }
+    let listed: Vec<ClusterGatewayStatus> = if all.len() <= STATUS_CLUSTERS {
+        all.to_vec()
+    } else {
+        all.iter()
+            .filter(|c| {
+                c.state != GatewayState::Published
+                    || c.health.is_some_and(|h| h != GatewayHealth::Healthy)
+                    || !c.withheld_from.is_empty()
+            })
+            .take(STATUS_CLUSTERS)
+            .cloned()
+            .collect()
+    };
+    let left_out = u32::try_from(all.len() - listed.len()).unwrap_or(u32::MAX);
+    (listed, counts, left_out)
 }
 
 /// A write lane: (namespace, workload cluster, GatewayDNS reference).
@@ -164,6 +242,21 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
             return Ok(Action::requeue(ctx.resync));
         }
     };
+    // Every selected cluster's entry as the last reconcile here left it, or as the status
+    // lists it (after a restart; a long list is bounded there).
+    let previous: Arc<Vec<ClusterGatewayStatus>> = ctx.details.of(gateway).unwrap_or_else(|| {
+        Arc::new(
+            gateway
+                .status
+                .as_ref()
+                .map(|s| s.clusters.clone())
+                .unwrap_or_default(),
+        )
+    });
+    let mut view = gateway.clone();
+    view.status.get_or_insert_default().clusters = previous.to_vec();
+    let gateway_before = gateway;
+    let gateway = &view;
     let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
         // From the watch cache, as the Clusters: a GatewayDNS created or changed wakes this one.
         Ok(api.list(&ListParams::default().match_any()).await?.items)
@@ -271,7 +364,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         insecure,
         mixed,
     };
-    update_status(&api, gateway, &plan, &report, ctx).await?;
+    update_status(&api, gateway_before, &previous, &plan, &report, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
     // announces itself there, it gets the rest within the announcement TTL. An unreachable
     // cluster is looked at again the moment the stale-record policy withdraws it.
@@ -720,6 +813,15 @@ async fn write_cluster_into(
 /// Reason of `Ready` and `RecordsWritten` while writes to some clusters are still going on.
 pub const WRITES_PENDING: &str = "WritesPending";
 
+/// The first few of `lines`, joined, and how many more there are.
+fn some_of(lines: &[String]) -> String {
+    let mut message = lines[..lines.len().min(STATUS_CLUSTERS)].join("; ");
+    if lines.len() > STATUS_CLUSTERS {
+        message.push_str(&format!("; and {} more", lines.len() - STATUS_CLUSTERS));
+    }
+    truncate(message, 4000)
+}
+
 /// Names the clusters whose write is still going on (the first few, and how many more).
 fn pending_message(pending: &[String]) -> String {
     const SHOWN: usize = 20;
@@ -748,6 +850,7 @@ struct WriteReport {
 async fn update_status(
     api: &Api<GatewayDNS>,
     gateway: &GatewayDNS,
+    previous: &[ClusterGatewayStatus],
     plan: &Plan,
     report: &WriteReport,
     ctx: &Context,
@@ -767,11 +870,14 @@ async fn update_status(
         ),
     );
     let old = gateway.status.clone().unwrap_or_default();
+    let (listed, cluster_counts, clusters_not_listed) = bounded_entries(&plan.clusters);
     let mut status = GatewayDNSStatus {
         observed_generation: gateway.metadata.generation,
         conditions: old.conditions.clone(),
         summary: None,
-        clusters: plan.clusters.clone(),
+        clusters: listed,
+        cluster_counts,
+        clusters_not_listed,
     };
     let selected = plan.clusters.len();
     let published = plan
@@ -806,7 +912,7 @@ async fn update_status(
         (
             ConditionStatus::False,
             "WriteFailed".to_string(),
-            problems.join("; "),
+            some_of(problems),
         )
     } else if !pending.is_empty() {
         (
@@ -830,7 +936,7 @@ async fn update_status(
         gateway.metadata.generation,
     );
     let writes = if !problems.is_empty() {
-        (ConditionStatus::False, "WriteFailed", problems.join("; "))
+        (ConditionStatus::False, "WriteFailed", some_of(problems))
     } else if !pending.is_empty() {
         (
             ConditionStatus::False,
@@ -877,11 +983,13 @@ async fn update_status(
         }
     }
     if status == old {
+        ctx.details.put(gateway, plan.clusters.clone());
         return Ok(());
     }
     // Written anyway: every reachable cluster's last-seen time is brought up to date.
     let namespace = gateway.namespace().unwrap_or_default();
-    for entry in &mut status.clusters {
+    let mut every = plan.clusters.clone();
+    for entry in every.iter_mut().chain(status.clusters.iter_mut()) {
         if entry
             .health
             .is_some_and(|h| h != GatewayHealth::Unreachable)
@@ -890,7 +998,19 @@ async fn update_status(
             entry.last_seen = Some(time(seen));
         }
     }
-    announce(ctx, gateway, &old, &status);
+    announce(
+        ctx,
+        gateway,
+        &GatewayDNSStatus {
+            clusters: previous.to_vec(),
+            ..old.clone()
+        },
+        &GatewayDNSStatus {
+            clusters: every.clone(),
+            ..status.clone()
+        },
+    );
+    ctx.details.put(gateway, every);
     let patch = serde_json::json!({
         "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
         "kind": "GatewayDNS",
@@ -1040,6 +1160,7 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
     }
     ctx.writes
         .retain(|(ns, _, r)| ns != &namespace || r != &reference);
+    ctx.details.forget(gateway);
     Ok(Action::await_change())
 }
 
@@ -1108,6 +1229,54 @@ mod tests {
         // Nothing withheld, nothing kept: no conditions to set.
         let calm = MixedFleet::from_outcomes(&mut Plan::default(), &outcomes[..1]);
         assert!(calm.withheld.is_none() && calm.kept.is_none());
+    }
+
+    #[test]
+    fn a_status_lists_every_cluster_of_a_small_fleet_and_only_those_needing_attention_of_a_big_one()
+    {
+        let entry = |i: usize, state: GatewayState| ClusterGatewayStatus {
+            cluster: format!("c-{i:04}"),
+            state,
+            health: Some(GatewayHealth::Healthy),
+            ..Default::default()
+        };
+        let small: Vec<_> = (0..STATUS_CLUSTERS)
+            .map(|i| entry(i, GatewayState::Published))
+            .collect();
+        let (listed, counts, left_out) = bounded_entries(&small);
+        assert_eq!(listed, small);
+        assert_eq!(counts["Published"], 20);
+        assert_eq!(left_out, 0);
+
+        // 1,000 clusters: 30 unreachable, one published without ready endpoints.
+        let mut big: Vec<_> = (0..1000)
+            .map(|i| {
+                entry(
+                    i,
+                    if i % 33 == 5 {
+                        GatewayState::Unreachable
+                    } else {
+                        GatewayState::Published
+                    },
+                )
+            })
+            .collect();
+        big[2].health = Some(GatewayHealth::NoReadyEndpoints);
+        let (listed, counts, left_out) = bounded_entries(&big);
+        let names: Vec<&str> = listed.iter().map(|c| c.cluster.as_str()).collect();
+        assert_eq!(names.len(), STATUS_CLUSTERS);
+        assert_eq!(&names[..3], ["c-0002", "c-0005", "c-0038"]);
+        assert_eq!(counts["Unreachable"], 31);
+        assert_eq!(counts["Published"], 969);
+        assert_eq!(left_out, 980);
+        // Its size does not grow with the fleet.
+        let status = GatewayDNSStatus {
+            clusters: listed,
+            cluster_counts: counts,
+            clusters_not_listed: left_out,
+            ..Default::default()
+        };
+        assert!(serde_json::to_vec(&status).unwrap().len() < 4096);
     }
 
     /// The management cluster, mocked: two Cluster API Clusters (one selected), the gateway, no
@@ -1236,6 +1405,7 @@ mod tests {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             health: Arc::default(),
             writes: crate::queue::Queues::new(8),
+            details: Arc::default(),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();
@@ -1321,6 +1491,7 @@ mod tests {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             health: Arc::default(),
             writes: crate::queue::Queues::new(8),
+            details: Arc::default(),
         });
         let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
         reconcile(Arc::new(gateway), ctx).await.unwrap();

@@ -49,6 +49,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let admin_ready = ready.clone();
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let admin_metrics = metrics.clone();
+    let details: Arc<crate::reconcile::Details> = Arc::default();
+    let admin_details = details.clone();
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -66,6 +68,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }),
         )
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        // Every selected cluster's entry of a GatewayDNS (its status lists at most 20).
+        .route(
+            "/gatewaydns/{namespace}/{name}",
+            axum::routing::get(
+                move |axum::extract::Path((namespace, name)): axum::extract::Path<(
+                    String,
+                    String,
+                )>| {
+                    let found = admin_details.json(&namespace, &name);
+                    async move {
+                        match found {
+                            Some(json) => (
+                                axum::http::StatusCode::OK,
+                                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                json,
+                            ),
+                            None => (
+                                axum::http::StatusCode::NOT_FOUND,
+                                [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                                format!("GatewayDNS {namespace}/{name} is not reconciled here\n"),
+                            ),
+                        }
+                    }
+                },
+            ),
+        )
         .route(
             "/readyz",
             axum::routing::get(move || {
@@ -102,13 +130,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!(%identity, "leading");
         tokio::select! {
-            result = controller(client, &args, identity, metrics) => result,
+            result = controller(client, &args, identity, metrics, details) => result,
             _ = async { while leading.changed().await.is_ok() && *leading.borrow() {} } => {
                 anyhow::bail!("lost the leader Lease; exiting so that the new leader runs alone")
             }
         }
     } else {
-        controller(client, &args, identity, metrics).await
+        controller(client, &args, identity, metrics, details).await
     }
 }
 
@@ -117,6 +145,7 @@ async fn controller(
     args: &Args,
     identity: String,
     metrics: Arc<crate::metrics::Metrics>,
+    details: Arc<crate::reconcile::Details>,
 ) -> anyhow::Result<()> {
     let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
@@ -146,6 +175,7 @@ async fn controller(
         metrics,
         health: Arc::default(),
         writes: crate::queue::Queues::new(usize::from(args.max_writes_in_flight)),
+        details,
     });
     // Health checks of every workload cluster, for as long as this process leads.
     let prober = ctx.clone();
