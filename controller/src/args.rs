@@ -19,7 +19,17 @@ use clap::{Parser, Subcommand};
 /// kubeconfig shows as cluster state KubeconfigRejected (Ready=False) with the Secret and the
 /// field, and that cluster's records are kept.
 #[derive(Debug, Parser)]
-#[command(name = "xcc-controller", version, about, long_about)]
+#[command(
+    name = "xcc-controller",
+    version,
+    about,
+    long_about,
+    mut_arg("leader_elect", |arg| arg.alias("leader-election").help(
+        "Elect a leader through the Lease `xcc-controller` in --lease-namespace, so that several \
+         replicas are safe (`--leader-elect`, `--leader-elect=true|false`, as Kubernetes \
+         components; `--leader-election` is the older spelling)"
+    ))
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -69,20 +79,8 @@ pub struct Args {
     #[arg(long, env = "XCC_UNINSTALL", default_value_t = false)]
     pub uninstall: bool,
 
-    /// Elect a leader through the Lease `xcc-controller` in --lease-namespace, so that several
-    /// replicas are safe (`--leader-elect`, `--leader-elect=true|false`, as Kubernetes
-    /// components; `--leader-election` is the older spelling).
-    #[arg(
-        long,
-        alias = "leader-election",
-        env = "XCC_LEADER_ELECT",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub leader_elect: bool,
+    #[command(flatten)]
+    pub leader: xcc_kube::LeaderElectArgs,
 
     /// Namespace of the leader-election Lease (the controller's own namespace; the environment
     /// variable is the original XCC's name, from the downward API).
@@ -136,7 +134,7 @@ mod tests {
             (&[], false),
         ] {
             let args = Args::try_parse_from(["xcc-controller"].iter().chain(argv)).unwrap();
-            assert_eq!(args.leader_elect, on, "{argv:?}");
+            assert_eq!(args.leader.leader_elect, on, "{argv:?}");
         }
         let error = Args::try_parse_from(["xcc-controller", "--zone", "*.test"]).unwrap_err();
         assert_eq!(error.exit_code(), 2);

@@ -28,8 +28,9 @@ use xcc_kube::report::{EXIT_FAILURE, one_line};
 fn main() -> ExitCode {
     let mut args: args::Args = xcc_kube::flags::parse("xcc-controller");
     // The older variable of --leader-elect, in manifests written before it was renamed.
-    if !args.leader_elect && std::env::var("XCC_LEADER_ELECTION").is_ok_and(|v| v == "true") {
-        args.leader_elect = true;
+    if !args.leader.leader_elect && std::env::var("XCC_LEADER_ELECTION").is_ok_and(|v| v == "true")
+    {
+        args.leader.leader_elect = true;
     }
     match args.command {
         Some(args::Command::Crds) => {

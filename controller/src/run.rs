@@ -116,7 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Ready means "this process works" (its client and admin server are up), never "this
     // process leads": a standby that were never ready would stall every rolling update.
     ready.store(true, Ordering::Release);
-    if args.leader_elect {
+    if args.leader.leader_elect {
         let lease = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "xcc-controller")
             .with_namespace(args.lease_namespace.clone())
             .with_identity(identity.clone())

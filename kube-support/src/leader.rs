@@ -34,6 +34,25 @@ use kube::{
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 
+/// `--leader-elect`, as Kubernetes components spell it: alone, or `=true`/`=false`; env
+/// `XCC_LEADER_ELECT`. Flatten it into a binary's `Args`; each binary says in its help what the
+/// Lease guards (`#[command(mut_arg("leader_elect", |a| a.help(...)))]` on the struct that
+/// flattens it).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct LeaderElectArgs {
+    /// Elect a leader through a Lease, so that several replicas are safe.
+    #[arg(
+        long,
+        env = "XCC_LEADER_ELECT",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub leader_elect: bool,
+}
+
 /// Where the Lease lives and who this replica is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {

@@ -20,6 +20,8 @@ pub mod logging;
 pub mod metrics;
 mod peers;
 pub mod report;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 pub mod trust;
 pub mod wire;
 pub mod yaml;
@@ -30,6 +32,6 @@ pub use conditions::{
     ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,
 };
 pub use kubeconfig::{KubeconfigError, own_cluster, own_cluster_client, own_cluster_with_token};
-pub use leader::{LeaseConfig, run_while_leading};
+pub use leader::{LeaderElectArgs, LeaseConfig, run_while_leading};
 pub use peers::{PROBE_DEADLINE, PROBE_INTERVAL, PeerClients, Reach};
 pub use trust::{PeerClient, PeerTls, PeerTrust};

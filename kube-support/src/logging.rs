@@ -118,33 +118,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Lines;
     use clap::Parser;
-    use std::sync::{Arc, Mutex};
 
     #[derive(Debug, Parser)]
     struct Cli {
         #[command(flatten)]
         log: LogArgs,
-    }
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'w> fmt::MakeWriter<'w> for Lines {
-        type Writer = Lines;
-        fn make_writer(&'w self) -> Lines {
-            self.clone()
-        }
     }
 
     #[test]
@@ -154,7 +134,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(cluster = "cluster-a", names = 3, "table published");
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["message"], "table published", "{text}");
         assert_eq!(line["cluster"], "cluster-a", "{text}");

@@ -1215,28 +1215,7 @@ mod tests {
         drain.abort();
     }
 
-    /// The lines a tracing subscriber wrote.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn matching(&self, text: &str) -> usize {
-            String::from_utf8_lossy(&self.0.lock().unwrap())
-                .lines()
-                .filter(|l| l.contains(text))
-                .count()
-        }
-    }
+    use xcc_kube::testing::Lines;
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_watch_warns_once_per_outage_and_says_when_it_listed_again() {

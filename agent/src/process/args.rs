@@ -247,7 +247,16 @@ pub enum Command {
 }
 
 #[derive(Debug, ArgGroup)]
-#[command(next_help_heading = "Sync reconcilers (when --records is not given)")]
+#[command(
+    next_help_heading = "Sync reconcilers (when --records is not given)",
+    mut_arg("leader_elect", |arg| arg.help(
+        "Run the sync reconcilers only on the replica holding the Lease `--lease-name` in \
+         `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record \
+         feed run on every replica; readiness never depends on leading. The Lease is released \
+         on SIGTERM, so a rolling update hands over at once; a replica that dies without \
+         releasing it is replaced after `--lease-duration`"
+    ))
+)]
 pub struct SyncArgs {
     /// Replicate Secrets between clusters: SecretExport, SecretImport, the
     /// ClusterResource{Import,Export}Monitors and their bindings
@@ -389,21 +398,8 @@ pub struct SyncArgs {
     #[arg(long, env = "XCC_PROJECTION_PROXY_ADDRESS", value_name = "IP")]
     pub projection_proxy_address: Option<IpAddr>,
 
-    /// Run the sync reconcilers only on the replica holding the Lease `--lease-name` in
-    /// `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record feed
-    /// run on every replica; readiness never depends on leading. The Lease is released on
-    /// SIGTERM, so a rolling update hands over at once; a replica that dies without releasing it
-    /// is replaced after `--lease-duration`.
-    #[arg(
-        long,
-        env = "XCC_LEADER_ELECT",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub leader_elect: bool,
+    #[command(flatten)]
+    pub leader: xcc_kube::LeaderElectArgs,
 
     /// Name of the Lease of `--leader-elect`.
     #[arg(long, env = "XCC_LEASE_NAME", default_value = "xcc-agent")]
@@ -597,9 +593,9 @@ mod tests {
             assert!(error.to_string().contains(says), "{args:?}: {error}");
         }
         let args = Args::try_parse_from(["xcc-agent", "--leader-elect"]).unwrap();
-        assert!(args.sync.leader_elect);
+        assert!(args.sync.leader.leader_elect);
         let args = Args::try_parse_from(["xcc-agent", "--leader-elect=false"]).unwrap();
-        assert!(!args.sync.leader_elect);
+        assert!(!args.sync.leader.leader_elect);
     }
 
     #[test]

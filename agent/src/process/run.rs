@@ -237,7 +237,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 peers,
                 metrics: metrics.sync.clone(),
             };
-            Some(if args.sync.leader_elect {
+            Some(if args.sync.leader.leader_elect {
                 let config = xcc_kube::LeaseConfig {
                     namespace: args.kube.namespace.clone(),
                     name: args.sync.lease_name.clone(),
@@ -332,7 +332,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
         %source,
         sync = %features,
-        leader_elect = args.sync.leader_elect,
+        leader_elect = args.sync.leader.leader_elect,
         shutdown_delay = ?shutdown_delay,
         "xcc-agent serving"
     );
