@@ -15,7 +15,7 @@ step() { printf '==> %s\n' "$*"; }
 
 start=$(date +%s)
 
-# Debian packages (dig, dnsperf) and the test bed's binaries, built from their Go modules and
+# Debian packages (dig, dnsperf, zsh, fish) and the test bed's binaries, built from their Go modules and
 # cached outside the repository ($XCC_TESTBED_DIR, default ~/.cache/xcc-testbed).
 step "test bed"
 tests/testbed/install.sh

@@ -3,6 +3,11 @@
 //! loaded on first use by bash-completion, or absent. bash calls the function `complete -p`
 //! names with COMP_WORDS/COMP_CWORD set, as here. No cluster is needed: kubectl runs the plugin
 //! as this binary with the same arguments, and completion reads only the kubeconfig.
+//!
+//! zsh and fish: the scripts of `completion zsh|fish` complete `kubectl-xcc ...` (zsh: loaded by
+//! compinit from fpath, driven on a pseudo-terminal; fish: `complete -C`), and kubectl's own
+//! zsh and fish completion complete `kubectl xcc ...` through `kubectl_complete-xcc`. A
+//! missing zsh, fish or kubectl skips its part with one loud line, and fails in CI.
 
 use std::{
     path::{Path, PathBuf},
@@ -244,5 +249,259 @@ fn kubectl_complete_xcc_answers_kubectls_plugin_protocol() {
     assert!(
         text.lines().any(|l| l.starts_with("status\t")),
         "subcommands with their descriptions: {text}"
+    );
+}
+
+/// `shell` when installed; otherwise `None` after one loud line, or a failure in CI (where
+/// test.sh installs it).
+fn shell(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} is not installed (test.sh installs it)"
+        );
+        eprintln!("SKIPPED: {name} is not installed; its completion is not tested");
+    }
+    found
+}
+
+/// kubectl, to complete `kubectl xcc ...` through kubectl's own completion: $XCC_KUBECTL, the
+/// test bed's (tests/testbed/install.sh), or on PATH. Missing: one loud line, a failure in CI.
+fn kubectl() -> Option<PathBuf> {
+    let from_testbed = || {
+        let dir = std::env::var_os("XCC_TESTBED_DIR")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/xcc-testbed"))
+            })?;
+        let env = std::fs::read_to_string(dir.join("env")).ok()?;
+        env.lines()
+            .find_map(|l| l.strip_prefix("export XCC_KUBECTL="))
+            .map(PathBuf::from)
+    };
+    let found = std::env::var_os("XCC_KUBECTL")
+        .map(PathBuf::from)
+        .or_else(from_testbed)
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("kubectl"))
+                .find(|p| p.is_file())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kubectl not found (tests/testbed/install.sh installs it)"
+        );
+        eprintln!("SKIPPED: kubectl not found; completion through `kubectl xcc` is not tested");
+    }
+    found
+}
+
+impl Bed {
+    /// The script of `kubectl-xcc completion <shell>`, written as `file` in the bed.
+    fn script_for(&self, shell: &str, file: &str) -> PathBuf {
+        let out = Command::new(PLUGIN)
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let path = self.path(file);
+        std::fs::write(&path, out.stdout).unwrap();
+        path
+    }
+
+    /// kubectl on the bed's PATH, with its `completion <shell>` script written as `file`.
+    fn with_kubectl(&self, kubectl: &Path, shell: &str, file: &str) {
+        std::os::unix::fs::symlink(kubectl, self.path("bin").join("kubectl")).unwrap();
+        let out = Command::new(kubectl)
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::write(self.path(file), out.stdout).unwrap();
+    }
+
+    fn path_var(&self) -> String {
+        format!(
+            "{}:{}",
+            self.path("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) -> String {
+        let out = Command::new(program)
+            .args(args)
+            .env("PATH", self.path_var())
+            .env("KUBECONFIG", self.path("config"))
+            .env("HOME", self.dir.path())
+            .env_remove("ZDOTDIR")
+            .env_remove("XDG_CONFIG_HOME")
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{program:?} {args:?} failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+#[test]
+fn fish_completes_kubectl_dash_xcc_and_through_kubectl() {
+    let Some(fish) = shell("fish") else { return };
+    let bed = Bed::new();
+    let script = bed.script_for("fish", "kubectl-xcc.fish");
+    let out = bed.run(
+        &fish,
+        &[
+            "--no-config",
+            "-c",
+            &format!(
+                "source {}; complete -C 'kubectl-xcc st'; echo @@; complete -C 'kubectl-xcc '; \
+                 echo @@; complete -C 'kubectl-xcc cluster j'",
+                script.display()
+            ),
+        ],
+    );
+    let parts: Vec<Vec<&str>> = out
+        .split("@@\n")
+        .map(|p| p.lines().map(|l| l.split('\t').next().unwrap()).collect())
+        .collect();
+    assert_eq!(parts.len(), 3, "{out}");
+    assert_eq!(parts[0], ["status"], "{out}");
+    for name in ["plumber", "cluster", "link", "status", "dns", "completion"] {
+        assert!(parts[1].contains(&name), "{name}: {out}");
+    }
+    assert_eq!(parts[2], ["join"], "{out}");
+
+    // `kubectl xcc`: kubectl's fish completion asks kubectl_complete-xcc.
+    let Some(kubectl) = kubectl() else { return };
+    bed.with_kubectl(&kubectl, "fish", "kubectl.fish");
+    let out = bed.run(
+        &fish,
+        &[
+            "--no-config",
+            "-c",
+            &format!(
+                "source {}; complete -C 'kubectl xcc st'; echo @@; \
+                 complete -C 'kubectl xcc status --context '",
+                bed.path("kubectl.fish").display()
+            ),
+        ],
+    );
+    let parts: Vec<Vec<&str>> = out
+        .split("@@\n")
+        .map(|p| p.lines().map(|l| l.split('\t').next().unwrap()).collect())
+        .collect();
+    assert_eq!(parts[0], ["status"], "{out}");
+    assert_eq!(
+        parts[1],
+        ["alpha", "beta"],
+        "contexts of $KUBECONFIG: {out}"
+    );
+}
+
+/// A zsh script that starts an interactive `zsh -f` on a pseudo-terminal (zsh/zpty), loads
+/// completion with compinit from the bed (fpath), prints what `_comps` registers for each
+/// command of `registered`, then types each line of `lines` followed by TAB and prints the
+/// line as completion left it (`LINE: ...`).
+fn zsh_session(bed: &Bed, registered: &[&str], lines: &[&str]) -> String {
+    let mut script = format!(
+        r#"zmodload zsh/zpty
+zpty z 'zsh -f -i'
+zpty -w z "bindkey -e; fpath=({} \$fpath); autoload -U compinit; compinit -u -D; PS1='> '"
+"#,
+        bed.dir.path().display()
+    );
+    for command in registered {
+        script.push_str(&format!(
+            "zpty -w z \"print -r -- COMP: {command}=\\$_comps[{command}]\"\n"
+        ));
+    }
+    for line in lines {
+        // TAB, then the line as completion left it, printed (^A: start of the line). The
+        // keys queue on the terminal: zsh reads the next ones once completion is done.
+        script.push_str(&format!(
+            "zpty -w -n z $'{line}\\t'\nzpty -w -n z $'\\x01print -r -- LINE: \\n'\n"
+        ));
+    }
+    script.push_str(
+        r#"zpty -w z 'print -r -- END'
+out=
+for i in {1..100}; do
+  while zpty -r -t z chunk; do out+=$chunk; done
+  [[ $out == *$'\nEND'* ]] && break
+  sleep 0.1
+done
+zpty -d z
+print -r -- ${out//$'\r'/}
+"#,
+    );
+    let zsh = shell("zsh").expect("checked by the caller");
+    let path = bed.path("session.zsh");
+    std::fs::write(&path, script).unwrap();
+    bed.run(&zsh, &["-f", path.to_str().unwrap()])
+}
+
+/// The lines of `out` that start with `prefix`, without it and trimmed.
+fn printed<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(str::trim)
+        .collect()
+}
+
+#[test]
+fn zsh_completes_kubectl_dash_xcc_and_through_kubectl() {
+    if shell("zsh").is_none() {
+        return;
+    }
+    let bed = Bed::new();
+    // As a user installs it: the script as _kubectl-xcc in a directory of fpath.
+    bed.script_for("zsh", "_kubectl-xcc");
+    let out = zsh_session(
+        &bed,
+        &["kubectl-xcc"],
+        &["kubectl-xcc st", "kubectl-xcc cluster j"],
+    );
+    assert_eq!(
+        printed(&out, "COMP: "),
+        ["kubectl-xcc=_kubectl-xcc"],
+        "{out}"
+    );
+    assert_eq!(
+        printed(&out, "LINE: "),
+        ["kubectl-xcc status", "kubectl-xcc cluster join"],
+        "{out}"
+    );
+
+    // `kubectl xcc`: kubectl's zsh completion asks kubectl_complete-xcc.
+    let Some(kubectl) = kubectl() else { return };
+    bed.with_kubectl(&kubectl, "zsh", "_kubectl");
+    let out = zsh_session(
+        &bed,
+        &["kubectl-xcc", "kubectl"],
+        &["kubectl xcc st", "kubectl xcc status --context b"],
+    );
+    assert_eq!(
+        printed(&out, "COMP: "),
+        ["kubectl-xcc=_kubectl-xcc", "kubectl=_kubectl"],
+        "{out}"
+    );
+    assert_eq!(
+        printed(&out, "LINE: "),
+        ["kubectl xcc status", "kubectl xcc status --context beta"],
+        "{out}"
     );
 }

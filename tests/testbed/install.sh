@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently, one line per step:
-#  - Debian packages: dnsutils (dig), dnsperf;
+#  - Debian packages: dnsutils (dig), dnsperf, zsh and fish (kubectl-xcc's completion tests);
 #  - the test bed's real binaries, built from their Go modules with this machine's Go toolchain and
 #    cached outside the repository, keyed by version:
 #      kube-apiserver, kubectl, kube-controller-manager  (k8s.io/kubernetes $K8S_VERSION)
@@ -28,6 +28,8 @@ pkgs=()
 command -v dig >/dev/null || pkgs+=(dnsutils)
 command -v dnsperf >/dev/null || pkgs+=(dnsperf)
 command -v knotd >/dev/null || pkgs+=(knot)
+command -v zsh >/dev/null || pkgs+=(zsh)
+command -v fish >/dev/null || pkgs+=(fish)
 # The nodes: container runtime, CNI plugins, kube-proxy's tools, test images.
 command -v containerd >/dev/null || pkgs+=(containerd)
 command -v runc >/dev/null || pkgs+=(runc)
