@@ -27,21 +27,7 @@ struct Allowance {
     reason: &'static str,
 }
 
-const ALLOWED: &[Allowance] = &[
-    Allowance {
-        krate: "thiserror",
-        until_gone: "gtmpl",
-        reason: "gtmpl 0.7 and gtmpl_value (the agent's template engine) pull thiserror 1; \
-                 everything else is on thiserror 2",
-    },
-    Allowance {
-        krate: "base64",
-        until_gone: "gtmpl",
-        reason: "the agent's template functions b64enc/b64dec still call base64 0.23 (kube's) \
-                 directly, beside k8s-openapi's and tower-http's 0.22; with gtmpl's \
-                 replacement they use xcc_kube::wire and the agent drops base64",
-    },
-];
+const ALLOWED: &[Allowance] = &[];
 
 /// Workspace members whose dependencies are not choices (left out of the direct ones).
 const NOT_CHOICES: &[(&str, &str)] = &[(

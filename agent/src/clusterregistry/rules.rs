@@ -172,10 +172,10 @@ fn check_override(field: String, o: &Override) -> Result<Option<ValueTemplate>, 
             let value = o.value.as_deref().unwrap_or_default();
             if template::is_template(value) {
                 // What it renders to is only known per object; YAML is checked then.
-                return ValueTemplate::parse(value).map(Some).map_err(|reason| {
+                return ValueTemplate::parse(value).map(Some).map_err(|error| {
                     RuleError::Template {
                         field: format!("{field}.value"),
-                        reason,
+                        reason: error.to_string(),
                     }
                 });
             }
@@ -445,9 +445,9 @@ pub fn desired_copy(
                     Some(data) => data,
                     None => data.insert(template_data(source, &owner, clusters, field)?),
                 };
-                template.render(data).map_err(|reason| CopyError::Render {
+                template.render(data).map_err(|error| CopyError::Render {
                     field: field.clone(),
-                    reason,
+                    reason: error.to_string(),
                 })?
             }
         };
@@ -473,7 +473,7 @@ fn template_data(
     owner: &str,
     clusters: Clusters<'_>,
     field: &str,
-) -> Result<gtmpl::Context, CopyError> {
+) -> Result<template::Data, CopyError> {
     let find = |id: &str, role| {
         clusters.by_id(id).ok_or_else(|| CopyError::UnknownCluster {
             field: field.to_string(),
