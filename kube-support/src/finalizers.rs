@@ -24,3 +24,35 @@ where
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reconcile failed")]
+    struct Failed;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("answer", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn gone_objects_and_older_versions_are_no_failure_and_the_rest_is() {
+        let ok = |r: Result<Action, Error<Failed>>| finalized(r).is_ok();
+        assert!(ok(Err(Error::AddFinalizer(api(404)))));
+        assert!(ok(Err(Error::RemoveFinalizer(api(404)))));
+        assert!(ok(Err(Error::AddFinalizer(api(409)))));
+        assert!(ok(Err(Error::AddFinalizer(api(422)))));
+        // Removing over a conflict must be retried: the cleanup ran, the object stays.
+        assert!(!ok(Err(Error::RemoveFinalizer(api(409)))));
+        assert!(!ok(Err(Error::AddFinalizer(api(500)))));
+        assert!(!ok(Err(Error::ApplyFailed(Failed))));
+        assert!(!ok(Err(Error::CleanupFailed(Failed))));
+        assert!(ok(Ok(Action::await_change())));
+    }
+}

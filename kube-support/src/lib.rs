@@ -6,7 +6,8 @@
 //! while the status does not change), and the [`announcement`] by which an xcc-agent tells
 //! xcc-controller which parts of the record feed it reads; and what every binary does the same
 //! way: [`logging`], the common [`metrics`], errors on one line ([`report`]),
-//! flag values and usage errors ([`flags`]), bytes as the API writes them ([`wire`]).
+//! flag values and usage errors ([`flags`]), bytes as the API writes them ([`wire`]); the one
+//! status writer ([`status`]).
 
 pub mod announcement;
 mod backoff;
@@ -20,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 mod peers;
 pub mod report;
+pub mod status;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod trust;

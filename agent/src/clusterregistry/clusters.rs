@@ -14,13 +14,11 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         controller::Action,
         reflector::{ObjectRef, Store},
     },
 };
-use serde_json::json;
 use xcc_kube::{
     ConditionStatus, KubeconfigError, remove_condition, set_condition,
     trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
@@ -390,18 +388,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             tracing::info!(cluster = %name, state = found.state, message = %found.message, "Cluster state");
         }
         warn_of_trust(&ctx, &cluster, old, &status).await;
-        let patch = json!({
-            "apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
-            "kind": "Cluster",
-            "status": status,
-        });
-        Api::<Cluster>::all(ctx.client.clone())
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(patch),
-            )
-            .await?;
+        let api = Api::<Cluster>::all(ctx.client.clone());
+        xcc_kube::status::write(&api, cluster.as_ref(), &status, FIELD_MANAGER).await?;
     }
     let next = if local {
         CHECK_INTERVAL

@@ -14,16 +14,16 @@ use std::{
 use futures::StreamExt;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    api::{ApiResource, DynamicObject},
     core::GroupVersionKind as KubeGvk,
     runtime::{
         events::{Event as KubeEvent, EventType, Recorder},
         reflector::{ObjectRef, Store},
     },
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use xcc_kube::{ConditionStatus, set_condition};
+use xcc_kube::status::{self, Verdict};
 
 use super::{
     PeerTable,
@@ -972,42 +972,29 @@ impl Engine {
     }
 
     /// Says once (log, Event, status) whether `rule` can work.
-    async fn report(&mut self, rule: &ResourceSyncRule, ok: bool, reason: &str, message: String) {
+    async fn report(
+        &mut self,
+        rule: &ResourceSyncRule,
+        ok: bool,
+        reason: &'static str,
+        message: String,
+    ) {
         let name = rule.name_any();
         let said = (reason.to_string(), message.clone());
-        let old = rule.status.as_ref();
-        let mut status = old.cloned().unwrap_or_default();
+        let verdict = if ok {
+            Verdict::ok(reason, message.clone())
+        } else {
+            Verdict::not(reason, message.clone())
+        };
+        let mut status = rule.status.clone().unwrap_or_default();
         let generation = rule.metadata.generation;
         status.observed_generation = generation;
-        let truth = if ok {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        };
-        set_condition(
-            &mut status.conditions,
-            "Ready",
-            truth,
-            reason,
-            message.clone(),
-            generation,
-        );
-        if Some(&status) != old {
-            let patch = json!({
-                "apiVersion": ResourceSyncRule::api_version(&()),
-                "kind": "ResourceSyncRule",
-                "status": status,
-            });
-            if let Err(error) = Api::<ResourceSyncRule>::all(self.client.clone())
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(patch),
-                )
-                .await
-            {
-                tracing::debug!(rule = %name, %error, "could not write the status");
-            }
+        verdict.set(&mut status.conditions, "Ready", generation);
+        let api = Api::<ResourceSyncRule>::all(self.client.clone());
+        match status::write(&api, rule, &status, FIELD_MANAGER).await {
+            Ok(true) => self.counted().wrote("status"),
+            Ok(false) => {}
+            Err(error) => tracing::debug!(rule = %name, %error, "could not write the status"),
         }
         if self.reported.get(&name) == Some(&said) {
             return;
@@ -1098,7 +1085,7 @@ mod tests {
             peer_field_selector(&secret_gvk(), Some(&core)).as_deref(),
             Some("type=k8s.cisco.com/cluster-registry-secret")
         );
-        let spec = serde_json::from_value(json!({
+        let spec = serde_json::from_value(serde_json::json!({
             "groupVersionKind": {"version": "v1", "kind": "Secret"},
             "rules": [{"match": [{"objectKey": {"name": "test-secret", "namespace": "cluster-registry"}}]}],
         }))

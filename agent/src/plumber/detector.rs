@@ -372,8 +372,8 @@ impl Detector {
                 continue;
             }
             let role = if one.primary { "primary" } else { "secondary" };
-            let current = existing.get(&name);
-            let spec_same = current.is_some_and(|c| {
+            let mut current = existing.get(&name).cloned();
+            let spec_same = current.as_ref().is_some_and(|c| {
                 c.spec.context == one.entry.context
                     && c.spec.cluster == one.entry.cluster
                     && c.spec.user == one.entry.user
@@ -393,26 +393,19 @@ impl Detector {
                         "user": one.entry.user,
                     },
                 });
-                api.patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(desired),
-                )
-                .await?;
+                current = Some(
+                    api.patch(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(desired),
+                    )
+                    .await?,
+                );
                 self.counted.wrote("apply");
             }
-            if current.and_then(|c| c.status.as_ref()) != Some(&one.status) {
-                let status = json!({
-                    "apiVersion": "plumber.jnytnai0613.github.io/v1",
-                    "kind": "ClusterDetector",
-                    "status": one.status,
-                });
-                api.patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(status),
-                )
-                .await?;
+            if let Some(current) = &current
+                && xcc_kube::status::write(&api, current, &one.status, FIELD_MANAGER).await?
+            {
                 self.counted.wrote("status");
                 tracing::info!(namespace = %self.namespace, detector = %name, role, status = ?one.status.clusterstatus, reason = ?one.status.reason, "ClusterDetector");
             }

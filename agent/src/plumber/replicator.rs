@@ -30,9 +30,11 @@ use kube::{
         reflector::ObjectRef,
     },
 };
-use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
-use xcc_kube::{ConditionStatus, PeerClients, Reach, set_condition};
+use xcc_kube::{
+    PeerClients, Reach,
+    status::{Verdict, reason_of},
+};
 
 use super::{
     Registry,
@@ -174,16 +176,7 @@ pub async fn reconcile(replicator: Arc<Replicator>, ctx: Arc<Context>) -> Result
         }
     })
     .await;
-    use kube::runtime::finalizer::Error as F;
-    match result {
-        Ok(action) => Ok(action),
-        Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
-            if s.code == 404 =>
-        {
-            Ok(Action::await_change())
-        }
-        Err(error) => Err(Error::Finalizer(Box::new(error))),
-    }
+    xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 pub fn error_policy(replicator: Arc<Replicator>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -705,15 +698,14 @@ fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
 }
 
 /// The Ready condition's status, reason and message for `entries`.
-fn verdict(entries: &[ApplyStatus]) -> (bool, &'static str, String) {
+fn verdict(entries: &[ApplyStatus]) -> Verdict {
     let bad: Vec<&ApplyStatus> = entries
         .iter()
         .filter(|e| e.apply_status != state::APPLIED && e.apply_status != state::EXISTING)
         .collect();
     if bad.is_empty() {
         let clusters: BTreeSet<&str> = entries.iter().map(|e| e.cluster.as_str()).collect();
-        return (
-            true,
+        return Verdict::ok(
             reason::SYNCED,
             format!("every object applied on {} cluster(s)", clusters.len()),
         );
@@ -747,11 +739,7 @@ fn verdict(entries: &[ApplyStatus]) -> (bool, &'static str, String) {
         .collect::<Vec<_>>()
         .join("; ");
     let first = worst.message.clone().unwrap_or_default();
-    (
-        false,
-        reason,
-        xcc_kube::bounded(&format!("{summary} ({first})")),
-    )
+    Verdict::not(reason, xcc_kube::bounded(&format!("{summary} ({first})")))
 }
 
 /// Writes the status (nothing when unchanged); publishes an Event when the reason changes.
@@ -760,50 +748,27 @@ async fn write_status(
     replicator: &Replicator,
     ctx: &Context,
     applied: Vec<ApplyStatus>,
-    verdict: (bool, &'static str, String),
+    verdict: Verdict,
 ) -> Result<(), kube::Error> {
-    let (ready, why, message) = verdict;
     let old = replicator.status.clone().unwrap_or_default();
     let generation = replicator.meta().generation;
     let mut status = ReplicatorStatus {
         applied,
-        synced: SyncState::from_bool(ready),
+        synced: SyncState::from_bool(verdict.ready),
         observed_generation: generation,
         conditions: old.conditions.clone(),
     };
-    set_condition(
-        &mut status.conditions,
-        "Ready",
-        if ready {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        },
-        why,
-        message.clone(),
-        generation,
-    );
-    if status == old {
-        return Ok(());
+    verdict.set(&mut status.conditions, "Ready", generation);
+    if xcc_kube::status::write(api, replicator, &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
-    let patch = json!({
-        "apiVersion": "plumber.jnytnai0613.github.io/v1",
-        "kind": "Replicator",
-        "status": status,
-    });
-    api.patch_status(
-        &replicator.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
-    ctx.counted.wrote("status");
-    let old_reason = old
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.clone());
-    if old_reason.as_deref() != Some(why) {
+    if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
+        let Verdict {
+            ready,
+            reason: why,
+            message,
+            ..
+        } = verdict;
         tracing::info!(replicator = %replicator.name_any(), ready, reason = why, %message, "Replicator status");
         let event = KubeEvent {
             type_: if ready {
@@ -843,7 +808,7 @@ async fn apply(
                 replicator,
                 ctx,
                 Vec::new(),
-                (false, reason::INVALID_SPEC, why),
+                Verdict::not(reason::INVALID_SPEC, why),
             )
             .await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -857,7 +822,7 @@ async fn apply(
                 replicator,
                 ctx,
                 Vec::new(),
-                (false, reason::INVALID_SPEC, why),
+                Verdict::not(reason::INVALID_SPEC, why),
             )
             .await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -906,7 +871,7 @@ async fn apply(
         applied.extend(remove_everywhere(replicator, ctx, &objects, &origin, &stale, true).await);
     }
     let verdict = verdict(&applied);
-    let synced = verdict.0;
+    let synced = verdict.ready;
     write_status(api, replicator, ctx, applied, verdict).await?;
     Ok(Action::requeue(if synced {
         Duration::from_secs(300)
@@ -1019,7 +984,7 @@ async fn cleanup(
     let objects = without_shared_namespace(replicator, ctx, &objects).await?;
     let left = remove_everywhere(replicator, ctx, &objects, &origin, &in_status, false).await;
     if !left.is_empty() {
-        let (_, _, message) = verdict(&left);
+        let message = verdict(&left).message;
         let note = xcc_kube::bounded(&format!("Replicator deleted; left behind: {message}"));
         tracing::warn!(replicator = %name, %note, "Replicator deleted with objects left behind");
         write_status(
@@ -1027,7 +992,7 @@ async fn cleanup(
             replicator,
             ctx,
             left,
-            (false, reason::LEFT_BEHIND, note.clone()),
+            Verdict::not(reason::LEFT_BEHIND, note.clone()),
         )
         .await?;
     } else {
@@ -1040,6 +1005,7 @@ async fn cleanup(
 mod tests {
     use super::*;
     use serde_json::Value;
+    use serde_json::json;
 
     fn e(cluster: &str, status: &str) -> ApplyStatus {
         ApplyStatus {
@@ -1317,17 +1283,20 @@ mod tests {
 
     #[test]
     fn one_silent_target_is_unreachable_and_a_conflict_outranks_it() {
-        let (ready, why, _) = verdict(&[e("a", state::APPLIED), e("b", state::EXISTING)]);
-        assert!(ready);
-        assert_eq!(why, reason::SYNCED);
-        let (ready, why, message) = verdict(&[e("a", state::APPLIED), e("b", state::UNREACHABLE)]);
-        assert!(!ready);
-        assert_eq!(why, reason::UNREACHABLE);
+        let synced = verdict(&[e("a", state::APPLIED), e("b", state::EXISTING)]);
+        assert!(synced.ready);
+        assert_eq!(synced.reason, reason::SYNCED);
+        let silent = verdict(&[e("a", state::APPLIED), e("b", state::UNREACHABLE)]);
+        assert!(!silent.ready);
+        assert_eq!(silent.reason, reason::UNREACHABLE);
         assert!(
-            message.starts_with("b: Deployment nginx Unreachable"),
-            "{message}"
+            silent
+                .message
+                .starts_with("b: Deployment nginx Unreachable"),
+            "{}",
+            silent.message
         );
-        let (_, why, _) = verdict(&[e("b", state::UNREACHABLE), e("c", state::CONFLICT)]);
-        assert_eq!(why, reason::CONFLICT);
+        let conflict = verdict(&[e("b", state::UNREACHABLE), e("c", state::CONFLICT)]);
+        assert_eq!(conflict.reason, reason::CONFLICT);
     }
 }

@@ -19,9 +19,10 @@ use serde_json::json;
 use super::{
     Error, Verdict,
     api::{APIExportRoleBinding, ProjectionStatus, UpstreamClusterLink},
-    owned_by, publish, reason_of, write_status,
+    owned_by, publish, reason_of,
 };
-use crate::sink::{self, Counted};
+use crate::sink::{self, Counted, FIELD_MANAGER};
+use xcc_kube::status;
 
 /// Longest wait between two reconciles (a ClusterRole created later is not watched).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -68,9 +69,9 @@ pub async fn reconcile(
         conditions: old.conditions.clone(),
     };
     verdict.set(&mut status.conditions, "Ready", generation);
-    if binding.status.as_ref() != Some(&status) {
-        let api: Api<APIExportRoleBinding> = Api::all(ctx.client.clone());
-        write_status(&api, binding.as_ref(), serde_json::to_value(&status)?).await?;
+    let api: Api<APIExportRoleBinding> = Api::all(ctx.client.clone());
+    if status::write(&api, binding.as_ref(), &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
     if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
         tracing::info!(binding = %binding.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "APIExportRoleBinding status");

@@ -43,9 +43,10 @@ use super::{
     api::{DownstreamClusterLink, ProxyStatus, ServiceReference},
     owned_by,
     proxy::Proxy,
-    publish, reason_of, write_status,
+    publish, reason_of,
 };
-use crate::sink::{self, Counted};
+use crate::sink::{self, Counted, FIELD_MANAGER};
+use xcc_kube::status;
 
 /// How often a ready link is looked at again (the service cluster's answer, the front proxy).
 const RESYNC: Duration = Duration::from_secs(60);
@@ -181,9 +182,9 @@ pub async fn reconcile(
         }),
     });
     status.observed_generation = generation;
-    if link.status.as_ref() != Some(&status) {
-        let api: Api<DownstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
-        write_status(&api, link.as_ref(), serde_json::to_value(&status)?).await?;
+    let api: Api<DownstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
+    if status::write(&api, link.as_ref(), &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
     if reason_of(&old.conditions, "Ready") != Some(ready.reason)
         || old

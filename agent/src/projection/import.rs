@@ -32,9 +32,10 @@ use super::{
     api::{APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink, ProjectionStatus},
     owned_by,
     proxy::Proxy,
-    publish, reason_of, write_status,
+    publish, reason_of,
 };
-use crate::sink::{self, Counted};
+use crate::sink::{self, Counted, FIELD_MANAGER};
+use xcc_kube::status;
 
 /// Label on each APIService an import registers: the import's name.
 pub const IMPORT_LABEL: &str =
@@ -129,7 +130,7 @@ pub async fn reconcile_group(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let api: Api<ClusterAPIGroupImport> = Api::all(ctx.client.clone());
-    finalizer(&api, FINALIZER, import, |event| async {
+    let result = finalizer(&api, FINALIZER, import, |event| async {
         match event {
             Finalizer::Apply(import) => apply_group(import, &ctx).await,
             Finalizer::Cleanup(import) => {
@@ -138,14 +139,8 @@ pub async fn reconcile_group(
             }
         }
     })
-    .await
-    .map_err(|error| match error {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        kube::runtime::finalizer::Error::AddFinalizer(e)
-        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Error::Kube(e),
-        other => Error::Certificate(other.to_string()),
-    })
+    .await;
+    xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 pub fn error_policy_group(
@@ -190,9 +185,9 @@ async fn apply_group(import: Arc<ClusterAPIGroupImport>, ctx: &Context) -> Resul
     ready.set(&mut status.conditions, "Ready", generation);
     verdict.set(&mut status.conditions, "APIServicesReady", generation);
     status.observed_generation = generation;
-    if import.status.as_ref() != Some(&status) {
-        let api: Api<ClusterAPIGroupImport> = Api::all(ctx.client.clone());
-        write_status(&api, import.as_ref(), serde_json::to_value(&status)?).await?;
+    let api: Api<ClusterAPIGroupImport> = Api::all(ctx.client.clone());
+    if status::write(&api, import.as_ref(), &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
     if reason_of(&old.conditions, "APIServicesReady") != Some(verdict.reason) {
         tracing::info!(import = %import.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "ClusterAPIGroupImport status");
@@ -361,9 +356,9 @@ pub async fn reconcile_resources(
     ready.set(&mut status.conditions, "Ready", generation);
     available.set(&mut status.conditions, "ResourcesAvailable", generation);
     status.observed_generation = generation;
-    if import.status.as_ref() != Some(&status) {
-        let api: Api<APIResourceImport> = Api::namespaced(ctx.client.clone(), &namespace);
-        write_status(&api, import.as_ref(), serde_json::to_value(&status)?).await?;
+    let api: Api<APIResourceImport> = Api::namespaced(ctx.client.clone(), &namespace);
+    if status::write(&api, import.as_ref(), &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
     if reason_of(&old.conditions, "ResourcesAvailable") != Some(available.reason) {
         publish(&ctx.recorder, import.as_ref(), "Import", &available).await;

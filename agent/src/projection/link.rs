@@ -31,9 +31,10 @@ use serde_json::{Value, json};
 use super::{
     Error, Verdict,
     api::{ObjectName, UpstreamClusterLink},
-    owned_by, publish, reason_of, write_status,
+    owned_by, publish, reason_of,
 };
-use crate::sink::{self, Counted};
+use crate::sink::{self, Counted, FIELD_MANAGER};
+use xcc_kube::status;
 
 /// Lifetime asked for each token: a day.
 pub const TOKEN_SECONDS: i64 = 24 * 3600;
@@ -116,9 +117,9 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
         name: service_account_name(&name),
     });
     status.observed_generation = generation;
-    if link.status.as_ref() != Some(&status) {
-        let api: Api<UpstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
-        write_status(&api, link.as_ref(), serde_json::to_value(&status)?).await?;
+    let api: Api<UpstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
+    if status::write(&api, link.as_ref(), &status, FIELD_MANAGER).await? {
+        ctx.counted.wrote("status");
     }
     if reason_of(&old.conditions, "Ready") != Some(outcome.ready.reason) {
         tracing::info!(%namespace, link = %name, ready = outcome.ready.ready, reason = outcome.ready.reason, message = %outcome.ready.message, "UpstreamClusterLink status");

@@ -33,10 +33,10 @@ pub mod renew;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::Condition};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, CustomResourceExt, Resource, ResourceExt,
-    api::{PartialObjectMeta, Patch, PatchParams},
+    api::PartialObjectMeta,
     runtime::{
         Controller, WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -44,13 +44,12 @@ use kube::{
         watcher,
     },
 };
-use serde_json::json;
-use xcc_kube::{ConditionStatus, set_condition};
+pub use xcc_kube::status::{Verdict, reason_of};
 
 use xcc_sync::Core;
 
 use crate::{
-    sink::{Counted, FIELD_MANAGER},
+    sink::Counted,
     sources::{SecretChange, Typed},
 };
 
@@ -88,79 +87,8 @@ pub enum Error {
     Yaml(#[from] xcc_kube::yaml::SerializeError),
     #[error("cannot make a certificate: {0}")]
     Certificate(String),
-}
-
-/// One condition as decided by a reconcile.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub ready: bool,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Verdict {
-    pub fn ok(reason: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            ready: true,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn not(reason: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            ready: false,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    fn status(&self) -> ConditionStatus {
-        if self.ready {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        }
-    }
-
-    /// Sets condition `type_` from this verdict.
-    pub fn set(&self, conditions: &mut Vec<Condition>, type_: &str, generation: Option<i64>) {
-        set_condition(
-            conditions,
-            type_,
-            self.status(),
-            self.reason,
-            self.message.clone(),
-            generation,
-        );
-    }
-}
-
-/// The reason of condition `type_`, if set.
-pub fn reason_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.reason.as_str())
-}
-
-/// Writes `status` (a serializable status) on its subresource with a server-side apply.
-pub async fn write_status<K>(api: &Api<K>, obj: &K, status: serde_json::Value) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
-    Ok(())
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
 /// Publishes an Event about `obj` (Warning unless `verdict` is ready); a failure is only logged.

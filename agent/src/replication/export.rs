@@ -165,7 +165,7 @@ async fn apply(
             }
         }
     }
-    Ok(Action::requeue(verdict.requeue()))
+    Ok(Action::requeue(super::requeue(&verdict)))
 }
 
 async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
@@ -184,7 +184,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
     match written {
         Ok(true) => {}
         Ok(false) => {
-            return Verdict::not_ready(
+            return Verdict::not(
                 reason::CONFLICT,
                 format!(
                     "Role or RoleBinding {namespace}/{rbac} exists and is not owned by this \
@@ -193,7 +193,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
             );
         }
         Err(error) => {
-            return Verdict::not_ready(
+            return Verdict::not(
                 reason::WRITE_FAILED,
                 format!("cannot write Role/RoleBinding {namespace}/{rbac}: {error}"),
             );
@@ -204,14 +204,14 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
         .get_metadata_opt(secret)
         .await
     {
-        Ok(Some(_)) => Verdict::ready(
+        Ok(Some(_)) => Verdict::ok(
             reason::EXPORTED,
             format!(
                 "ServiceAccount {namespace}/{} may read Secret {namespace}/{secret}",
                 export.spec.service_account.name
             ),
         ),
-        Ok(None) => Verdict::not_ready(
+        Ok(None) => Verdict::not(
             reason::SECRET_NOT_FOUND,
             format!(
                 "Secret {namespace}/{secret} does not exist (yet); ServiceAccount \
@@ -219,7 +219,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
                 export.spec.service_account.name
             ),
         ),
-        Err(error) => Verdict::not_ready(
+        Err(error) => Verdict::not(
             reason::WRITE_FAILED,
             format!("cannot read Secret {namespace}/{secret}: {error}"),
         ),

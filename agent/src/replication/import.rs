@@ -317,7 +317,7 @@ async fn apply(
             }
         }
     }
-    Ok(Action::requeue(verdict.requeue()))
+    Ok(Action::requeue(super::requeue(&verdict)))
 }
 
 /// What one look at an import settles.
@@ -350,7 +350,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Outcome {
     // keeps its copy, and no reconcile slot waits out a deadline on it.
     if let xcc_kube::Reach::Silent { error } = ctx.peers.reach(&peer.server) {
         return Outcome::Settled(
-            Verdict::not_ready(
+            Verdict::not(
                 reason::REMOTE_UNREACHABLE,
                 unreachable_message(&namespace, kubeconfig_name, &error),
             )
@@ -388,7 +388,7 @@ async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Ver
             ctx.peers.forget(&namespace, kubeconfig_name);
             ctx.remote.stop(&key);
             ctx.forget_remote(&key);
-            return Err(Verdict::not_ready(
+            return Err(Verdict::not(
                 reason::KUBECONFIG_MISSING,
                 format!(
                     "Secret {namespace}/{kubeconfig_name} (spec.remoteKubeconfig) does not exist; \
@@ -397,7 +397,7 @@ async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Ver
             ));
         }
         Err(error) => {
-            return Err(Verdict::not_ready(
+            return Err(Verdict::not(
                 reason::WRITE_FAILED,
                 format!("cannot read Secret {namespace}/{kubeconfig_name}: {error}"),
             ));
@@ -407,7 +407,7 @@ async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Ver
         // Whatever the cause (a refused kubeconfig among them), the copy is left alone.
         ctx.remote.stop(&key);
         ctx.forget_remote(&key);
-        Verdict::not_ready(error.reason(), error.to_string())
+        Verdict::not(error.reason(), error.to_string())
     })
 }
 
@@ -450,7 +450,7 @@ async fn copy_from(
             &remote.resource_version().unwrap_or_default(),
         )
     {
-        return Verdict::ready(
+        return Verdict::ok(
             reason::REPLICATED,
             format!("Secret {namespace}/{source} is a copy of the service cluster's"),
         );
@@ -465,7 +465,7 @@ async fn copy_from(
     } {
         Ok(current) => current,
         Err(error) => {
-            return Verdict::not_ready(
+            return Verdict::not(
                 reason::WRITE_FAILED,
                 format!("cannot read the local Secret {namespace}/{source}: {error}"),
             );
@@ -473,11 +473,11 @@ async fn copy_from(
     };
     let writer = LocalWriter::new(local, ctx.counted.clone());
     match remote {
-        Remote::Unreachable(error) => Verdict::not_ready(
+        Remote::Unreachable(error) => Verdict::not(
             reason::REMOTE_UNREACHABLE,
             unreachable_message(&namespace, kubeconfig_name, &error),
         ),
-        Remote::Forbidden(message) => Verdict::not_ready(
+        Remote::Forbidden(message) => Verdict::not(
             reason::FORBIDDEN,
             format!(
                 "the service cluster refuses to let the kubeconfig of Secret \
@@ -495,14 +495,14 @@ async fn copy_from(
                     if removed {
                         tracing::info!(%namespace, secret = %source, "source Secret gone; local copy deleted");
                     }
-                    Verdict::not_ready(
+                    Verdict::not(
                         reason::SECRET_NOT_FOUND,
                         format!(
                             "Secret {namespace}/{source} does not exist on the service cluster"
                         ),
                     )
                 }
-                Err(error) => Verdict::not_ready(
+                Err(error) => Verdict::not(
                     reason::WRITE_FAILED,
                     format!("cannot delete the local copy {namespace}/{source}: {error}"),
                 ),
@@ -519,7 +519,7 @@ async fn copy_from(
                 match writer.delete(copy, &origin).await {
                     Ok(_) => current = None,
                     Err(error) => {
-                        return Verdict::not_ready(
+                        return Verdict::not(
                             reason::WRITE_FAILED,
                             format!("cannot replace the local copy {namespace}/{source}: {error}"),
                         );
@@ -570,11 +570,11 @@ async fn copy_from(
                 );
             }
             match written {
-                Ok(Written::Applied(_) | Written::Unchanged(_)) => Verdict::ready(
+                Ok(Written::Applied(_) | Written::Unchanged(_)) => Verdict::ok(
                     reason::REPLICATED,
                     format!("Secret {namespace}/{source} is a copy of the service cluster's"),
                 ),
-                Ok(Written::Conflict { origin: other }) => Verdict::not_ready(
+                Ok(Written::Conflict { origin: other }) => Verdict::not(
                     reason::CONFLICT,
                     match other {
                         None => format!(
@@ -587,7 +587,7 @@ async fn copy_from(
                         ),
                     },
                 ),
-                Err(error) => Verdict::not_ready(
+                Err(error) => Verdict::not(
                     reason::WRITE_FAILED,
                     format!("cannot write Secret {namespace}/{source}: {error}"),
                 ),

@@ -26,7 +26,6 @@ use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{
     Api, CustomResourceExt, Resource, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         Controller,
         events::{Recorder, Reporter},
@@ -34,12 +33,7 @@ use kube::{
         watcher,
     },
 };
-use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
-use xcc_kube::{
-    ConditionStatus, remove_condition, set_condition,
-    trust::{INSECURE_PEER_CONDITION, INSECURE_PEER_REASON},
-};
 
 use crate::{
     sink::FIELD_MANAGER,
@@ -146,50 +140,15 @@ impl FinalizerAsked {
     }
 }
 
-/// The outcome of one reconcile, as the `Ready` condition says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub ready: bool,
-    pub reason: &'static str,
-    pub message: String,
-    /// Why the peer this object reads from is not verified (`--allow-insecure-peers`), if so:
-    /// the `InsecurePeer` condition.
-    pub insecure: Option<String>,
-}
+pub use xcc_kube::status::Verdict;
 
-impl Verdict {
-    pub fn ready(reason: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            ready: true,
-            reason,
-            message: message.into(),
-            insecure: None,
-        }
-    }
-
-    pub fn not_ready(reason: &'static str, message: impl Into<String>) -> Verdict {
-        Verdict {
-            ready: false,
-            reason,
-            message: message.into(),
-            insecure: None,
-        }
-    }
-
-    /// This verdict, reached through `peer`.
-    pub fn through(mut self, peer: &xcc_kube::PeerClient) -> Verdict {
-        self.insecure = peer.insecure_message();
-        self
-    }
-
-    /// When to look again without being woken: soon when something is wrong, rarely otherwise
-    /// (watches deliver every change; this is a backstop).
-    pub fn requeue(&self) -> Duration {
-        if self.ready {
-            Duration::from_secs(600)
-        } else {
-            Duration::from_secs(30)
-        }
+/// When to look again at an object with `verdict` without being woken: soon when something is
+/// wrong, rarely otherwise (watches deliver every change; this is a backstop).
+pub fn requeue(verdict: &Verdict) -> Duration {
+    if verdict.ready {
+        Duration::from_secs(600)
+    } else {
+        Duration::from_secs(30)
     }
 }
 
@@ -201,43 +160,17 @@ pub fn next_status(
 ) -> ReplicationStatus {
     let mut status = old.cloned().unwrap_or_default();
     status.observed_generation = generation;
-    let condition = if verdict.ready {
-        ConditionStatus::True
-    } else {
-        ConditionStatus::False
-    };
-    set_condition(
-        &mut status.conditions,
-        "Ready",
-        condition,
-        verdict.reason,
-        verdict.message.clone(),
-        generation,
-    );
-    match &verdict.insecure {
-        Some(why) => set_condition(
-            &mut status.conditions,
-            INSECURE_PEER_CONDITION,
-            ConditionStatus::True,
-            INSECURE_PEER_REASON,
-            why.clone(),
-            generation,
-        ),
-        None => remove_condition(&mut status.conditions, INSECURE_PEER_CONDITION),
-    }
+    verdict.set(&mut status.conditions, "Ready", generation);
+    verdict.set_peer(&mut status.conditions, generation);
     status
 }
 
 fn ready_reason(status: Option<&ReplicationStatus>) -> Option<&str> {
-    status?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.as_str())
+    xcc_kube::status::reason_of(&status?.conditions, "Ready")
 }
 
-/// Writes the status `verdict` gives `obj` (nothing when it would not change). Returns whether
-/// the Ready reason changed.
+/// Writes the status `verdict` gives `obj` through the one status writer (nothing when it
+/// would not change). Returns whether the Ready reason changed.
 pub async fn write_status<K>(
     api: &Api<K>,
     obj: &K,
@@ -245,24 +178,14 @@ pub async fn write_status<K>(
     verdict: &Verdict,
 ) -> Result<bool, kube::Error>
 where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     let status = next_status(old, obj.meta().generation, verdict);
-    if Some(&status) == old {
-        return Ok(false);
-    }
-    // The whole status, as a merge patch: this reconciler is its only writer, and a merge patch
-    // costs the API server a fraction of a server-side apply of a custom resource.
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch_status(
-        &obj.name_any(),
-        &params,
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await?;
+    xcc_kube::status::write(api, obj, &status, FIELD_MANAGER).await?;
     Ok(ready_reason(old) != Some(verdict.reason))
 }
 
@@ -487,7 +410,7 @@ mod tests {
 
     #[test]
     fn status_records_generation_and_reason() {
-        let verdict = Verdict::not_ready(reason::CONFLICT, "Secret project-1/dumbo is not ours");
+        let verdict = Verdict::not(reason::CONFLICT, "Secret project-1/dumbo is not ours");
         let status = next_status(None, Some(3), &verdict);
         assert_eq!(status.observed_generation, Some(3));
         assert_eq!(status.conditions.len(), 1);
