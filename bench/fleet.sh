@@ -19,7 +19,10 @@ profile=(--release)
 tests/testbed/install.sh >/dev/null
 cargo build "${profile[@]}" --quiet -p xcc-agent -p xcc-controller -p xcc-coredns-patcher -p kubectl-xcc
 for size in "${sizes[@]}"; do
+  # Other work on the machine skews CPU and latency: say how busy it was.
+  echo "fleet $size: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   XCC_FLEET_N="${size%%:*}" XCC_FLEET_VIRTUAL="${size##*:}" \
     cargo test "${profile[@]}" --quiet -p xcc-e2e --test e2e -- --ignored --exact --nocapture \
     bench_fleet::fleet_benchmark 2>&1 | grep -E '^fleet|panicked|FAILED' || true
+  echo "fleet $size: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 done

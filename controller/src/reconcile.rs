@@ -391,6 +391,11 @@ fn health_views(
     let old = gateway.status.clone().unwrap_or_default();
     let mut recheck: Option<Duration> = None;
     let mut views = HashMap::new();
+    let old_entries: HashMap<&str, &ClusterGatewayStatus> = old
+        .clusters
+        .iter()
+        .map(|c| (c.cluster.as_str(), c))
+        .collect();
     for (cluster, observation) in observations {
         let silent = ctx.workloads.silent(namespace, cluster);
         let seen = match (observation, &silent) {
@@ -400,7 +405,7 @@ fn health_views(
             }
             _ => ctx.health.reachable(namespace, cluster, now),
         };
-        let before = old.clusters.iter().find(|c| &c.cluster == cluster);
+        let before = old_entries.get(cluster.as_str()).copied();
         let was_withdrawn = before.is_some_and(|c| c.state == GatewayState::Withdrawn);
         let decision = health::decide(&seen, was_withdrawn, settings.stale, now);
         tracing::debug!(%cluster, ?seen, was_withdrawn, ?decision, silent = silent.is_some(), "health");
@@ -982,35 +987,27 @@ async fn update_status(
             None => remove_condition(&mut status.conditions, type_),
         }
     }
-    if status == old {
-        ctx.details.put(gateway, plan.clusters.clone());
-        return Ok(());
-    }
-    // Written anyway: every reachable cluster's last-seen time is brought up to date.
-    let namespace = gateway.namespace().unwrap_or_default();
+    let changed = status != old;
     let mut every = plan.clusters.clone();
-    for entry in every.iter_mut().chain(status.clusters.iter_mut()) {
-        if entry
-            .health
-            .is_some_and(|h| h != GatewayHealth::Unreachable)
-            && let Some(seen) = ctx.health.get(&namespace, &entry.cluster).last_seen
-        {
-            entry.last_seen = Some(time(seen));
+    if changed {
+        // Written anyway: every reachable cluster's last-seen time is brought up to date.
+        let namespace = gateway.namespace().unwrap_or_default();
+        for entry in every.iter_mut().chain(status.clusters.iter_mut()) {
+            if entry
+                .health
+                .is_some_and(|h| h != GatewayHealth::Unreachable)
+                && let Some(seen) = ctx.health.get(&namespace, &entry.cluster).last_seen
+            {
+                entry.last_seen = Some(time(seen));
+            }
         }
     }
-    announce(
-        ctx,
-        gateway,
-        &GatewayDNSStatus {
-            clusters: previous.to_vec(),
-            ..old.clone()
-        },
-        &GatewayDNSStatus {
-            clusters: every.clone(),
-            ..status.clone()
-        },
-    );
+    // Events from every entry, listed in the status or not.
+    announce(ctx, gateway, (previous, &old), (&every, &status));
     ctx.details.put(gateway, every);
+    if !changed {
+        return Ok(());
+    }
     let patch = serde_json::json!({
         "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
         "kind": "GatewayDNS",
@@ -1026,10 +1023,21 @@ async fn update_status(
 }
 
 /// Events for what changed: a cluster published, withdrawn or failing, and write problems.
-fn announce(ctx: &Context, gateway: &GatewayDNS, old: &GatewayDNSStatus, new: &GatewayDNSStatus) {
+fn announce(
+    ctx: &Context,
+    gateway: &GatewayDNS,
+    (old_entries, old): (&[ClusterGatewayStatus], &GatewayDNSStatus),
+    (new_entries, new): (&[ClusterGatewayStatus], &GatewayDNSStatus),
+) {
     let mut events = Vec::new();
-    for c in &new.clusters {
-        let before = old.clusters.iter().find(|o| o.cluster == c.cluster);
+    let before: HashMap<&str, &ClusterGatewayStatus> = old_entries
+        .iter()
+        .map(|c| (c.cluster.as_str(), c))
+        .collect();
+    let after: std::collections::HashSet<&str> =
+        new_entries.iter().map(|c| c.cluster.as_str()).collect();
+    for c in new_entries {
+        let before = before.get(c.cluster.as_str());
         if before.is_some_and(|b| b.state == c.state && b.addresses == c.addresses) {
             continue;
         }
@@ -1043,8 +1051,8 @@ fn announce(ctx: &Context, gateway: &GatewayDNS, old: &GatewayDNSStatus, new: &G
             events.push((EventType::Warning, c.state.to_string(), c.message.clone()));
         }
     }
-    for c in &old.clusters {
-        if !new.clusters.iter().any(|n| n.cluster == c.cluster) {
+    for c in old_entries {
+        if !after.contains(c.cluster.as_str()) {
             events.push((
                 EventType::Normal,
                 "Withdrawn".to_string(),
