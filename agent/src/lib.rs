@@ -16,6 +16,7 @@
 //!   announcement, the DNS metrics;
 //! - the reconcilers on the sync core (crate `xcc-sync`): `replication/`, `clusterregistry/`,
 //!   `plumber/`, `projection/`;
+//! - `reconcilers.rs`: the one list of the reconcilers;
 //! - [`process`]: flags, wiring, the admin server; all that `main.rs` calls.
 //!
 //! Only [`process`] is public: the rest is reached through it, so an unused item still warns.
@@ -25,6 +26,7 @@ mod feed;
 mod plumber;
 pub mod process;
 mod projection;
+mod reconcilers;
 mod replication;
 
 // The sync core under the paths the reconcilers have always used (`crate::sink`, ...).

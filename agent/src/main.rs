@@ -11,7 +11,7 @@ const DEFAULT_LOG: &str = "info,hickory_server=warn,hickory_proto=warn,hickory_n
 fn main() -> ExitCode {
     let args: args::Args = xcc_kube::flags::parse("xcc-agent");
     if let Some(args::Command::Crds { dir }) = &args.command {
-        return match run::print_crds(dir.as_deref()) {
+        return match run::print_crds(&args.sync.reconcilers, dir.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("xcc-agent: error: {}", one_line(error.as_ref()));

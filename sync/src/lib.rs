@@ -15,7 +15,9 @@
 //! - [`sink`]: the one local writer (forced server-side apply, status apart, delete by UID).
 //! - [`wakers`]: the watches a reconciler opens per object, each waking that object.
 //! - [`metrics`]: per watch, peer server and reconciler.
+//! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
 
+pub mod kit;
 pub mod metrics;
 pub mod sink;
 pub mod sources;

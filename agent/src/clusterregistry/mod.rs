@@ -23,6 +23,7 @@ mod decide;
 mod engine;
 mod feature;
 mod links;
+pub mod reconciler;
 mod rules;
 mod template;
 

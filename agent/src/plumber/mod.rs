@@ -22,6 +22,7 @@ pub mod certs;
 pub mod contexts;
 pub mod desired;
 pub mod detector;
+pub mod reconciler;
 pub mod replicator;
 
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,7 @@
 //! Command-line flags. Every flag can also be set through the environment variable named in
 //! `--help`.
 
-use std::{
-    net::{IpAddr, SocketAddr},
-    path::PathBuf,
-    time::Duration,
-};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ArgGroup, Parser, Subcommand};
 
@@ -258,145 +254,8 @@ pub enum Command {
     ))
 )]
 pub struct SyncArgs {
-    /// Replicate Secrets between clusters: SecretExport, SecretImport, the
-    /// ClusterResource{Import,Export}Monitors and their bindings
-    /// (replication.apiresources.multicluster.x-tanzu.vmware.com). Off in standalone mode.
-    #[arg(
-        long = "secret-replication",
-        env = "XCC_SECRET_REPLICATION",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub secret_replication: bool,
-
-    /// Cluster groups and resource sync: Cluster, ClusterFeature and ResourceSyncRule
-    /// (clusterregistry.k8s.cisco.com). Off in standalone mode.
-    #[arg(
-        long = "resource-sync",
-        env = "XCC_RESOURCE_SYNC",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub resource_sync: bool,
-
-    /// With resource sync: also copy the peers' Cluster objects, peer kubeconfig Secrets (type
-    /// k8s.cisco.com/cluster-registry-secret) and ResourceSyncRules, so that one Cluster+Secret
-    /// exchange with any member joins a cluster to the whole group and a rule made on one
-    /// cluster reaches all (cluster-registry's core sync rules). Off: every cluster needs every
-    /// Cluster, Secret and rule applied by hand.
-    #[arg(
-        long = "group-sync",
-        env = "XCC_GROUP_SYNC",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub group_sync: bool,
-
-    /// With resource sync: publish on this cluster the ClusterFeature
-    /// `cluster-registry-core-resources` (label
-    /// cluster-registry-controller.k8s.cisco.com/core-sync-resource: "true", featureName
-    /// cluster-registry-core-resources-source), as the original cluster-registry-controller does
-    /// with the setting of the same name. The original reads Clusters, peer Secrets and
-    /// ResourceSyncRules only from peers that have it, so in a group with original members keep
-    /// it on. Off: nothing is written (an existing one is left as it is).
-    #[arg(
-        long = "core-resources-source-enabled",
-        env = "XCC_CORE_RESOURCES_SOURCE_ENABLED",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub core_resources_source: bool,
-
-    /// plumber (plumber.jnytnai0613.github.io): ClusterDetectors from the kubeconfig Secret
-    /// `kubeconfig` (key `config`) in `--plumber-namespace`, and Replicators that push an app's
-    /// namespace, ConfigMap, Deployment, Service, Ingress (and any `resources[]`) to this cluster
-    /// and to their target clusters. Needs the RBAC of manifests/agent/plumber.yaml. Off in
-    /// standalone mode.
-    #[arg(
-        long = "plumber",
-        env = "XCC_PLUMBER",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub plumber: bool,
-
-    /// Namespace of plumber's kubeconfig Secret and of the ClusterDetectors.
-    #[arg(long, env = "XCC_PLUMBER_NAMESPACE", default_value = "plumber-system")]
-    pub plumber_namespace: String,
-
-    /// API projection, service-cluster side (projection.apiresources.multicluster.x-tanzu.vmware.com):
-    /// an UpstreamClusterLink gets a ServiceAccount and a kubeconfig Secret `<link>-kubeconfig`
-    /// for it; an APIExportRoleBinding binds a ClusterRole to that ServiceAccount. Needs the RBAC
-    /// of manifests/agent/projection.yaml. Off in standalone mode.
-    #[arg(
-        long = "api-projection",
-        env = "XCC_API_PROJECTION",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        value_name = "BOOL"
-    )]
-    pub api_projection: bool,
-
-    /// API server URL written into the kubeconfig Secrets of UpstreamClusterLinks (the address
-    /// workload clusters reach this cluster at). Default: the URL this agent's own client uses.
-    #[arg(long, env = "XCC_PROJECTION_ADVERTISE_URL", value_name = "URL")]
-    pub projection_advertise_url: Option<String>,
-
-    /// API projection, workload-cluster side: where the aggregated API server that serves the
-    /// imported API groups listens (HTTPS; on the replica running the reconcilers). Each
-    /// DownstreamClusterLink's Service leads here.
-    #[arg(
-        long,
-        env = "XCC_PROJECTION_PROXY_LISTEN",
-        default_value = "0.0.0.0:9443",
-        value_name = "IP:PORT",
-        value_parser = xcc_kube::flags::listen
-    )]
-    pub projection_proxy_listen: SocketAddr,
-
-    /// Port of each DownstreamClusterLink's Service `<link>-proxy` (the port its APIServices
-    /// name, `status.proxy.serviceReference.port`).
-    #[arg(
-        long,
-        env = "XCC_PROJECTION_PROXY_SERVICE_PORT",
-        default_value_t = 443,
-        value_name = "PORT"
-    )]
-    pub projection_proxy_service_port: u16,
-
-    /// ServiceAccount (in `--namespace`) the aggregated API server acts as on this cluster, with
-    /// tokens the agent requests for it: the reference's RBAC for the proxy (SubjectAccessReviews,
-    /// the front proxy's settings, namespaces) is bound to it, not to the agent. When it cannot be
-    /// used, the server acts as the agent and DownstreamClusterLinks say why.
-    #[arg(
-        long,
-        env = "XCC_PROJECTION_PROXY_SERVICE_ACCOUNT",
-        default_value = "xcc-projection-proxy",
-        value_name = "NAME"
-    )]
-    pub projection_proxy_service_account: String,
-
-    /// Address of this agent written into the EndpointSlice of each `<link>-proxy` Service (the
-    /// pod IP, from the downward API). Without it the Service gets no EndpointSlice from xcc.
-    #[arg(long, env = "XCC_PROJECTION_PROXY_ADDRESS", value_name = "IP")]
-    pub projection_proxy_address: Option<IpAddr>,
+    #[command(flatten)]
+    pub reconcilers: crate::reconcilers::ReconcilerFlags,
 
     #[command(flatten)]
     pub leader: xcc_kube::LeaderElectArgs,
@@ -478,7 +337,7 @@ mod tests {
         assert_eq!(args.dns.listen.port(), 53);
         assert_eq!(args.dns.ttl, 30);
         assert!(args.command.is_none());
-        assert!(args.sync.secret_replication);
+        assert!(args.sync.reconcilers.replication.secret_replication);
     }
 
     #[test]
@@ -518,50 +377,63 @@ mod tests {
             &["xcc-agent", "--secret-replication", "false"],
         ] {
             let args = Args::try_parse_from(off).unwrap();
-            assert!(!args.sync.secret_replication, "{off:?}");
+            assert!(
+                !args.sync.reconcilers.replication.secret_replication,
+                "{off:?}"
+            );
         }
         let args = Args::try_parse_from(["xcc-agent", "--secret-replication"]).unwrap();
-        assert!(args.sync.secret_replication);
+        assert!(args.sync.reconcilers.replication.secret_replication);
     }
 
     #[test]
     fn resource_sync_is_on_by_default_and_can_be_switched_off() {
         let args = Args::try_parse_from(["xcc-agent"]).unwrap();
-        assert!(args.sync.resource_sync);
-        assert!(args.sync.group_sync);
-        assert!(args.sync.core_resources_source);
+        assert!(args.sync.reconcilers.resource_sync.resource_sync);
+        assert!(args.sync.reconcilers.resource_sync.group_sync);
+        assert!(args.sync.reconcilers.resource_sync.core_resources_source);
         let args = Args::try_parse_from(["xcc-agent", "--resource-sync=false"]).unwrap();
-        assert!(!args.sync.resource_sync);
+        assert!(!args.sync.reconcilers.resource_sync.resource_sync);
         let args = Args::try_parse_from(["xcc-agent", "--group-sync=false"]).unwrap();
-        assert!(!args.sync.group_sync);
+        assert!(!args.sync.reconcilers.resource_sync.group_sync);
     }
 
     #[test]
     fn plumber_is_on_by_default_in_plumber_system_and_can_be_switched_off() {
         let args = Args::try_parse_from(["xcc-agent"]).unwrap();
-        assert!(args.sync.plumber);
-        assert_eq!(args.sync.plumber_namespace, "plumber-system");
+        assert!(args.sync.reconcilers.plumber.plumber);
+        assert_eq!(
+            args.sync.reconcilers.plumber.plumber_namespace,
+            "plumber-system"
+        );
         let args =
             Args::try_parse_from(["xcc-agent", "--plumber=false", "--plumber-namespace=ops"])
                 .unwrap();
-        assert!(!args.sync.plumber);
-        assert_eq!(args.sync.plumber_namespace, "ops");
+        assert!(!args.sync.reconcilers.plumber.plumber);
+        assert_eq!(args.sync.reconcilers.plumber.plumber_namespace, "ops");
     }
 
     #[test]
     fn api_projection_is_on_by_default_and_can_be_switched_off() {
         let args = Args::try_parse_from(["xcc-agent"]).unwrap();
-        assert!(args.sync.api_projection);
-        assert_eq!(args.sync.projection_advertise_url, None);
+        assert!(args.sync.reconcilers.projection.api_projection);
+        assert_eq!(
+            args.sync.reconcilers.projection.projection_advertise_url,
+            None
+        );
         let args = Args::try_parse_from([
             "xcc-agent",
             "--api-projection=false",
             "--projection-advertise-url=https://services.example:6443",
         ])
         .unwrap();
-        assert!(!args.sync.api_projection);
+        assert!(!args.sync.reconcilers.projection.api_projection);
         assert_eq!(
-            args.sync.projection_advertise_url.as_deref(),
+            args.sync
+                .reconcilers
+                .projection
+                .projection_advertise_url
+                .as_deref(),
             Some("https://services.example:6443")
         );
     }

@@ -8,20 +8,20 @@ use xcc_dns::{Handler, RecordTable, Sockets, Zone, ZoneSettings};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::events::{Recorder, Reporter};
 
-use xcc_sync::sources::{LocalSecrets, Sources};
+use tokio_util::sync::CancellationToken;
+use xcc_sync::kit::{self, CoreParts};
 
 use super::{
     admin::{self, AdminState, CoreTasks},
     args::{Args, KubeArgs},
 };
 use crate::{
-    clusterregistry,
     feed::{
         metrics::Metrics,
         records::{Loader, RecordsFeed},
         slices::{self, SliceIndex},
     },
-    plumber, projection, replication,
+    reconcilers::{self, ReconcilerFlags as Reconcilers},
 };
 
 /// How long the sync reconcilers get to stop on SIGTERM (leader election adds the Lease release).
@@ -40,14 +40,9 @@ pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }
 
-/// `xcc-agent crds`: every CRD to stdout, or one file per CRD into `dir`.
-pub fn print_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
-    for crd in replication::crds()
-        .into_iter()
-        .chain(clusterregistry::crds())
-        .chain(plumber::crds())
-        .chain(projection::crds())
-    {
+/// `xcc-agent crds`: every CRD of `reconcilers` to stdout, or one file per CRD into `dir`.
+pub fn print_crds(reconcilers: &Reconcilers, dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    for crd in kit::crds(&reconcilers.all()) {
         match dir {
             Some(dir) => {
                 let path = dir.join(crd_file_name(&crd));
@@ -198,44 +193,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let peers = xcc_kube::PeerClients::new(args.sync.trust);
     let leading = Arc::new(AtomicBool::new(false));
     let sync = match &feed {
-        Feed::Slices(client)
-            if args.sync.secret_replication
-                || args.sync.resource_sync
-                || args.sync.plumber
-                || args.sync.api_projection =>
-        {
-            // For UpstreamClusterLinks' kubeconfigs: the flag, or this client's own URL.
-            let projection_advertise_url = args
-                .sync
-                .projection_advertise_url
-                .clone()
-                .filter(|u| !u.is_empty())
-                .unwrap_or_else(|| own_url.clone());
-            let reconcilers = Reconcilers {
-                client: client.clone(),
-                instance: args.kube.pod_name.clone(),
-                secret_replication: args.sync.secret_replication,
-                resource_sync: args.sync.resource_sync,
-                group_sync: args.sync.group_sync,
-                core_resources_source: args.sync.core_resources_source,
-                plumber: args.sync.plumber,
-                plumber_namespace: args.sync.plumber_namespace.clone(),
-                api_projection: args.sync.api_projection,
-                projection: projection::Settings {
-                    advertise_url: projection_advertise_url,
-                    proxy_listen: args.sync.projection_proxy_listen,
-                    endpoint: projection::downstream::Endpoint {
-                        service_port: i32::from(args.sync.projection_proxy_service_port),
-                        address: args.sync.projection_proxy_address,
-                    },
-                    kubeconfig: args.kube.kubeconfig.clone(),
-                    proxy_account: (
-                        args.kube.namespace.clone(),
-                        args.sync.projection_proxy_service_account.clone(),
-                    ),
+        Feed::Slices(client) if kit::any_enabled(&args.sync.reconcilers.all()) => {
+            let reconcilers = Sync {
+                parts: CoreParts {
+                    client: client.clone(),
+                    instance: args.kube.pod_name.clone(),
+                    peers,
+                    metrics: metrics.sync.clone(),
                 },
-                peers,
-                metrics: metrics.sync.clone(),
+                env: reconcilers::Env {
+                    namespace: args.kube.namespace.clone(),
+                    kubeconfig: args.kube.kubeconfig.clone(),
+                    own_url: own_url.clone(),
+                },
+                reconcilers: args.sync.reconcilers.clone(),
             };
             Some(if args.sync.leader.leader_elect {
                 let config = xcc_kube::LeaseConfig {
@@ -312,16 +283,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     // Only the features that run are named: one that is off says nothing about itself.
     let features = match &sync {
-        Some(_) => [
-            (args.sync.secret_replication, "secret-replication"),
-            (args.sync.resource_sync, "resource-sync"),
-            (args.sync.plumber, "plumber"),
-            (args.sync.api_projection, "api-projection"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect::<Vec<_>>()
-        .join(","),
+        Some(_) => kit::enabled_names(&args.sync.reconcilers.all()),
         None => String::new(),
     };
     tracing::info!(
@@ -377,89 +339,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 /// The sync reconcilers, on the one shared peer-client cache.
 #[derive(Clone)]
-struct Reconcilers {
-    client: kube::Client,
-    instance: Option<String>,
-    secret_replication: bool,
-    resource_sync: bool,
-    group_sync: bool,
-    /// Publish the ClusterFeature the original cluster-registry-controller reads peers by.
-    core_resources_source: bool,
-    plumber: bool,
-    plumber_namespace: String,
-    api_projection: bool,
-    /// The advertised URL and the aggregated API server's endpoint.
-    projection: projection::Settings,
-    peers: xcc_kube::PeerClients,
-    metrics: xcc_sync::metrics::SyncMetrics,
+struct Sync {
+    parts: CoreParts,
+    env: reconcilers::Env,
+    reconcilers: Reconcilers,
 }
 
-impl Reconcilers {
+impl Sync {
     /// Runs every enabled reconciler until `stop` is raised, on the sources they share.
     async fn run(self, stop: tokio::sync::watch::Receiver<bool>) {
-        // One watch per (cluster, kind) for every reconciler of this term of leadership.
-        let sources = Sources::new(Some(self.metrics.clone()));
-        let (local_secrets, secrets_watch) =
-            LocalSecrets::start(&sources, self.client.clone(), self.peers.clone());
-        // Every peer API server in use probed at a steady pace, for every reconciler.
-        let peers = self.peers.clone();
-        let prober_stop = stop.clone();
-        let metrics = self.metrics.clone();
-        let prober = tokio::spawn(async move {
-            peers
-                .probe_forever(xcc_kube::PROBE_INTERVAL, stopped(prober_stop), |found| {
-                    metrics.peer_reach(found.iter().map(|(server, reach)| {
-                        (server.as_str(), *reach == xcc_kube::Reach::Answers)
-                    }))
-                })
-                .await
-        });
-        let core = xcc_sync::Core {
-            client: self.client.clone(),
-            instance: self.instance.clone(),
-            peers: self.peers.clone(),
-            sources,
-            local_secrets: local_secrets.clone(),
-            metrics: self.metrics.clone(),
-        };
-        let replication = self
-            .secret_replication
-            .then(|| tokio::spawn(replication::run(core.clone(), stop.clone())));
-        let plumber = self.plumber.then(|| {
-            tokio::spawn(plumber::run(
-                core.clone(),
-                self.plumber_namespace.clone(),
-                stop.clone(),
-            ))
-        });
-        let projection = self.api_projection.then(|| {
-            tokio::spawn(projection::run(
-                core.clone(),
-                self.projection.clone(),
-                stop.clone(),
-            ))
-        });
-        let settings = clusterregistry::Settings {
-            group_sync: self.group_sync,
-            core_resources_source: self.core_resources_source,
-        };
-        let resource_sync = self
-            .resource_sync
-            .then(|| tokio::spawn(clusterregistry::run(core, settings, stop.clone())));
-        for (name, task) in [
-            ("secret replication", replication),
-            ("resource sync", resource_sync),
-            ("plumber", plumber),
-            ("API projection", projection),
-        ] {
-            if let Some(task) = task
-                && let Err(error) = task.await
-            {
-                tracing::error!(%error, reconciler = name, "reconciler task ended abnormally");
-            }
+        let token = CancellationToken::new();
+        // Cancelled however this ends, aborted included.
+        let _cancel = token.clone().drop_guard();
+        let reconcilers = self.reconcilers.all();
+        let running = kit::run(&self.parts, &self.env, &reconcilers, token.clone());
+        tokio::pin!(running);
+        tokio::select! {
+            () = &mut running => return,
+            () = stopped(stop) => token.cancel(),
         }
-        secrets_watch.abort();
-        prober.abort();
+        running.await;
     }
 }
 
@@ -507,16 +406,14 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     /// The checked-in CRDs are what the code generates.
     #[test]
     fn checked_in_crds_are_current() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/crds");
-        let crds = super::replication::crds()
-            .into_iter()
-            .chain(super::clusterregistry::crds())
-            .chain(super::plumber::crds())
-            .chain(super::projection::crds());
-        for crd in crds {
+        let args = super::Args::try_parse_from(["xcc-agent"]).unwrap();
+        for crd in xcc_sync::kit::crds(&args.sync.reconcilers.all()) {
             let path = format!("{dir}/{}", super::crd_file_name(&crd));
             let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
             assert!(

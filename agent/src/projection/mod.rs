@@ -28,6 +28,7 @@ pub mod downstream;
 pub mod import;
 pub mod link;
 pub mod proxy;
+pub mod reconciler;
 pub mod renew;
 
 use std::sync::Arc;

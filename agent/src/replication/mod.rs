@@ -19,6 +19,7 @@ pub mod api;
 mod export;
 mod import;
 mod monitors;
+pub mod reconciler;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 

@@ -1,0 +1,145 @@
+//! The reconciler kit: what every reconciler of a process says about itself ([`Reconciler`]) and
+//! the one runner that starts the enabled ones on one [`Core`] ([`run`]).
+//!
+//! A process keeps one list of its reconcilers (the agent: `agent/src/reconcilers.rs`); its flags,
+//! `crds` output, the check whether any sync runs, the start-up log and the spawns all read that
+//! list, so adding a reconciler is its module plus one line there.
+
+use futures::future::BoxFuture;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use xcc_kube::PeerClients;
+
+use crate::{
+    Core,
+    metrics::SyncMetrics,
+    sources::{LocalSecrets, Sources},
+};
+
+/// One reconciler, as the process runs it. Implemented by the reconciler's flags (a `clap::Args`
+/// struct flattened into the process's), so that the value that says whether it is on also knows
+/// how to start it.
+pub trait Reconciler: Send + Sync {
+    /// What the process hands every reconciler beside the core (the agent: its namespace, its
+    /// kubeconfig, its API server's URL).
+    type Env;
+
+    /// Its switch (`--<name>`, env `XCC_<NAME>`) and its name in the start-up log.
+    fn name(&self) -> &'static str;
+
+    /// How log lines name it ("secret replication").
+    fn title(&self) -> &'static str;
+
+    /// Whether its switch is on.
+    fn enabled(&self) -> bool;
+
+    /// The CustomResourceDefinitions of its API, in the order `crds` prints them.
+    fn crds(&self) -> Vec<CustomResourceDefinition>;
+
+    /// Runs it on `core` until `stop` is cancelled.
+    fn start(&self, core: Core, env: &Self::Env, stop: CancellationToken)
+    -> BoxFuture<'static, ()>;
+}
+
+/// What a [`Core`] is built from, once per process; the core itself (its watches) is built anew
+/// for each term of leadership by [`run`].
+#[derive(Clone)]
+pub struct CoreParts {
+    /// The process's own cluster.
+    pub client: Client,
+    /// The pod name, for Events.
+    pub instance: Option<String>,
+    /// The one cache of peer clients, behind the trust gate.
+    pub peers: PeerClients,
+    pub metrics: SyncMetrics,
+}
+
+/// Whether any of `reconcilers` is switched on.
+pub fn any_enabled<E>(reconcilers: &[&dyn Reconciler<Env = E>]) -> bool {
+    reconcilers.iter().any(|r| r.enabled())
+}
+
+/// The names of the enabled reconcilers, comma-separated (the start-up log's `sync=`).
+pub fn enabled_names<E>(reconcilers: &[&dyn Reconciler<Env = E>]) -> String {
+    reconcilers
+        .iter()
+        .filter(|r| r.enabled())
+        .map(|r| r.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Every CRD of `reconcilers`, in list order (on or off: the CRDs are installed either way).
+pub fn crds<E>(reconcilers: &[&dyn Reconciler<Env = E>]) -> Vec<CustomResourceDefinition> {
+    reconcilers.iter().flat_map(|r| r.crds()).collect()
+}
+
+/// Runs every enabled reconciler until `stop` is cancelled, on one core: one watch per (cluster,
+/// kind) for all of them, the local Secret view, and the peer API servers probed at a steady
+/// pace. Returns once every reconciler has returned.
+pub async fn run<E>(
+    parts: &CoreParts,
+    env: &E,
+    reconcilers: &[&dyn Reconciler<Env = E>],
+    stop: CancellationToken,
+) {
+    let sources = Sources::new(Some(parts.metrics.clone()));
+    let (local_secrets, secrets_watch) =
+        LocalSecrets::start(&sources, parts.client.clone(), parts.peers.clone());
+    let peers = parts.peers.clone();
+    let metrics = parts.metrics.clone();
+    let prober_stop = stop.clone();
+    let prober = tokio::spawn(async move {
+        peers
+            .probe_forever(
+                xcc_kube::PROBE_INTERVAL,
+                prober_stop.cancelled_owned(),
+                |found| {
+                    metrics.peer_reach(found.iter().map(|(server, reach)| {
+                        (server.as_str(), *reach == xcc_kube::Reach::Answers)
+                    }))
+                },
+            )
+            .await
+    });
+    let core = Core {
+        client: parts.client.clone(),
+        instance: parts.instance.clone(),
+        peers: parts.peers.clone(),
+        sources,
+        local_secrets,
+        metrics: parts.metrics.clone(),
+    };
+    let tasks: Vec<_> = reconcilers
+        .iter()
+        .filter(|r| r.enabled())
+        .map(|r| {
+            let task = tokio::spawn(r.start(core.clone(), env, stop.clone()));
+            (r.title(), task)
+        })
+        .collect();
+    for (name, task) in tasks {
+        if let Err(error) = task.await {
+            tracing::error!(%error, reconciler = name, "reconciler task ended abnormally");
+        }
+    }
+    secrets_watch.abort();
+    prober.abort();
+}
+
+/// A `watch` flag raised when `stop` is cancelled, for reconcilers that wait on one.
+pub fn stop_flag(stop: &CancellationToken) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(stop.is_cancelled());
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = stop.cancelled() => {
+                let _ = tx.send(true);
+            }
+            () = tx.closed() => {}
+        }
+    });
+    rx
+}
