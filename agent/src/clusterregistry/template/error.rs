@@ -9,6 +9,8 @@ pub const MAX_OUTPUT: usize = 1 << 20;
 /// Most evaluation steps of one rendering: actions, commands, loop iterations, and a step per
 /// 256 bytes of text handled by functions.
 pub const MAX_STEPS: u64 = 200_000;
+/// Most variables in scope at one place of a template (each lookup searches them).
+pub const MAX_VARIABLES: usize = 1000;
 /// Widest width or precision a `printf` verb may ask for.
 pub const MAX_WIDTH: usize = 1000;
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{
-    MAX_DEPTH, TemplateError,
+    MAX_DEPTH, MAX_VARIABLES, TemplateError,
     exec::{Data, render},
     parse::parse,
 };
@@ -408,6 +408,15 @@ fn bounds_hold() {
             ..
         })
     ));
+    // Variables in scope are bounded; those of a block end with it.
+    let many = "{{ $x := 1 }}".repeat(MAX_VARIABLES);
+    let error = parse(&many).unwrap_err().to_string();
+    assert!(
+        error.contains("more than 1000 variables in scope"),
+        "{error}"
+    );
+    let scoped = "{{ if 1 }}{{ $x := 1 }}{{ end }}".repeat(MAX_VARIABLES);
+    assert_eq!(run(&scoped).as_deref(), Ok(""));
     // Long else-if chains are not nesting.
     let chain = format!(
         "{{{{ if 0 }}}}{}{{{{ else }}}}last{{{{ end }}}}",
@@ -561,5 +570,6 @@ fn garbage_and_deep_nesting_give_ok_or_err_never_a_panic() {
     assert!(results[1].is_err() && results[3].is_err() && results[4].is_err());
     assert_eq!(results[2].as_deref(), Ok("((((".repeat(10_000).as_str()));
     assert!(results[5].is_err());
-    assert_eq!(results[6].as_deref(), Ok(""));
+    let many = results[6].as_ref().unwrap_err().to_string();
+    assert!(many.contains("variables in scope"), "{many}");
 }

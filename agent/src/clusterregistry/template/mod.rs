@@ -23,7 +23,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 pub use error::TemplateError;
-use error::{MAX_DEPTH, MAX_OUTPUT, MAX_STEPS, MAX_WIDTH, Pos};
+use error::{MAX_DEPTH, MAX_OUTPUT, MAX_STEPS, MAX_VARIABLES, MAX_WIDTH, Pos};
 pub use exec::Data;
 
 use super::api::{Cluster, ClusterSpec, ClusterStatus};

@@ -2,7 +2,7 @@
 //! (blocks, and parentheses within an action).
 
 use super::{
-    MAX_DEPTH, Pos, TemplateError,
+    MAX_DEPTH, MAX_VARIABLES, Pos, TemplateError,
     error::syntax,
     funcs::Func,
     lex::{Keyword, Tok, Token, lex},
@@ -365,6 +365,12 @@ impl<'s> Parser<'s> {
             }
         }
         if !assign {
+            if self.vars.len() + decl.len() > MAX_VARIABLES {
+                return Err(syntax(
+                    at,
+                    format!("more than {MAX_VARIABLES} variables in scope"),
+                ));
+            }
             self.vars.extend(decl.iter().cloned());
         }
         Ok(Pipe {
@@ -426,7 +432,7 @@ impl<'s> Parser<'s> {
             if name == "$" {
                 return Err(syntax(at, "$ cannot be declared or assigned"));
             }
-            if assign && !self.vars.contains(name) {
+            if assign && !self.vars.iter().rev().any(|v| v == name) {
                 return Err(syntax(at, format!("undefined variable {name:?}")));
             }
         }
@@ -511,7 +517,7 @@ impl<'s> Parser<'s> {
                 });
             }
             Tok::Var(name) => {
-                if !self.vars.iter().any(|v| v == name) {
+                if !self.vars.iter().rev().any(|v| v == name) {
                     return Err(syntax(at, format!("undefined variable {name:?}")));
                 }
                 let fields = self.fields();
