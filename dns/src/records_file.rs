@@ -180,6 +180,7 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
     options.with_snippet = false;
     // A host given twice is reported by [`Records`] (which also sees `a.test` and `a.test.`).
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+    options.budget = Some(budget_for(text.len()));
     match serde_saphyr::from_str_with_options::<RecordsFile>(text, options) {
         Ok(file) => Ok(file.records.0.into_iter().collect()),
         Err(error) => Err(match ENTRY_ERROR.with(|e| e.borrow_mut().take()) {
@@ -205,6 +206,19 @@ pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
             },
         }),
     }
+}
+
+/// The parser's limits for a records file of `len` bytes. The file is the operator's own and is
+/// already in memory, so what the limits guard against is a document that expands beyond its
+/// text (aliases), not a long one: the default caps (250,000 nodes, 1,000,000 events) refuse a
+/// file of about 50,000 hosts, which a large fleet reaches. Every node and every event takes at
+/// least one byte of text, so counts bounded by the length refuse nothing that is written out.
+fn budget_for(len: usize) -> serde_saphyr::budget::Budget {
+    let mut budget = serde_saphyr::budget::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(len);
+    budget.max_events = budget.max_events.max(len.saturating_mul(2));
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(len);
+    budget
 }
 
 /// Reads and parses a records file.
@@ -236,6 +250,37 @@ mod tests {
             recs[1].1.cname,
             Some(Name::from_ascii("a.xcc.test.").unwrap())
         );
+    }
+
+    #[test]
+    fn a_file_of_100_000_hosts_is_read() {
+        let mut text = String::from("records:\n");
+        for i in 0..100_000u32 {
+            let [_, _, a, b] = i.to_be_bytes();
+            text.push_str(&format!(
+                "  h{i}.xcc.test:\n    addresses: [10.1.{a}.{b}]\n"
+            ));
+        }
+        let records = parse_records(&text).unwrap();
+        assert_eq!(records.len(), 100_000);
+        assert_eq!(
+            records[99_999].0,
+            Name::from_ascii("h99999.xcc.test.").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_document_that_expands_beyond_its_text_is_refused() {
+        // Aliases nested ten deep: 10^9 nodes from a few hundred bytes.
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let prev = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
+            ));
+        }
+        text.push_str("records: {}\n");
+        assert!(parse_records(&text).is_err());
     }
 
     #[test]
