@@ -21,6 +21,8 @@ pub mod logging;
 pub mod metrics;
 mod peers;
 pub mod report;
+#[cfg(any(test, feature = "test-util"))]
+pub mod scenario;
 pub mod status;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -187,39 +187,28 @@ async fn refused(
 mod tests {
     use super::*;
     use serde_json::json;
+    use xcc_kube::scenario::{Running, Scenario};
 
-    /// A mocked API server that allows `allowed` verbs and refuses the others.
-    fn server(allowed: &'static [&'static str]) -> (Client, tokio::task::JoinHandle<Vec<String>>) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let task = tokio::spawn(async move {
-            let mut asked = Vec::new();
-            while let Some((request, send)) = handle.next_request().await {
-                let body = request.into_body().collect_bytes().await.unwrap();
-                let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                let attributes = &review["spec"]["resourceAttributes"];
-                let verb = attributes["verb"].as_str().unwrap().to_string();
-                asked.push(format!(
-                    "{} {}",
-                    verb,
-                    attributes["resource"].as_str().unwrap()
-                ));
-                let mut answer = review.clone();
-                answer["status"] = json!({"allowed": allowed.contains(&verb.as_str())});
-                send.send_response(
-                    http::Response::builder()
-                        .status(201)
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&answer).unwrap(),
-                        ))
-                        .unwrap(),
-                );
-            }
-            asked
-        });
-        (Client::new(service, "default"), task)
+    /// A mocked API server that answers `reviews` access reviews, asked at once, allowing
+    /// `allowed` verbs and refusing the others.
+    fn server(allowed: &'static [&'static str], reviews: usize) -> (Client, Running) {
+        let mut scenario = Scenario::new().in_any_order();
+        for _ in 0..reviews {
+            scenario = scenario
+                .expect(
+                    "POST",
+                    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                )
+                .reply_with(move |review| {
+                    let verb = review["spec"]["resourceAttributes"]["verb"]
+                        .as_str()
+                        .unwrap();
+                    let mut answer = review.clone();
+                    answer["status"] = json!({"allowed": allowed.contains(&verb)});
+                    (201, answer)
+                });
+        }
+        scenario.run()
     }
 
     fn configmaps() -> ApiResource {
@@ -228,7 +217,10 @@ mod tests {
 
     #[tokio::test]
     async fn refused_verbs_are_named_and_the_answer_is_kept() {
-        let (client, asked) = server(&["get", "list", "watch"]);
+        let (client, server) = server(
+            &["get", "list", "watch"],
+            Access::WRITE.len() + Access::READ.len(),
+        );
         let access = Access::default();
         let missing = access
             .missing("local", &client, &configmaps(), Access::WRITE)
@@ -245,9 +237,19 @@ mod tests {
                 .await,
             None
         );
-        drop(client);
-        drop(access);
-        let asked = asked.await.unwrap();
+        let asked: Vec<String> = server
+            .done()
+            .await
+            .iter()
+            .map(|r| {
+                let attributes = &r.body["spec"]["resourceAttributes"];
+                format!(
+                    "{} {}",
+                    attributes["verb"].as_str().unwrap(),
+                    attributes["resource"].as_str().unwrap()
+                )
+            })
+            .collect();
         assert_eq!(
             asked.len(),
             Access::WRITE.len() + Access::READ.len(),

@@ -476,7 +476,7 @@ async fn kube_system_uid(client: &Client) -> Result<String, String> {
 mod tests {
     use super::*;
     use serde_json::Value;
-    use std::sync::{Arc, Mutex};
+    use xcc_kube::scenario::Scenario;
 
     const KUBECONFIG: &str = "apiVersion: v1
 kind: Config
@@ -494,42 +494,6 @@ contexts:
 - name: hostile
   context: {cluster: gone-cluster, user: runner}
 ";
-
-    /// A mocked API server for the agent's own cluster: answers by request, records
-    /// `METHOD path` and the body of each.
-    /// `(METHOD path, body)` of each request.
-    type Seen = Arc<Mutex<Vec<(String, String)>>>;
-
-    fn api_server(answers: Vec<(u16, Value)>) -> (Client, Seen) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen: Seen = Arc::default();
-        let log = seen.clone();
-        tokio::spawn(async move {
-            let mut answers = answers.into_iter();
-            while let Some((request, send)) = handle.next_request().await {
-                let line = format!("{} {}", request.method(), request.uri());
-                let body = request
-                    .into_body()
-                    .collect_bytes()
-                    .await
-                    .unwrap_or_default();
-                log.lock()
-                    .unwrap()
-                    .push((line, String::from_utf8_lossy(&body).into_owned()));
-                let (status, body) = answers.next().expect("a canned answer");
-                send.send_response(
-                    http::Response::builder()
-                        .status(status)
-                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        (Client::new(service, "default"), seen)
-    }
 
     fn detector(name: &str) -> Value {
         json!({
@@ -549,26 +513,45 @@ contexts:
         });
         let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
         let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
-        let (client, seen) = api_server(vec![
-            (200, secret),
-            (404, not_found),
-            (
+        let detectors =
+            "/apis/plumber.jnytnai0613.github.io/v1/namespaces/plumber-system/clusterdetectors";
+        let (client, server) = Scenario::new()
+            .expect("GET", "/api/v1/namespaces/kubeconfig/secrets/config")
+            .reply((200, secret))
+            // xcc 0.1's location, read for one release.
+            .expect("GET", "/api/v1/namespaces/plumber-system/secrets/kubeconfig")
+            .reply((404, not_found))
+            .expect("GET", "/api/v1/namespaces/kube-system")
+            .reply((
                 200,
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "uid": "here"}}),
-            ),
-            (
+            ))
+            .expect("GET", detectors)
+            .reply((
                 200,
                 json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ClusterDetectorList",
                          "metadata": {"resourceVersion": "5"}, "items": [detector("gone.user")]}),
-            ),
-            (200, detector("gone-cluster.admin")),
-            (200, detector("gone-cluster.admin")),
-            (200, detector("gone-cluster.runner")),
-            (200, detector("gone-cluster.runner")),
-            (200, detector("kubernetes.kubernetes-admin")),
-            (200, detector("kubernetes.kubernetes-admin")),
-            (200, ok),
-        ]);
+            ))
+            .expect("PATCH", format!("{detectors}/gone-cluster.admin"))
+            .reply((200, detector("gone-cluster.admin")))
+            .expect("PATCH", format!("{detectors}/gone-cluster.admin/status"))
+            .reply((200, detector("gone-cluster.admin")))
+            .expect("PATCH", format!("{detectors}/gone-cluster.runner"))
+            .reply((200, detector("gone-cluster.runner")))
+            .expect("PATCH", format!("{detectors}/gone-cluster.runner/status"))
+            .reply((200, detector("gone-cluster.runner")))
+            // No context reaches this cluster: it is registered as the primary anyway, under
+            // the original's name for it.
+            .expect("PATCH", format!("{detectors}/kubernetes.kubernetes-admin"))
+            .reply((200, detector("kubernetes.kubernetes-admin")))
+            .expect(
+                "PATCH",
+                format!("{detectors}/kubernetes.kubernetes-admin/status"),
+            )
+            .reply((200, detector("kubernetes.kubernetes-admin")))
+            .expect("DELETE", format!("{detectors}/gone.user"))
+            .reply((200, ok))
+            .run();
         let mut registry = prometheus_client::registry::Registry::default();
         let registry_metrics = crate::sync_metrics::SyncMetrics::register(&mut registry);
         let shared = Registry::default();
@@ -583,32 +566,12 @@ contexts:
             },
         );
         detector.round(None).await.unwrap();
-        let seen = seen.lock().unwrap().clone();
-        let lines: Vec<&str> = seen
-            .iter()
-            .map(|(l, _)| l.split('?').next().unwrap())
+        let seen: Vec<(String, String)> = server
+            .done()
+            .await
+            .into_iter()
+            .map(|r| (r.line(), r.text))
             .collect();
-        let detectors =
-            "/apis/plumber.jnytnai0613.github.io/v1/namespaces/plumber-system/clusterdetectors";
-        assert_eq!(
-            lines,
-            [
-                "GET /api/v1/namespaces/kubeconfig/secrets/config".to_string(),
-                // xcc 0.1's location, read for one release.
-                "GET /api/v1/namespaces/plumber-system/secrets/kubeconfig".to_string(),
-                "GET /api/v1/namespaces/kube-system".to_string(),
-                format!("GET {detectors}"),
-                format!("PATCH {detectors}/gone-cluster.admin"),
-                format!("PATCH {detectors}/gone-cluster.admin/status"),
-                format!("PATCH {detectors}/gone-cluster.runner"),
-                format!("PATCH {detectors}/gone-cluster.runner/status"),
-                // No context reaches this cluster: it is registered as the primary anyway, under
-                // the original's name for it.
-                format!("PATCH {detectors}/kubernetes.kubernetes-admin"),
-                format!("PATCH {detectors}/kubernetes.kubernetes-admin/status"),
-                format!("DELETE {detectors}/gone.user"),
-            ]
-        );
         // The dead cluster is Unknown with why; the refused one names the field; neither is
         // the primary.
         assert!(seen[5].1.contains("\"UNKNOWN\""), "{}", seen[5].1);

@@ -1006,6 +1006,7 @@ mod tests {
     use super::*;
     use serde_json::Value;
     use serde_json::json;
+    use xcc_kube::scenario::{Running, Scenario};
 
     fn e(cluster: &str, status: &str) -> ApplyStatus {
         ApplyStatus {
@@ -1017,31 +1018,16 @@ mod tests {
         }
     }
 
-    /// A mocked API server: answers each request with the next canned `(status, body)` and
-    /// records `METHOD path?query` of each.
-    fn api_server(answers: Vec<(u16, Value)>) -> (Client, Arc<Mutex<Vec<String>>>) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let log = seen.clone();
-        tokio::spawn(async move {
-            let mut answers = answers.into_iter();
-            while let Some((request, send)) = handle.next_request().await {
-                log.lock()
-                    .unwrap()
-                    .push(format!("{} {}", request.method(), request.uri()));
-                let (status, body) = answers.next().expect("a canned answer");
-                send.send_response(
-                    http::Response::builder()
-                        .status(status)
-                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        (Client::new(service, "default"), seen)
+    const NGINX: &str = "/api/v1/namespaces/test-ns/configmaps/nginx";
+
+    /// `METHOD path?query` of each request.
+    async fn lines(server: Running) -> Vec<String> {
+        server
+            .done()
+            .await
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.uri()))
+            .collect()
     }
 
     fn context(client: Client) -> Context {
@@ -1112,7 +1098,10 @@ mod tests {
 
     #[tokio::test]
     async fn someone_elses_object_is_a_conflict_and_not_written() {
-        let (client, seen) = api_server(vec![(200, current(None, "theirs", "5"))]);
+        let (client, server) = Scenario::new()
+            .expect("GET", NGINX)
+            .reply((200, current(None, "theirs", "5")))
+            .run();
         let ctx = context(client.clone());
         let (status, message) = apply_one(
             &ctx,
@@ -1130,7 +1119,7 @@ mod tests {
             message.contains("kubectl-create") && message.contains("no origin annotation"),
             "{message}"
         );
-        let seen = seen.lock().unwrap().clone();
+        let seen = lines(server).await;
         assert_eq!(seen.len(), 1, "only read: {seen:?}");
         assert!(seen[0].starts_with("GET /api/v1/namespaces/test-ns/configmaps/nginx"));
     }
@@ -1143,8 +1132,12 @@ mod tests {
         theirs["metadata"]["ownerReferences"] = json!([{"apiVersion": "plumber.jnytnai0613.github.io/v1",
             "kind": "Replicator", "name": "app", "uid": "u", "controller": true}]);
         let origin = desired::origin("app");
-        let (client, seen) =
-            api_server(vec![(200, theirs), (200, current(Some(&origin), "1", "6"))]);
+        let (client, server) = Scenario::new()
+            .expect("GET", NGINX)
+            .reply((200, theirs))
+            .expect("PATCH", NGINX)
+            .reply((200, current(Some(&origin), "1", "6")))
+            .run();
         let ctx = context(client.clone());
         let (status, message) = apply_one(
             &ctx,
@@ -1157,7 +1150,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!((status, message), (state::APPLIED, None));
-        let seen = seen.lock().unwrap().clone();
+        let seen = lines(server).await;
         assert!(
             seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
                 && seen[1].contains("force=true"),
@@ -1168,10 +1161,12 @@ mod tests {
     #[tokio::test]
     async fn our_drifted_object_is_put_back_and_its_new_version_remembered() {
         let origin = desired::origin("app");
-        let (client, seen) = api_server(vec![
-            (200, current(Some(&origin), "edited", "5")),
-            (200, current(Some(&origin), "1", "6")),
-        ]);
+        let (client, server) = Scenario::new()
+            .expect("GET", NGINX)
+            .reply((200, current(Some(&origin), "edited", "5")))
+            .expect("PATCH", NGINX)
+            .reply((200, current(Some(&origin), "1", "6")))
+            .run();
         let ctx = context(client.clone());
         let target = cluster(client);
         let object = config_map();
@@ -1179,7 +1174,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(status, state::APPLIED);
-        let seen = seen.lock().unwrap().clone();
+        let seen = lines(server).await;
         assert!(
             seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
                 && seen[1].contains("force=true")
@@ -1202,7 +1197,10 @@ mod tests {
     #[tokio::test]
     async fn an_up_to_date_object_is_not_written_and_a_new_one_is_applied_unforced() {
         let origin = desired::origin("app");
-        let (client, seen) = api_server(vec![(200, current(Some(&origin), "1", "5"))]);
+        let (client, server) = Scenario::new()
+            .expect("GET", NGINX)
+            .reply((200, current(Some(&origin), "1", "5")))
+            .run();
         let ctx = context(client.clone());
         let (status, _) = apply_one(
             &ctx,
@@ -1215,11 +1213,16 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(status, state::APPLIED);
-        assert_eq!(seen.lock().unwrap().len(), 1);
+        assert_eq!(lines(server).await.len(), 1);
 
         let missing = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
         let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Apply failed with 1 conflict: conflict with \"kubectl\""});
-        let (client, seen) = api_server(vec![(404, missing), (409, conflict)]);
+        let (client, server) = Scenario::new()
+            .expect("GET", NGINX)
+            .reply((404, missing))
+            .expect("PATCH", NGINX)
+            .reply((409, conflict))
+            .run();
         let ctx = context(client.clone());
         let (status, message) = apply_one(
             &ctx,
@@ -1233,7 +1236,7 @@ mod tests {
         .unwrap();
         assert_eq!(status, state::CONFLICT);
         assert!(message.unwrap().contains("made meanwhile"));
-        let seen = seen.lock().unwrap().clone();
+        let seen = lines(server).await;
         assert!(
             seen[1].starts_with("PATCH") && !seen[1].contains("force=true"),
             "{seen:?}"
@@ -1257,24 +1260,33 @@ mod tests {
         }))
         .unwrap();
         let objects = desired::objects(&mine, "app", None, &Kinds::new()).unwrap();
-        let (client, _) = api_server(vec![(
-            200,
-            list(vec![rep("app", "test-ns"), rep("other", "test-ns")]),
-        )]);
+        let replicators = "/apis/plumber.jnytnai0613.github.io/v1/replicators";
+        let (client, server) = Scenario::new()
+            .expect("GET", replicators)
+            .reply((
+                200,
+                list(vec![rep("app", "test-ns"), rep("other", "test-ns")]),
+            ))
+            .run();
         let kept = without_shared_namespace(&mine, &context(client), &objects)
             .await
             .unwrap();
+        server.done().await;
         assert_eq!(
             kept.iter().map(|o| o.kind()).collect::<Vec<_>>(),
             ["ConfigMap"]
         );
-        let (client, _) = api_server(vec![(
-            200,
-            list(vec![rep("app", "test-ns"), rep("other", "elsewhere")]),
-        )]);
+        let (client, server) = Scenario::new()
+            .expect("GET", replicators)
+            .reply((
+                200,
+                list(vec![rep("app", "test-ns"), rep("other", "elsewhere")]),
+            ))
+            .run();
         let all = without_shared_namespace(&mine, &context(client), &objects)
             .await
             .unwrap();
+        server.done().await;
         assert_eq!(
             all.iter().map(|o| o.kind()).collect::<Vec<_>>(),
             ["Namespace", "ConfigMap"]

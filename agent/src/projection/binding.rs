@@ -251,13 +251,16 @@ async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::projection::testing::{api_server, body, echo, lines, not_found, with_status};
+    use crate::projection::testing::{body, lines};
     use kube::runtime::events::Reporter;
     use serde_json::Value;
+    use xcc_kube::scenario::{Request, Scenario, echo, not_found, with_status};
 
     const CRB_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/xcc-apiexport-fish-sauce-cluster-1-a";
     const LINK_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/namespaces/project-alpha/upstreamclusterlinks/fish-sauce";
     const STATUS_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/apiexportrolebindings/fish-sauce-cluster-1-a/status";
+    const ROLE_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-1-a";
+    const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 
     fn binding() -> Arc<APIExportRoleBinding> {
         let text =
@@ -291,7 +294,7 @@ mod tests {
         })
     }
 
-    fn ready(seen: &crate::projection::testing::Seen) -> Value {
+    fn ready(seen: &[Request]) -> Value {
         let status = body(seen, &format!("PATCH {STATUS_PATH}"))["status"].clone();
         assert_eq!(status["observedGeneration"], 2);
         status["conditions"]
@@ -305,16 +308,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_binding_without_its_link_says_so() {
-        let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", CRB_PATH) | ("GET", LINK_PATH) => not_found(),
-            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
-            ("POST", p) if p.ends_with("/events") => echo(body),
-            _ => (
-                500,
-                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
-            ),
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", CRB_PATH)
+            .reply(not_found())
+            .expect("GET", LINK_PATH)
+            .reply(not_found())
+            .expect("PATCH", STATUS_PATH)
+            .reply_with(|body| with_status(binding_json(), body))
+            .expect("POST", EVENTS_PATH)
+            .reply_with(echo)
+            .run();
         reconcile(binding(), context(client)).await.unwrap();
+        let seen = server.done().await;
         let ready = ready(&seen);
         assert_eq!(ready["status"], "False");
         assert_eq!(ready["reason"], reason::LINK_NOT_FOUND);
@@ -344,18 +349,20 @@ mod tests {
 
     #[tokio::test]
     async fn a_binding_without_its_cluster_role_says_so() {
-        let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", CRB_PATH) => not_found(),
-            ("GET", LINK_PATH) => link(),
-            ("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-1-a") => not_found(),
-            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
-            ("POST", p) if p.ends_with("/events") => echo(body),
-            _ => (
-                500,
-                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
-            ),
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", CRB_PATH)
+            .reply(not_found())
+            .expect("GET", LINK_PATH)
+            .reply(link())
+            .expect("GET", ROLE_PATH)
+            .reply(not_found())
+            .expect("PATCH", STATUS_PATH)
+            .reply_with(|body| with_status(binding_json(), body))
+            .expect("POST", EVENTS_PATH)
+            .reply_with(echo)
+            .run();
         let action = reconcile(binding(), context(client)).await.unwrap();
+        let seen = server.done().await;
         assert_eq!(action, Action::requeue(ROLE_MISSING_REQUEUE));
         let ready = ready(&seen);
         assert_eq!(ready["reason"], reason::CLUSTER_ROLE_NOT_FOUND);
@@ -363,23 +370,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_binding_binds_the_cluster_role_to_the_links_service_account() {
-        let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", CRB_PATH) => not_found(),
-            ("GET", LINK_PATH) => link(),
-            ("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-1-a") => (
+        let (client, server) = Scenario::new()
+            .expect("GET", CRB_PATH)
+            .reply(not_found())
+            .expect("GET", LINK_PATH)
+            .reply(link())
+            .expect("GET", ROLE_PATH)
+            .reply((
                 200,
                 json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                        "metadata": {"name": "cluster-1-a"}, "rules": []}),
-            ),
-            ("PATCH", CRB_PATH) => echo(body),
-            ("PATCH", STATUS_PATH) => with_status(binding_json(), body),
-            ("POST", p) if p.ends_with("/events") => echo(body),
-            _ => (
-                500,
-                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
-            ),
-        });
+            ))
+            .expect("PATCH", CRB_PATH)
+            .reply_with(echo)
+            .expect("PATCH", STATUS_PATH)
+            .reply_with(|body| with_status(binding_json(), body))
+            .expect("POST", EVENTS_PATH)
+            .reply_with(echo)
+            .run();
         reconcile(binding(), context(client)).await.unwrap();
+        let seen = server.done().await;
         let crb = body(&seen, &format!("PATCH {CRB_PATH}"));
         assert_eq!(crb["roleRef"]["name"], "cluster-1-a");
         assert_eq!(crb["roleRef"]["kind"], "ClusterRole");

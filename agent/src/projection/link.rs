@@ -472,8 +472,9 @@ pub fn kubeconfig(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::projection::testing::{api_server, body, echo, lines, not_found, with_status};
+    use crate::projection::testing::{body, lines};
     use kube::runtime::events::Reporter;
+    use xcc_kube::scenario::{Scenario, echo, not_found, with_status};
 
     const SA_PATH: &str =
         "/api/v1/namespaces/services-toolkit/serviceaccounts/xcc-upstream-workload-3c";
@@ -481,6 +482,7 @@ mod tests {
     const ROLE_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/services-toolkit/roles/xcc-upstream-workload-3c-token";
     const BINDING_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/services-toolkit/rolebindings/xcc-upstream-workload-3c-token";
     const STATUS_PATH: &str = "/apis/projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1/namespaces/services-toolkit/upstreamclusterlinks/workload-3c/status";
+    const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/services-toolkit/events";
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
     fn link() -> Arc<UpstreamClusterLink> {
@@ -520,37 +522,53 @@ mod tests {
 
     #[tokio::test]
     async fn a_link_makes_its_service_account_kubeconfig_secret_and_status() {
-        let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", SA_PATH | SECRET_PATH | ROLE_PATH | BINDING_PATH) => not_found(),
-            ("PATCH", SA_PATH | SECRET_PATH | ROLE_PATH | BINDING_PATH) => echo(body),
-            ("PATCH", STATUS_PATH) => with_status(link_json(), body),
-            ("GET", "/api/v1/namespaces/services-toolkit/configmaps/kube-root-ca.crt") => (
+        let (client, server) = Scenario::new()
+            .expect("GET", SA_PATH)
+            .reply(not_found())
+            .expect("PATCH", SA_PATH)
+            .reply_with(echo)
+            .expect("GET", ROLE_PATH)
+            .reply(not_found())
+            .expect("PATCH", ROLE_PATH)
+            .reply_with(echo)
+            .expect("GET", BINDING_PATH)
+            .reply(not_found())
+            .expect("PATCH", BINDING_PATH)
+            .reply_with(echo)
+            .expect("GET", SECRET_PATH)
+            .reply(not_found())
+            .expect(
+                "GET",
+                "/api/v1/namespaces/services-toolkit/configmaps/kube-root-ca.crt",
+            )
+            .reply((
                 200,
                 json!({"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"name": "kube-root-ca.crt", "namespace": "services-toolkit"},
                        "data": {"ca.crt": CA}}),
-            ),
-            ("POST", p) if p == format!("{SA_PATH}/token") => {
+            ))
+            .expect("POST", format!("{SA_PATH}/token"))
+            .check(|body| assert_eq!(body["spec"]["expirationSeconds"], 86_400))
+            .reply_with(|body| {
                 let expires =
                     Timestamp::from_second(Timestamp::now().as_second() + 86_400).unwrap();
-                assert_eq!(body["spec"]["expirationSeconds"], 86_400);
                 (
                     201,
                     json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                            "spec": body["spec"],
                            "status": {"token": "t0k3n", "expirationTimestamp": expires.to_string()}}),
                 )
-            }
-            ("POST", p) if p.ends_with("/events") => echo(body),
-            _ => (
-                500,
-                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
-            ),
-        });
+            })
+            .expect("PATCH", SECRET_PATH)
+            .reply_with(echo)
+            .expect("PATCH", STATUS_PATH)
+            .reply_with(|body| with_status(link_json(), body))
+            .expect("POST", EVENTS_PATH)
+            .reply_with(echo)
+            .run();
         let action = reconcile(link(), context(client)).await.unwrap();
         assert_eq!(action, Action::requeue(RESYNC));
-        let seen_lines = lines(&seen);
-        assert!(!seen_lines.iter().any(|l| l.contains("unexpected")));
+        let seen = server.done().await;
 
         let sa = body(&seen, &format!("PATCH {SA_PATH}"));
         assert_eq!(sa["metadata"]["ownerReferences"][0]["uid"], "link-uid");
@@ -611,20 +629,20 @@ mod tests {
 
     #[tokio::test]
     async fn a_service_account_of_someone_else_is_left_alone() {
-        let (client, seen) = api_server(|method, path, body| match (method, path) {
-            ("GET", SA_PATH) => (
+        let (client, server) = Scenario::new()
+            .expect("GET", SA_PATH)
+            .reply((
                 200,
                 json!({"apiVersion": "v1", "kind": "ServiceAccount",
                        "metadata": {"name": "xcc-upstream-workload-3c", "namespace": "services-toolkit", "uid": "theirs"}}),
-            ),
-            ("PATCH", STATUS_PATH) => with_status(link_json(), body),
-            ("POST", p) if p.ends_with("/events") => echo(body),
-            _ => (
-                500,
-                json!({"kind": "Status", "code": 500, "message": "unexpected"}),
-            ),
-        });
+            ))
+            .expect("PATCH", STATUS_PATH)
+            .reply_with(|body| with_status(link_json(), body))
+            .expect("POST", EVENTS_PATH)
+            .reply_with(echo)
+            .run();
         reconcile(link(), context(client)).await.unwrap();
+        let seen = server.done().await;
         assert!(!lines(&seen).contains(&format!("PATCH {SA_PATH}")));
         let status = &body(&seen, &format!("PATCH {STATUS_PATH}"))["status"];
         assert!(status.get("serviceAccount").is_none());

@@ -459,91 +459,23 @@ async fn run_service_side(
     binding_watch.abort();
 }
 
-/// A fake API server for the reconcilers' unit tests.
+/// What the reconcilers' unit tests read of the requests a
+/// [`Scenario`](xcc_kube::scenario::Scenario) received.
 #[cfg(test)]
 pub(crate) mod testing {
-    use std::sync::{Arc, Mutex};
-
-    use kube::Client;
     use serde_json::Value;
-
-    /// `(METHOD path, body)` of each request.
-    pub type Seen = Arc<Mutex<Vec<(String, Value)>>>;
-
-    /// A client whose requests `answer` answers from `(method, path, body)`.
-    pub fn api_server(
-        answer: impl Fn(&str, &str, &Value) -> (u16, Value) + Send + 'static,
-    ) -> (Client, Seen) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen: Seen = Arc::default();
-        let log = seen.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let method = request.method().to_string();
-                let path = request.uri().path().to_string();
-                let body = request
-                    .into_body()
-                    .collect_bytes()
-                    .await
-                    .unwrap_or_default();
-                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let (status, reply) = answer(&method, &path, &body);
-                log.lock().unwrap().push((format!("{method} {path}"), body));
-                send.send_response(
-                    http::Response::builder()
-                        .status(status)
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&reply).unwrap(),
-                        ))
-                        .unwrap(),
-                );
-            }
-        });
-        (Client::new(service, "default"), seen)
-    }
-
-    /// A 404 Status.
-    pub fn not_found() -> (u16, Value) {
-        (
-            404,
-            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                               "reason": "NotFound", "code": 404, "message": "not found"}),
-        )
-    }
-
-    /// The body sent back with a UID and resourceVersion (what a patch or create returns).
-    pub fn echo(body: &Value) -> (u16, Value) {
-        let mut body = body.clone();
-        body["metadata"]["uid"] = "uid-of-written".into();
-        body["metadata"]["resourceVersion"] = "7".into();
-        (200, body)
-    }
-
-    /// `object` with the status of a status patch `body` (what a status patch returns).
-    pub fn with_status(mut object: Value, body: &Value) -> (u16, Value) {
-        object["status"] = body["status"].clone();
-        (200, object)
-    }
+    use xcc_kube::scenario::Request;
 
     /// The requests seen, `METHOD path` only.
-    pub fn lines(seen: &Seen) -> Vec<String> {
-        seen.lock()
-            .unwrap()
-            .iter()
-            .map(|(l, _)| l.clone())
-            .collect()
+    pub fn lines(seen: &[Request]) -> Vec<String> {
+        seen.iter().map(Request::line).collect()
     }
 
     /// The body of the first request whose line is `line`.
-    pub fn body(seen: &Seen, line: &str) -> Value {
-        seen.lock()
-            .unwrap()
-            .iter()
-            .find(|(l, _)| l == line)
-            .map(|(_, b)| b.clone())
+    pub fn body(seen: &[Request], line: &str) -> Value {
+        seen.iter()
+            .find(|r| r.line() == line)
+            .map(|r| r.body.clone())
             .unwrap_or_else(|| panic!("no request {line}"))
     }
 }
