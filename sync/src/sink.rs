@@ -5,6 +5,9 @@
 //!   ours; when fields another manager set survive it (someone added a key to a copy), the object
 //!   is replaced as a whole; `status` is applied on its subresource. Each write is counted per
 //!   reconciler in the sync metrics.
+//! - [`write_status`]: the status, through the one status writer of `xcc_kube::status`;
+//! - [`merge`]: a merge patch of the few fields a reconciler keeps in an object it does not own
+//!   (a renewed token in a user's Secret);
 //! - [`delete_exact`]: a delete conditional on the UID and resourceVersion the reconciler
 //!   decided on, so an object replaced meanwhile by someone else survives.
 //! - [`LocalWriter`]: both, for reconcilers whose ownership mark is the origin annotation
@@ -79,6 +82,48 @@ where
         counted.wrote("status");
     }
     Ok(written)
+}
+
+/// Merges `patch` (a JSON merge patch under [`FIELD_MANAGER`]) into local object `name`, for an
+/// object the reconciler does not own as a whole (a user's Secret that holds a token it renews):
+/// only the fields in `patch` change. With `metadata.resourceVersion` in `patch`, the write
+/// applies only to that version (409 otherwise). Counted as `patch`.
+pub async fn merge<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &Value,
+    counted: &Counted,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let written = api.patch(name, &params, &Patch::Merge(patch)).await?;
+    counted.wrote("patch");
+    Ok(written)
+}
+
+/// Makes the status of `obj` (as read) `status` through the one status writer,
+/// [`xcc_kube::status::write`] (a forced server-side apply under [`FIELD_MANAGER`], nothing when
+/// only `lastTransitionTime`s would change); returns whether it wrote. Counted as `status`.
+pub async fn write_status<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    status: &S,
+    counted: &Counted,
+) -> Result<bool, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+    S: Serialize,
+{
+    let wrote = xcc_kube::status::write(api, obj, status, FIELD_MANAGER).await?;
+    if wrote {
+        counted.wrote("status");
+    }
+    Ok(wrote)
 }
 
 /// Deletes local object `name` only if it still has `uid` and `resource_version` (when given);

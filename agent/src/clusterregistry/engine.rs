@@ -23,7 +23,7 @@ use kube::{
 };
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use xcc_kube::status::{self, Verdict};
+use xcc_kube::status::Verdict;
 
 use super::{
     PeerTable,
@@ -35,7 +35,7 @@ use super::{
     rules::{self, RuleSet},
 };
 use crate::{
-    sink::{self, FIELD_MANAGER},
+    sink,
     sources::{Change, Detail, LOCAL, SourceId, Sources, View},
     sync_metrics::SyncMetrics,
 };
@@ -991,10 +991,8 @@ impl Engine {
         status.observed_generation = generation;
         verdict.set(&mut status.conditions, "Ready", generation);
         let api = Api::<ResourceSyncRule>::all(self.client.clone());
-        match status::write(&api, rule, &status, FIELD_MANAGER).await {
-            Ok(true) => self.counted().wrote("status"),
-            Ok(false) => {}
-            Err(error) => tracing::debug!(rule = %name, %error, "could not write the status"),
+        if let Err(error) = sink::write_status(&api, rule, &status, &self.counted()).await {
+            tracing::debug!(rule = %name, %error, "could not write the status");
         }
         if self.reported.get(&name) == Some(&said) {
             return;

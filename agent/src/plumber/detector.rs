@@ -404,9 +404,8 @@ impl Detector {
                 self.counted.wrote("apply");
             }
             if let Some(current) = &current
-                && xcc_kube::status::write(&api, current, &one.status, FIELD_MANAGER).await?
+                && crate::sink::write_status(&api, current, &one.status, &self.counted).await?
             {
-                self.counted.wrote("status");
                 tracing::info!(namespace = %self.namespace, detector = %name, role, status = ?one.status.clusterstatus, reason = ?one.status.reason, "ClusterDetector");
             }
         }

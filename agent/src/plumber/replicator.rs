@@ -759,9 +759,7 @@ async fn write_status(
         conditions: old.conditions.clone(),
     };
     verdict.set(&mut status.conditions, "Ready", generation);
-    if xcc_kube::status::write(api, replicator, &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    crate::sink::write_status(api, replicator, &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
         let Verdict {
             ready,

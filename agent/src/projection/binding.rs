@@ -21,8 +21,7 @@ use super::{
     api::{APIExportRoleBinding, ProjectionStatus, UpstreamClusterLink},
     owned_by, publish, reason_of,
 };
-use crate::sink::{self, Counted, FIELD_MANAGER};
-use xcc_kube::status;
+use crate::sink::{self, Counted};
 
 /// Longest wait between two reconciles (a ClusterRole created later is not watched).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -70,9 +69,7 @@ pub async fn reconcile(
     };
     verdict.set(&mut status.conditions, "Ready", generation);
     let api: Api<APIExportRoleBinding> = Api::all(ctx.client.clone());
-    if status::write(&api, binding.as_ref(), &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    sink::write_status(&api, binding.as_ref(), &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
         tracing::info!(binding = %binding.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "APIExportRoleBinding status");
         publish(&ctx.recorder, binding.as_ref(), "Bind", &verdict).await;

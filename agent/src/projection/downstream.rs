@@ -45,8 +45,7 @@ use super::{
     proxy::Proxy,
     publish, reason_of,
 };
-use crate::sink::{self, Counted, FIELD_MANAGER};
-use xcc_kube::status;
+use crate::sink::{self, Counted};
 
 /// How often a ready link is looked at again (the service cluster's answer, the front proxy).
 const RESYNC: Duration = Duration::from_secs(60);
@@ -183,9 +182,7 @@ pub async fn reconcile(
     });
     status.observed_generation = generation;
     let api: Api<DownstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
-    if status::write(&api, link.as_ref(), &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    sink::write_status(&api, link.as_ref(), &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "Ready") != Some(ready.reason)
         || old
             .conditions
@@ -268,7 +265,16 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
             let renewal = if recently {
                 Ok(None)
             } else {
-                super::renew::renew_if_due(&secret, key, &who, &peer.client, &ctx.client, now).await
+                super::renew::renew_if_due(
+                    &secret,
+                    key,
+                    &who,
+                    &peer.client,
+                    &ctx.client,
+                    &ctx.counted,
+                    now,
+                )
+                .await
             };
             match renewal {
                 Ok(None) => {}

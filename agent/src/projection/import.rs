@@ -34,8 +34,7 @@ use super::{
     proxy::Proxy,
     publish, reason_of,
 };
-use crate::sink::{self, Counted, FIELD_MANAGER};
-use xcc_kube::status;
+use crate::sink::{self, Counted};
 
 /// Label on each APIService an import registers: the import's name.
 pub const IMPORT_LABEL: &str =
@@ -186,9 +185,7 @@ async fn apply_group(import: Arc<ClusterAPIGroupImport>, ctx: &Context) -> Resul
     verdict.set(&mut status.conditions, "APIServicesReady", generation);
     status.observed_generation = generation;
     let api: Api<ClusterAPIGroupImport> = Api::all(ctx.client.clone());
-    if status::write(&api, import.as_ref(), &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    sink::write_status(&api, import.as_ref(), &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "APIServicesReady") != Some(verdict.reason) {
         tracing::info!(import = %import.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "ClusterAPIGroupImport status");
         publish(&ctx.recorder, import.as_ref(), "Import", &verdict).await;
@@ -357,9 +354,7 @@ pub async fn reconcile_resources(
     available.set(&mut status.conditions, "ResourcesAvailable", generation);
     status.observed_generation = generation;
     let api: Api<APIResourceImport> = Api::namespaced(ctx.client.clone(), &namespace);
-    if status::write(&api, import.as_ref(), &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    sink::write_status(&api, import.as_ref(), &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "ResourcesAvailable") != Some(available.reason) {
         publish(&ctx.recorder, import.as_ref(), "Import", &available).await;
     }

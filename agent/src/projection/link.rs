@@ -33,8 +33,7 @@ use super::{
     api::{ObjectName, UpstreamClusterLink},
     owned_by, publish, reason_of,
 };
-use crate::sink::{self, Counted, FIELD_MANAGER};
-use xcc_kube::status;
+use crate::sink::{self, Counted};
 
 /// Lifetime asked for each token: a day.
 pub const TOKEN_SECONDS: i64 = 24 * 3600;
@@ -118,9 +117,7 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     });
     status.observed_generation = generation;
     let api: Api<UpstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
-    if status::write(&api, link.as_ref(), &status, FIELD_MANAGER).await? {
-        ctx.counted.wrote("status");
-    }
+    sink::write_status(&api, link.as_ref(), &status, &ctx.counted).await?;
     if reason_of(&old.conditions, "Ready") != Some(outcome.ready.reason) {
         tracing::info!(%namespace, link = %name, ready = outcome.ready.ready, reason = outcome.ready.reason, message = %outcome.ready.message, "UpstreamClusterLink status");
         publish(&ctx.recorder, link.as_ref(), "Link", &outcome.ready).await;

@@ -13,13 +13,8 @@ use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::{Secret, ServiceAccount},
 };
-use kube::{
-    Api, Client, ResourceExt,
-    api::{Patch, PatchParams, PostParams},
-};
+use kube::{Api, Client, ResourceExt, api::PostParams};
 use serde_json::json;
-
-use crate::sink::FIELD_MANAGER;
 
 /// Renewed when less than this much of a token's life remains, whatever its lifetime.
 const AT_LEAST_SECONDS: i64 = 3600;
@@ -100,6 +95,7 @@ pub async fn renew_if_due(
     username: &str,
     upstream: &Client,
     local: &Client,
+    counted: &crate::sink::Counted,
     now: i64,
 ) -> Result<Option<i64>, String> {
     let Some(kubeconfig) = secret
@@ -150,15 +146,8 @@ pub async fn renew_if_due(
         "data": {key: xcc_kube::wire::encode_base64(renewed)},
     });
     let namespace = secret.namespace().unwrap_or_default();
-    Api::<Secret>::namespaced(local.clone(), &namespace)
-        .patch(
-            &secret.name_any(),
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &Patch::Merge(&patch),
-        )
+    let api = Api::<Secret>::namespaced(local.clone(), &namespace);
+    crate::sink::merge(&api, &secret.name_any(), &patch, counted)
         .await
         .map_err(|e| {
             format!(

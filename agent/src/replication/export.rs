@@ -15,7 +15,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams},
+    api::ObjectMeta,
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -24,11 +24,13 @@ use kube::{
 };
 
 use super::{Error, FINALIZER, Verdict, api::SecretExport, finalized, reason, write_status};
-use crate::sink::{self, FIELD_MANAGER};
+use crate::sink;
 
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    /// Where the writes of Roles and RoleBindings are counted.
+    pub counted: sink::Counted,
 }
 
 /// Name of the Role and RoleBinding of export `export`.
@@ -114,7 +116,12 @@ pub fn error_policy(export: Arc<SecretExport>, error: &Error, _ctx: Arc<Context>
 }
 
 /// Applies `desired` unless an object of that name exists that `uid` does not own.
-async fn apply_owned<K>(api: &Api<K>, desired: &K, uid: &str) -> Result<bool, kube::Error>
+async fn apply_owned<K>(
+    api: &Api<K>,
+    desired: &K,
+    uid: &str,
+    counted: &sink::Counted,
+) -> Result<bool, kube::Error>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -132,12 +139,8 @@ where
             return Ok(true);
         }
     }
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(desired),
-    )
-    .await?;
+    let desired = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    sink::apply_whole(api, &name, desired, counted).await?;
     Ok(true)
 }
 
@@ -176,8 +179,9 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
     let bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &namespace);
     let written = async {
         Ok::<_, kube::Error>(
-            apply_owned(&roles, &desired_role(export), &uid).await?
-                && apply_owned(&bindings, &desired_role_binding(export), &uid).await?,
+            apply_owned(&roles, &desired_role(export), &uid, &ctx.counted).await?
+                && apply_owned(&bindings, &desired_role_binding(export), &uid, &ctx.counted)
+                    .await?,
         )
     }
     .await;
@@ -235,13 +239,13 @@ async fn cleanup(export: &SecretExport, ctx: &Context) -> Result<Action, Error> 
     if let Some(binding) = bindings.get_opt(&name).await?
         && owned_by(&binding, &uid)
     {
-        bindings.delete(&name, &Default::default()).await?;
+        sink::delete_exact(&bindings, &name, binding.uid(), None, &ctx.counted).await?;
     }
     let roles: Api<Role> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(role) = roles.get_opt(&name).await?
         && owned_by(&role, &uid)
     {
-        roles.delete(&name, &Default::default()).await?;
+        sink::delete_exact(&roles, &name, role.uid(), None, &ctx.counted).await?;
     }
     tracing::info!(%namespace, export = %export.name_any(), "SecretExport deleted; its Role and RoleBinding removed");
     Ok(Action::await_change())

@@ -265,6 +265,10 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     let export_ctx = Arc::new(export::Context {
         client: client.clone(),
         recorder,
+        counted: crate::sink::Counted {
+            metrics: metrics.clone(),
+            reconciler: "secret-export",
+        },
     });
     let imports = imports
         .with_config(controller_config())
