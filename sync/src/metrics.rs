@@ -179,7 +179,7 @@ impl SyncMetrics {
         );
         registry.register(
             "sync_writes",
-            "Writes to the local cluster per reconciler and verb (apply, replace, status, delete)",
+            "Writes to the local cluster per reconciler and verb (apply, create, replace, patch, status, delete)",
             metrics.writes.clone(),
         );
         registry.register(

@@ -388,51 +388,38 @@ impl<'s> Lexer<'s> {
         }
     }
 
-    /// The rest of a double-quoted string (the `"` is read), unescaped.
-    fn quoted(&mut self, start: usize) -> Result<String, TemplateError> {
+    /// The text up to `close` not preceded by an odd number of backslashes, on this line; reads
+    /// past `close`. `None` (nothing read) when the line or the input ends first.
+    fn until_unescaped(&mut self, close: char) -> Option<&'s str> {
         let rest = self.rest();
         let mut escaped = false;
-        let mut end = None;
         for (i, c) in rest.char_indices() {
             match c {
-                '\n' => break,
+                '\n' => return None,
                 '\\' => escaped = !escaped,
-                '"' if !escaped => {
-                    end = Some(i);
-                    break;
+                c if c == close && !escaped => {
+                    self.i += i + c.len_utf8();
+                    return Some(&rest[..i]);
                 }
                 _ => escaped = false,
             }
         }
-        let Some(end) = end else {
+        None
+    }
+
+    /// The rest of a double-quoted string (the `"` is read), unescaped.
+    fn quoted(&mut self, start: usize) -> Result<String, TemplateError> {
+        let Some(body) = self.until_unescaped('"') else {
             return Err(self.error(start, "unterminated quoted string: expected \""));
         };
-        let body = &rest[..end];
-        self.i += end + 1;
         unescape(body, '"').map_err(|m| self.error(start, m))
     }
 
     /// The rest of a character constant (the `'` is read).
     fn char_constant(&mut self, start: usize) -> Result<char, TemplateError> {
-        let rest = self.rest();
-        let mut escaped = false;
-        let mut end = None;
-        for (i, c) in rest.char_indices() {
-            match c {
-                '\n' => break,
-                '\\' => escaped = !escaped,
-                '\'' if !escaped => {
-                    end = Some(i);
-                    break;
-                }
-                _ => escaped = false,
-            }
-        }
-        let Some(end) = end else {
+        let Some(body) = self.until_unescaped('\'') else {
             return Err(self.error(start, "unterminated character constant: expected '"));
         };
-        let body = &rest[..end];
-        self.i += end + 1;
         let text = unescape(body, '\'').map_err(|m| self.error(start, m))?;
         let mut chars = text.chars();
         match (chars.next(), chars.next()) {
