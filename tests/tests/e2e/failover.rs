@@ -38,7 +38,7 @@ pub(crate) fn per_cluster(cluster: &str) -> String {
 /// walkthrough's GatewayDNS with `extra` added to its spec.
 pub(crate) struct Fleet {
     // Fields drop in order: our processes stop before the API servers they talk to.
-    _controller: xcc_e2e::Process,
+    controller: xcc_e2e::Process,
     pub agents: Vec<(String, Agent)>,
     pub bed: Testbed,
 }
@@ -50,22 +50,7 @@ impl Fleet {
         let bed = Testbed::start_named(binaries, &names).await.unwrap();
         management(&bed, workloads).await;
         let mgmt = bed.cluster("management");
-        let kubeconfig = mgmt
-            .mint_kubeconfig("xcc-system", "xcc-controller")
-            .await
-            .unwrap();
-        let controller = spawn(
-            "xcc-controller",
-            &binary("xcc-controller"),
-            &[
-                format!("--kubeconfig={}", kubeconfig.path.display()),
-                "--admin-listen=127.0.0.1:0".into(),
-                "--probe-interval=1s".into(),
-                "--log=info,xcc_controller=debug".into(),
-            ],
-            &mgmt.dir().join("xcc-controller.log"),
-        )
-        .unwrap();
+        let controller = controller(mgmt, "xcc-controller.log").await;
         let mut agents = Vec::new();
         for name in workloads {
             let cluster = bed.cluster(name);
@@ -82,10 +67,20 @@ impl Fleet {
         .await
         .unwrap();
         Fleet {
-            _controller: controller,
+            controller,
             agents,
             bed,
         }
+    }
+
+    /// Stops our controller (SIGTERM); [`Fleet::start_controller`] starts a new one.
+    pub(crate) fn stop_controller(&mut self) {
+        self.controller.stop(Duration::from_secs(10));
+    }
+
+    /// A new controller process, logging to `log` in the management cluster's directory.
+    pub(crate) async fn start_controller(&mut self, log: &str) {
+        self.controller = controller(self.bed.cluster("management"), log).await;
     }
 
     pub(crate) fn dns(&self, cluster: &str) -> SocketAddr {
@@ -138,6 +133,26 @@ impl Fleet {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Our controller on `mgmt` (health checks every second), under the manifests' ServiceAccount.
+async fn controller(mgmt: &xcc_e2e::Cluster, log: &str) -> xcc_e2e::Process {
+    let kubeconfig = mgmt
+        .mint_kubeconfig("xcc-system", "xcc-controller")
+        .await
+        .unwrap();
+    spawn(
+        "xcc-controller",
+        &binary("xcc-controller"),
+        &[
+            format!("--kubeconfig={}", kubeconfig.path.display()),
+            "--admin-listen=127.0.0.1:0".into(),
+            "--probe-interval=1s".into(),
+            "--log=info,xcc_controller=debug".into(),
+        ],
+        &mgmt.dir().join(log),
+    )
+    .unwrap()
 }
 
 /// One EndpointSlice behind envoy on `cluster` with one endpoint, ready or not.
@@ -435,6 +450,101 @@ async fn local_first_answers_each_clusters_own_gateway_while_it_is_healthy() {
         took.as_secs_f64()
     );
     assert!(took < Duration::from_secs(2), "{took:?}, bar 2 s");
+}
+
+/// A status lists at most 20 clusters, then only those that need attention. A cluster that was
+/// published (so not listed) and cannot be reached when the controller starts again keeps its
+/// last addresses: the new controller reads them back from its slices in another cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_keeps_the_last_addresses_of_an_unlisted_cluster_it_cannot_reach() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let mut fleet = Fleet::start(&binaries, &["cluster-a", "cluster-b"], "").await;
+    let mgmt = fleet.bed.cluster("management");
+    // 20 more selected clusters, all on cluster-b's API server: 22 selected.
+    let kubeconfig = std::fs::read(&fleet.bed.cluster("cluster-b").kubeconfig).unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(mgmt.client.clone(), "dev-team");
+    for v in 0..20 {
+        let name = format!("more-{v:02}");
+        mgmt.apply_yaml(&format!(
+            "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\n\
+             metadata: {{name: {name}, namespace: dev-team, labels: {{hasContour: 'true'}}}}\nspec: {{}}\n"
+        ))
+        .await
+        .unwrap();
+        let mut secret = k8s_openapi::api::core::v1::Secret::default();
+        secret.metadata.name = Some(format!("{name}-kubeconfig"));
+        secret.data = Some(
+            [(
+                "value".to_string(),
+                k8s_openapi::ByteString(kubeconfig.clone()),
+            )]
+            .into(),
+        );
+        secrets.create(&Default::default(), &secret).await.unwrap();
+    }
+    // Every one published: cluster-a is no longer listed, and cluster-b's agent answers for it.
+    let status = |fleet: &Fleet| {
+        let mgmt = fleet.bed.cluster("management").client.clone();
+        async move {
+            let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "connectivity.tanzu.vmware.com",
+                "v1alpha1",
+                "GatewayDNS",
+            ));
+            resource.plural = "gatewaydns".into();
+            Api::<DynamicObject>::namespaced_with(mgmt, "dev-team", &resource)
+                .get("dev-team-gateway-dns")
+                .await
+                .map(|g| g.data["status"].clone())
+                .unwrap_or_default()
+        }
+    };
+    let started = Instant::now();
+    loop {
+        let now = status(&fleet).await;
+        if now["clusterCounts"]["Published"] == 22 && fleet.entry("cluster-a").await.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "22 clusters never all published: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let a_ip = gateway_ip("cluster-a");
+    wait_dig(
+        fleet.dns("cluster-b"),
+        &per_cluster("cluster-a"),
+        "A",
+        Duration::from_secs(30),
+        a(&[a_ip]),
+    )
+    .await
+    .unwrap();
+
+    // The controller stops; cluster-a's API server stops; a new controller starts.
+    fleet.stop_controller();
+    fleet.bed.cluster("cluster-a").stop();
+    fleet.start_controller("xcc-controller-2.log").await;
+    let took = fleet
+        .wait_entry("cluster-a", Duration::from_secs(60), |e| {
+            e["state"] == "Unreachable"
+        })
+        .await;
+    let entry = fleet.entry("cluster-a").await.unwrap();
+    assert_eq!(entry["addresses"], serde_json::json!([a_ip]), "{entry}");
+    eprintln!(
+        "restarted controller: cluster-a listed as unreachable with its last address after {:.1} s",
+        took.as_secs_f64()
+    );
+    // Its records stay where they were.
+    let kept = dig(fleet.dns("cluster-b"), &per_cluster("cluster-a"), "A")
+        .await
+        .unwrap();
+    assert_eq!(kept.data, [a_ip], "{kept:?}");
 }
 
 /// Stops cluster-a's API server long enough for its agent's EndpointSlice watch to fail several
