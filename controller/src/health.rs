@@ -17,11 +17,9 @@
 //! answering); nothing is withdrawn while the controller cannot reach the management cluster,
 //! since it cannot reconcile at all then, and the agents keep serving what they have.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
 
 /// Default of `spec.staleRecords.withdrawAfter`.
 pub const DEFAULT_WITHDRAW_AFTER: Duration = Duration::from_secs(5 * 60);
@@ -43,16 +41,18 @@ pub struct Seen {
     pub was_down: bool,
 }
 
-/// Reachability of every workload cluster, keyed by (namespace, cluster).
+/// Reachability of every workload cluster, keyed by (namespace, cluster): the prober and the
+/// reconciles update it at once.
 #[derive(Default)]
 pub struct Tracker {
-    clusters: Mutex<HashMap<(String, String), Seen>>,
+    clusters: DashMap<(String, String), Seen>,
 }
 
 impl Tracker {
+    /// `f` on the cluster's entry, under its guard (`f` must not touch the tracker).
     fn with<T>(&self, namespace: &str, cluster: &str, f: impl FnOnce(&mut Seen) -> T) -> T {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        f(clusters
+        f(&mut self
+            .clusters
             .entry((namespace.to_string(), cluster.to_string()))
             .or_default())
     }

@@ -4,7 +4,9 @@
 //! `Unreachable` without reading statuses. Beside them, `xcc_build_info` and the `process_*`
 //! metrics; `docs/metrics.md` is generated from this registry (`metrics_reference` test).
 
-use std::{sync::Mutex, time::Duration};
+use std::time::Duration;
+
+use dashmap::{DashMap, mapref::entry::Entry};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -30,8 +32,8 @@ pub struct Metrics {
     duration: Histogram,
     clusters: Family<ClusterLabels, Gauge>,
     /// The label sets last set per GatewayDNS, so that a cluster that changed state or left the
-    /// selection stops being reported under its old labels.
-    reported: Mutex<std::collections::HashMap<String, Vec<ClusterLabels>>>,
+    /// selection stops being reported under its old labels. Concurrent reconciles write it.
+    reported: DashMap<String, Vec<ClusterLabels>>,
 }
 
 impl Metrics {
@@ -67,7 +69,7 @@ impl Metrics {
             reconciles,
             duration,
             clusters,
-            reported: Mutex::default(),
+            reported: DashMap::new(),
         }
     }
 
@@ -87,24 +89,43 @@ impl Metrics {
         gatewaydns: &str,
         states: Option<impl Iterator<Item = (&'a str, &'a str)>>,
     ) {
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
-        for old in reported.remove(gatewaydns).unwrap_or_default() {
-            self.clusters.remove(&old);
-        }
-        let Some(states) = states else {
-            return;
+        let now: Option<Vec<ClusterLabels>> = states.map(|states| {
+            states
+                .map(|(cluster, state)| ClusterLabels {
+                    gatewaydns: gatewaydns.to_string(),
+                    cluster: cluster.to_string(),
+                    state: state.to_string(),
+                })
+                .collect()
+        });
+        let publish = |now: &[ClusterLabels]| {
+            for labels in now {
+                self.clusters.get_or_create(labels).set(1);
+            }
         };
-        let now: Vec<ClusterLabels> = states
-            .map(|(cluster, state)| ClusterLabels {
-                gatewaydns: gatewaydns.to_string(),
-                cluster: cluster.to_string(),
-                state: state.to_string(),
-            })
-            .collect();
-        for labels in &now {
-            self.clusters.get_or_create(labels).set(1);
+        // The GatewayDNS's entry is held while its series change, so that two updates of one
+        // GatewayDNS cannot interleave.
+        match (self.reported.entry(gatewaydns.to_string()), now) {
+            (Entry::Occupied(mut reported), now) => {
+                for old in reported.get() {
+                    self.clusters.remove(old);
+                }
+                match now {
+                    Some(now) => {
+                        publish(&now);
+                        reported.insert(now);
+                    }
+                    None => {
+                        reported.remove();
+                    }
+                }
+            }
+            (Entry::Vacant(vacant), Some(now)) => {
+                publish(&now);
+                vacant.insert(now);
+            }
+            (Entry::Vacant(_), None) => {}
         }
-        reported.insert(gatewaydns.to_string(), now);
     }
 
     /// OpenMetrics text of every metric.

@@ -13,12 +13,9 @@
 //! once instead of spending its own deadline on it, and one whose peer goes silent is woken
 //! even though a silent server never ends a watch.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use dashmap::DashMap;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use tokio::sync::broadcast;
@@ -47,9 +44,12 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct PeerClients {
     trust: PeerTrust,
-    cache: Arc<Mutex<HashMap<String, Cached>>>,
-    /// The last probe of each server in use, keyed by its URL.
-    reach: Arc<Mutex<BTreeMap<String, Reach>>>,
+    /// Every reconciler of the process reads and fills it at once: a concurrent map, whose
+    /// guards live for one statement (a client is built outside them).
+    cache: Arc<DashMap<String, Cached>>,
+    /// The last probe of each server in use, keyed by its URL: read by every reconciler,
+    /// written by the prober.
+    reach: Arc<DashMap<String, Reach>>,
     /// The URL of every server whose [`Reach`] changed between answering and silent.
     changes: broadcast::Sender<String>,
     /// How many clients were built: each one restarts whatever was made with the previous one.
@@ -87,7 +87,7 @@ impl PeerClients {
     pub async fn client_for(&self, secret: &Secret) -> Result<PeerClient, KubeconfigError> {
         let key = secret_name(secret);
         let seen = version(secret);
-        let cached = self.lock().get(&key).cloned();
+        let cached = self.cache.get(&key).map(|cached| cached.clone());
         if let Some(cached) = &cached
             && cached.seen == seen
         {
@@ -96,7 +96,7 @@ impl PeerClients {
         let screened = match screen_secret(secret, kubeconfig_key(secret), self.trust) {
             Ok(screened) => screened,
             Err(error) => {
-                self.lock().remove(&key);
+                self.cache.remove(&key);
                 return Err(error);
             }
         };
@@ -104,7 +104,7 @@ impl PeerClients {
             && cached.peer.identity == screened.identity
         {
             // Written again with the same connection: the same client, and its watches go on.
-            self.lock().insert(
+            self.cache.insert(
                 key,
                 Cached {
                     peer: cached.peer.clone(),
@@ -115,7 +115,7 @@ impl PeerClients {
         }
         match build(screened).await {
             Ok(peer) => {
-                self.lock().insert(
+                self.cache.insert(
                     key.clone(),
                     Cached {
                         peer: peer.clone(),
@@ -128,7 +128,7 @@ impl PeerClients {
                 Ok(peer)
             }
             Err(error) => {
-                self.lock().remove(&key);
+                self.cache.remove(&key);
                 Err(error)
             }
         }
@@ -143,7 +143,7 @@ impl PeerClients {
         name: &str,
         resource_version: &str,
     ) -> Option<PeerClient> {
-        self.lock()
+        self.cache
             .get(&format!("{namespace}/{name}"))
             .filter(|cached| cached.seen.ends_with(&format!("/{resource_version}")))
             .map(|cached| cached.peer.clone())
@@ -156,22 +156,21 @@ impl PeerClients {
 
     /// The kubeconfig Secret `namespace/name` is gone (or unusable): drop its client.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock().remove(&format!("{namespace}/{name}"));
+        self.cache.remove(&format!("{namespace}/{name}"));
     }
 
     /// The URL of the server behind kubeconfig Secret `namespace/name`, if its client is built.
     pub fn server_of(&self, namespace: &str, name: &str) -> Option<String> {
-        self.lock()
+        self.cache
             .get(&format!("{namespace}/{name}"))
             .map(|cached| cached.peer.server.clone())
     }
 
     /// What the last probe found of `server`.
     pub fn reach(&self, server: &str) -> Reach {
-        self.reach_lock()
+        self.reach
             .get(server)
-            .cloned()
-            .unwrap_or(Reach::Unknown)
+            .map_or(Reach::Unknown, |reach| reach.clone())
     }
 
     /// URLs of servers that turned silent or answer again, as the prober finds them. A receiver
@@ -195,7 +194,12 @@ impl PeerClients {
             tokio::select! {
                 _ = ticks.tick() => {
                     self.probe_all(PROBE_DEADLINE).await;
-                    after_round(&self.reach_lock().clone());
+                    let found: BTreeMap<String, Reach> = self
+                        .reach
+                        .iter()
+                        .map(|entry| (entry.key().clone(), entry.value().clone()))
+                        .collect();
+                    after_round(&found);
                 }
                 () = &mut stop => return,
             }
@@ -207,8 +211,8 @@ impl PeerClients {
     /// of time, so a silent server costs one deadline per round and never delays another's probe.
     pub async fn probe_all(&self, deadline: Duration) {
         let servers: BTreeMap<String, Client> = self
-            .lock()
-            .values()
+            .cache
+            .iter()
             .map(|cached| (cached.peer.server.clone(), cached.peer.client.clone()))
             .collect();
         let probes = servers.into_iter().map(|(server, client)| async move {
@@ -231,7 +235,8 @@ impl PeerClients {
             .collect();
         let mut changed = Vec::new();
         {
-            let mut reach = self.reach_lock();
+            // One entry at a time: a reader meanwhile sees each server's last or new probe.
+            let reach = &self.reach;
             for (server, now) in &found {
                 let before = reach.insert(server.clone(), now.clone());
                 let was_silent = matches!(before, Some(Reach::Silent { .. }));
@@ -254,17 +259,9 @@ impl PeerClients {
         }
     }
 
-    fn reach_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Reach>> {
-        self.reach.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().len()
+        self.cache.len()
     }
 }
 
@@ -357,7 +354,7 @@ current-context: x
     }
 
     fn insert(peers: &PeerClients, secret: &str, server: &str, client: Client) {
-        peers.lock().insert(
+        peers.cache.insert(
             format!("project-1/{secret}"),
             Cached {
                 peer: PeerClient {

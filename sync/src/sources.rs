@@ -21,7 +21,6 @@
 //!   own cluster, the jittered peer schedule for the others.
 
 use std::{
-    collections::HashMap,
     sync::{
         Arc, Mutex, Weak,
         atomic::{AtomicBool, AtomicU8, Ordering},
@@ -29,6 +28,7 @@ use std::{
     time::SystemTime,
 };
 
+use dashmap::DashMap;
 use futures::{Stream, StreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -150,7 +150,9 @@ impl Drop for Shared {
 /// The process's sources, one per [`SourceId`].
 #[derive(Clone, Default)]
 pub struct Sources {
-    running: Arc<Mutex<HashMap<SourceId, Weak<Shared>>>>,
+    /// Every reconciler asks for views at once: a concurrent map (a source is started under its
+    /// entry's guard, which is synchronous, so two views of one id share one watch).
+    running: Arc<DashMap<SourceId, Weak<Shared>>>,
     metrics: Option<SyncMetrics>,
 }
 
@@ -171,16 +173,17 @@ impl Sources {
         resource: &ApiResource,
         detail: Detail,
     ) -> View {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        running.retain(|_, shared| shared.strong_count() > 0);
-        let shared = match running.get(&id).and_then(Weak::upgrade) {
+        self.running.retain(|_, shared| shared.strong_count() > 0);
+        let mut running = self.running.entry(id.clone()).or_default();
+        let shared = match running.upgrade() {
             Some(shared) => shared,
             None => {
-                let shared = Arc::new(self.start(id.clone(), client, resource, detail));
-                running.insert(id, Arc::downgrade(&shared));
+                let shared = Arc::new(self.start(id, client, resource, detail));
+                *running = Arc::downgrade(&shared);
                 shared
             }
         };
+        drop(running);
         if detail == Detail::Full {
             shared.full_views.send_modify(|n| *n += 1);
         }
@@ -190,10 +193,9 @@ impl Sources {
     /// Every source running now, with its health.
     #[cfg(test)]
     fn health(&self) -> Vec<(SourceId, Health)> {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        running
-            .values()
-            .filter_map(Weak::upgrade)
+        self.running
+            .iter()
+            .filter_map(|running| running.upgrade())
             .map(|s| {
                 let health = s.state.health.lock().unwrap_or_else(|e| e.into_inner());
                 (s.state.id.clone(), health.clone())

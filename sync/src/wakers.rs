@@ -3,8 +3,9 @@
 //! to its controller on every change, and when the watch starts failing or recovers. A task is replaced when what it
 //! watches changes (its `identity`), and stopped when the object goes.
 
-use std::{collections::HashMap, fmt::Debug, hash::Hash, sync::Mutex};
+use std::{fmt::Debug, hash::Hash};
 
+use dashmap::{DashMap, mapref::entry::Entry};
 use futures::{Stream, StreamExt};
 use kube::{Resource, runtime::reflector::ObjectRef, runtime::watcher};
 use tokio::sync::mpsc::UnboundedSender;
@@ -13,7 +14,8 @@ pub struct Wakers<K: Resource>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    tasks: Mutex<HashMap<ObjectRef<K>, (String, tokio::task::AbortHandle)>>,
+    /// Concurrent reconciles ensure and stop their objects' tasks at once: a concurrent map.
+    tasks: DashMap<ObjectRef<K>, (String, tokio::task::AbortHandle)>,
     trigger: UnboundedSender<ObjectRef<K>>,
 }
 
@@ -24,7 +26,7 @@ where
 {
     pub fn new(trigger: UnboundedSender<ObjectRef<K>>) -> Self {
         Wakers {
-            tasks: Mutex::default(),
+            tasks: DashMap::new(),
             trigger,
         }
     }
@@ -36,20 +38,25 @@ where
         S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
         T: Send + 'static,
     {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        if tasks.get(&object).is_some_and(|(id, _)| *id == identity) {
-            return;
+        let spawn = |object: ObjectRef<K>| {
+            tokio::spawn(wake_on(events, object, what, self.trigger.clone())).abort_handle()
+        };
+        match self.tasks.entry(object) {
+            Entry::Occupied(running) if running.get().0 == identity => {}
+            Entry::Occupied(mut running) => {
+                running.get().1.abort();
+                let task = spawn(running.key().clone());
+                running.insert((identity, task));
+            }
+            Entry::Vacant(vacant) => {
+                let task = spawn(vacant.key().clone());
+                vacant.insert((identity, task));
+            }
         }
-        if let Some((_, old)) = tasks.remove(&object) {
-            old.abort();
-        }
-        let task = tokio::spawn(wake_on(events, object.clone(), what, self.trigger.clone()));
-        tasks.insert(object, (identity, task.abort_handle()));
     }
 
     pub fn stop(&self, object: &ObjectRef<K>) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, task)) = tasks.remove(object) {
+        if let Some((_, (_, task))) = self.tasks.remove(object) {
             task.abort();
         }
     }
@@ -60,9 +67,8 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     fn drop(&mut self) {
-        let tasks = self.tasks.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (_, (_, task)) in tasks.drain() {
-            task.abort();
+        for running in self.tasks.iter() {
+            running.value().1.abort();
         }
     }
 }

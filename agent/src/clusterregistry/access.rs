@@ -7,14 +7,14 @@
 //! several peers are asked at once (`&self`).
 
 use std::{
-    collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
 
+use dashmap::DashMap;
 use tokio::time::Instant;
 
 use k8s_openapi::api::authorization::v1::{
@@ -46,12 +46,14 @@ enum Answer {
     Unanswered,
 }
 
+/// Concurrent maps: the rules' refreshes ask at once, and no guard is held while one waits for
+/// an answer.
 #[derive(Default)]
 pub struct Access {
     /// (cluster identity, group/plural, verbs asked) → when asked, and the answer.
-    answers: Mutex<HashMap<Question, (Instant, Answer)>>,
+    answers: DashMap<Question, (Instant, Answer)>,
     /// Clusters that could not answer, and when.
-    unanswered: Mutex<HashMap<String, Instant>>,
+    unanswered: DashMap<String, Instant>,
     recheck_pending: Arc<AtomicBool>,
 }
 
@@ -80,18 +82,14 @@ impl Access {
         );
         let kept = self
             .answers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            .filter(|(asked, answer)| match answer {
-                Answer::Refused(_) => asked.elapsed() < KEEP,
-                Answer::Unanswered => asked.elapsed() < KEEP_UNANSWERED,
+            .filter(|kept| match &kept.1 {
+                Answer::Refused(_) => kept.0.elapsed() < KEEP,
+                Answer::Unanswered => kept.0.elapsed() < KEEP_UNANSWERED,
             })
-            .map(|(_, answer)| answer.clone());
+            .map(|kept| kept.1.clone());
         let silent = self
             .unanswered
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(identity)
             .is_some_and(|since| since.elapsed() < KEEP_UNANSWERED);
         let answer = match kept {
@@ -112,20 +110,11 @@ impl Access {
                     }
                 };
                 if matches!(answer, Answer::Unanswered) {
-                    self.unanswered
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(identity.to_string(), Instant::now());
+                    self.unanswered.insert(identity.to_string(), Instant::now());
                 } else {
-                    self.unanswered
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(identity);
+                    self.unanswered.remove(identity);
                 }
-                self.answers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, (Instant::now(), answer.clone()));
+                self.answers.insert(key, (Instant::now(), answer.clone()));
                 answer
             }
         };

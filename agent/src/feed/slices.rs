@@ -7,13 +7,15 @@
 //! are dropped. A malformed slice is reported (log + Event) and its last good records are kept.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::{
-        Arc, RwLock,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
 };
+
+use dashmap::DashMap;
 
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -64,33 +66,26 @@ impl SliceOrigin {
 }
 
 /// The origin of every source the slice index feeds into the table, keyed like the table's
-/// sources (`<ns>/<name>`). Written only by the index, next to the table; read by the admin API.
+/// sources (`<ns>/<name>`). Written only by the index, next to the table; read by the admin API's
+/// concurrent requests (a concurrent map: the index's sweep does not stop them all).
 #[derive(Clone, Default)]
-pub struct SliceOrigins(Arc<RwLock<HashMap<String, SliceOrigin>>>);
+pub struct SliceOrigins(Arc<DashMap<String, SliceOrigin>>);
 
 impl SliceOrigins {
     /// The origin of table source `source`, if it is a slice.
     pub fn get(&self, source: &str) -> Option<SliceOrigin> {
-        self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(source)
-            .cloned()
+        self.0.get(source).map(|origin| origin.clone())
     }
 
     fn set(&self, source: String, origin: Option<SliceOrigin>) {
-        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
         match origin {
-            Some(origin) => map.insert(source, origin),
-            None => map.remove(&source),
+            Some(origin) => self.0.insert(source, origin),
+            None => self.0.remove(&source).map(|(_, origin)| origin),
         };
     }
 
     fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|s, _| keep(s));
+        self.0.retain(|s, _| keep(s));
     }
 }
 

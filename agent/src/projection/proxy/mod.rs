@@ -30,13 +30,14 @@ pub mod request;
 pub mod upstream;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     net::SocketAddr,
     sync::{Arc, Mutex, RwLock},
     time::Duration,
 };
 
 use bytes::Bytes;
+use dashmap::DashMap;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
@@ -93,21 +94,20 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every answer: a whole one, or upstream's stream.
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
-/// The serving certificates, by the server name a client asks for.
+/// The serving certificates, by the server name a client asks for (every TLS handshake reads
+/// it, the link reconciler writes it).
 #[derive(Debug, Default)]
-pub struct Certs(RwLock<HashMap<String, Arc<CertifiedKey>>>);
+pub struct Certs(DashMap<String, Arc<CertifiedKey>>);
 
 impl ResolvesServerCert for Certs {
     /// The certificate of the name asked for; without a known name (kube-aggregator's
     /// availability check dials the cluster IP without SNI and without verifying), any one:
     /// certificates are public, and a client that verifies refuses a wrong one.
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let certs = self.0.read().unwrap_or_else(|e| e.into_inner());
-        hello
+        let named = hello
             .server_name()
-            .and_then(|name| certs.get(name))
-            .or_else(|| certs.values().next())
-            .cloned()
+            .and_then(|name| self.0.get(name).map(|cert| cert.clone()));
+        named.or_else(|| self.0.iter().next().map(|cert| cert.clone()))
     }
 }
 
@@ -137,15 +137,16 @@ pub struct Proxy {
     front: RwLock<Option<Arc<Front>>>,
     /// Why there are no front-proxy settings, when there are none.
     front_error: Mutex<Option<String>>,
-    /// The client of each DownstreamClusterLink (`namespace/name`), from the gate.
-    links: RwLock<HashMap<String, PeerClient>>,
+    /// The client of each DownstreamClusterLink (`namespace/name`), from the gate: read by
+    /// every request, written by the link reconciler.
+    links: DashMap<String, PeerClient>,
     imports: Store<ClusterAPIGroupImport>,
     resources: Store<APIResourceImport>,
     /// This cluster's namespaces: which are being deleted.
     namespaces: Store<PartialObjectMeta<Namespace>>,
     metrics: SyncMetrics,
-    /// The last good discovery answer of each path.
-    discovery: Mutex<HashMap<String, Bytes>>,
+    /// The last good discovery answer of each path, read and written by concurrent requests.
+    discovery: DashMap<String, Bytes>,
     /// Whether each link's service cluster answers.
     liveness: Liveness,
     /// Recent SubjectAccessReview answers.
@@ -169,12 +170,12 @@ impl Proxy {
             certs: Arc::default(),
             front: RwLock::new(None),
             front_error: Mutex::new(Some("not read yet".into())),
-            links: RwLock::default(),
+            links: DashMap::new(),
             imports,
             resources,
             namespaces,
             metrics,
-            discovery: Mutex::default(),
+            discovery: DashMap::new(),
             liveness: Liveness::default(),
             decisions: Decisions::default(),
             listening: Mutex::new(None),
@@ -200,48 +201,32 @@ impl Proxy {
         certified
             .keys_match()
             .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
-        self.certs
-            .0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string(), Arc::new(certified));
+        self.certs.0.insert(name.to_string(), Arc::new(certified));
         Ok(())
     }
 
     /// Stops serving `name`.
     pub fn drop_cert(&self, name: &str) {
-        self.certs
-            .0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
+        self.certs.0.remove(name);
     }
 
     /// Forwards the imports of link `namespace/name` with `client`.
     pub fn set_link(&self, namespace: &str, name: &str, client: PeerClient) {
-        self.links
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(format!("{namespace}/{name}"), client);
+        self.links.insert(format!("{namespace}/{name}"), client);
     }
 
     /// Link `namespace/name` has no usable client (any more).
     pub fn drop_link(&self, namespace: &str, name: &str) {
         let key = format!("{namespace}/{name}");
-        self.links
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        self.links.remove(&key);
         self.liveness.forget(&key);
     }
 
     /// The client of link `namespace/name`, if it has one.
     pub fn link(&self, namespace: &str, name: &str) -> Option<PeerClient> {
         self.links
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&format!("{namespace}/{name}"))
-            .cloned()
+            .map(|client| client.clone())
     }
 
     /// `Ok` when the front proxy's settings are in use, else why not.
@@ -564,11 +549,7 @@ impl Proxy {
     }
 
     fn cached(&self, key: &str) -> Option<Bytes> {
-        self.discovery
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned()
+        self.discovery.get(key).map(|body| body.clone())
     }
 
     /// GET `path` (with its query) upstream as JSON; kept as the last good copy.
@@ -608,10 +589,7 @@ impl Proxy {
         };
         match fresh {
             Some(body) => {
-                self.discovery
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key.to_string(), body.clone());
+                self.discovery.insert(key.to_string(), body.clone());
                 Some(body)
             }
             None => self.cached(key),
@@ -983,28 +961,29 @@ const DECISION_TTL: Duration = Duration::from_secs(10);
 /// Most answers kept: past this, expired ones are dropped, and all when none has expired.
 const MAX_DECISIONS: usize = 10_000;
 
-/// SubjectAccessReview answers by user and request, each kept [`DECISION_TTL`].
+/// SubjectAccessReview answers by user and request, each kept [`DECISION_TTL`]. Every request
+/// reads it: a concurrent map, so that requests of different users do not queue on one lock.
 #[derive(Default)]
-struct Decisions(Mutex<HashMap<(User, ResourceRequest), (bool, tokio::time::Instant)>>);
+struct Decisions(DashMap<(User, ResourceRequest), (bool, tokio::time::Instant)>);
 
 impl Decisions {
     fn get(&self, key: &(User, ResourceRequest)) -> Option<bool> {
-        let decisions = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        decisions
+        self.0
             .get(key)
-            .filter(|(_, at)| at.elapsed() < DECISION_TTL)
-            .map(|(allowed, _)| *allowed)
+            .filter(|decision| decision.1.elapsed() < DECISION_TTL)
+            .map(|decision| decision.0)
     }
 
+    /// Keeps `allowed` for `key`. Past [`MAX_DECISIONS`], expired answers go first, and all of
+    /// them when none has expired (requests meanwhile may add a few: the bound is approximate).
     fn put(&self, key: (User, ResourceRequest), allowed: bool) {
-        let mut decisions = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if decisions.len() >= MAX_DECISIONS {
-            decisions.retain(|_, (_, at)| at.elapsed() < DECISION_TTL);
-            if decisions.len() >= MAX_DECISIONS {
-                decisions.clear();
+        if self.0.len() >= MAX_DECISIONS {
+            self.0.retain(|_, (_, at)| at.elapsed() < DECISION_TTL);
+            if self.0.len() >= MAX_DECISIONS {
+                self.0.clear();
             }
         }
-        decisions.insert(key, (allowed, tokio::time::Instant::now()));
+        self.0.insert(key, (allowed, tokio::time::Instant::now()));
     }
 }
 

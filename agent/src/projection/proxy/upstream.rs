@@ -12,8 +12,9 @@
 //! One question is in flight per link at a time, shared by every request waiting on it. The
 //! agent's peer prober ([`xcc_kube::Reach`]) finding the server silent also answers 503 at once.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::time::Duration;
 
+use dashmap::DashMap;
 use futures::{
     FutureExt,
     future::{BoxFuture, Shared},
@@ -59,16 +60,18 @@ struct LinkState {
     asking: Option<Question>,
 }
 
-/// What the server knows of each link's service cluster between requests.
+/// What the server knows of each link's service cluster between requests. Every request reads
+/// it: a concurrent map, whose guards never outlive a statement or wait on anything (a question
+/// is awaited after its entry is released).
 #[derive(Default)]
 pub struct Liveness {
-    links: Mutex<HashMap<String, LinkState>>,
+    links: DashMap<String, LinkState>,
 }
 
 impl Liveness {
     /// Whether `link`'s service cluster left a question unanswered less than [`SILENT_FOR`] ago.
     pub fn silent(&self, link: &str) -> bool {
-        self.lock()
+        self.links
             .get(link)
             .and_then(|s| s.silent_at)
             .is_some_and(|at| at.elapsed() < SILENT_FOR)
@@ -129,8 +132,7 @@ impl Liveness {
 
     /// The question in flight for `upstream`'s link, asked now if none is.
     fn question(&self, upstream: &Upstream) -> Question {
-        let mut links = self.lock();
-        let state = links.entry(upstream.link.clone()).or_default();
+        let mut state = self.links.entry(upstream.link.clone()).or_default();
         if let Some(asking) = &state.asking
             && asking.peek().is_none()
         {
@@ -154,8 +156,7 @@ impl Liveness {
     }
 
     fn mark_silent(&self, link: &str) {
-        let mut links = self.lock();
-        let state = links.entry(link.to_string()).or_default();
+        let mut state = self.links.entry(link.to_string()).or_default();
         if state.silent_at.is_none_or(|at| at.elapsed() >= SILENT_FOR) {
             tracing::warn!(%link, "the service cluster does not answer: its requests get 503 until it does");
         }
@@ -164,11 +165,7 @@ impl Liveness {
 
     /// Forgets a link that is gone.
     pub fn forget(&self, link: &str) {
-        self.lock().remove(link);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, LinkState>> {
-        self.links.lock().unwrap_or_else(|e| e.into_inner())
+        self.links.remove(link);
     }
 }
 
