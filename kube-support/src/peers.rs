@@ -278,8 +278,10 @@ fn version(secret: &Secret) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{self, Running, Scenario};
     use k8s_openapi::ByteString;
     use kube::api::ObjectMeta;
+    use serde_json::json;
 
     const KUBECONFIG: &str = "apiVersion: v1
 kind: Config
@@ -310,47 +312,25 @@ current-context: x
     }
 
     /// A client whose API server answers `/version` when `answers`, and otherwise accepts the
-    /// request and never answers; counts the requests it gets.
-    fn server(answers: bool) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+    /// request and never answers; its [`Running`] counts the requests it gets.
+    fn server(answers: bool) -> (Client, Running) {
         server_with(if answers { 200 } else { 0 })
     }
 
     /// [`server`] answering with HTTP `status`, or never when `status` is 0.
-    fn server_with(status: u16) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = asked.clone();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Some((request, send)) = handle.next_request().await {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                assert_eq!(request.uri().path(), "/version");
-                if status >= 300 {
-                    let body = format!(
-                        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{status},"message":"no"}}"#
-                    );
-                    send.send_response(
-                        http::Response::builder()
-                            .status(status)
-                            .body(kube::client::Body::from(body.into_bytes()))
-                            .unwrap(),
-                    );
-                } else if status > 0 {
-                    let body = br#"{"major":"1","minor":"34","gitVersion":"v1.34.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
-                    send.send_response(
-                        http::Response::builder()
-                            .body(kube::client::Body::from(body.to_vec()))
-                            .unwrap(),
-                    );
-                } else {
-                    held.push(send);
-                }
-            }
-        });
-        (Client::new(service, "default"), asked)
+    fn server_with(status: u16) -> (Client, Running) {
+        let version = Scenario::new().always("GET", "/version");
+        match status {
+            0 => version.hang(),
+            300.. => version.reply(scenario::status(status, "Failure", "no")),
+            _ => version.reply((
+                200,
+                json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0", "gitCommit": "",
+                       "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "",
+                       "platform": ""}),
+            )),
+        }
+        .run()
     }
 
     fn insert(peers: &PeerClients, secret: &str, server: &str, client: Client) {
@@ -371,8 +351,8 @@ current-context: x
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_is_found_in_one_deadline_and_slows_no_other_probe() {
         let peers = PeerClients::default();
-        let (healthy, _) = server(true);
-        let (blackhole, asked) = server(false);
+        let (healthy, answering) = server(true);
+        let (blackhole, silent) = server(false);
         insert(&peers, "healthy", "https://healthy:6443/", healthy);
         insert(&peers, "silent", "https://silent:6443/", blackhole.clone());
         // Two Secrets naming the same server: probed once.
@@ -387,7 +367,7 @@ current-context: x
             peers.reach("https://silent:6443/"),
             Reach::Silent { error } if error.contains("no answer within 3s")
         ));
-        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(silent.seen().len(), 1);
         assert_eq!(
             peers.server_of("project-1", "silent-too").as_deref(),
             Some("https://silent:6443/")
@@ -406,6 +386,9 @@ current-context: x
         peers.forget("project-1", "silent-too");
         peers.probe_all(PROBE_DEADLINE).await;
         assert_eq!(peers.reach("https://silent:6443/"), Reach::Unknown);
+        // Each asked for `/version` only.
+        answering.done().await;
+        silent.done().await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -413,19 +396,24 @@ current-context: x
         // An expired token (401) or an internal error (500) is an answer: what it means for an
         // object is for its reconciler to say, not a reason to call the server silent.
         let peers = PeerClients::default();
+        let mut servers = Vec::new();
         for (secret, status) in [("expired", 401), ("broken", 500)] {
-            let (client, _) = server_with(status);
+            let (client, server) = server_with(status);
+            servers.push(server);
             insert(&peers, secret, &format!("https://{secret}:6443/"), client);
         }
         peers.probe_all(PROBE_DEADLINE).await;
         assert_eq!(peers.reach("https://expired:6443/"), Reach::Answers);
         assert_eq!(peers.reach("https://broken:6443/"), Reach::Answers);
+        for server in servers {
+            assert_eq!(server.done().await.len(), 1);
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_server_that_answers_again_is_announced() {
         let peers = PeerClients::default();
-        let (blackhole, _) = server(false);
+        let (blackhole, _silent) = server(false);
         insert(&peers, "peer", "https://peer:6443/", blackhole);
         let mut changes = peers.reach_changes();
         peers.probe_all(PROBE_DEADLINE).await;
@@ -433,7 +421,7 @@ current-context: x
             changes.recv().await.ok().as_deref(),
             Some("https://peer:6443/")
         );
-        let (healthy, _) = server(true);
+        let (healthy, _answering) = server(true);
         insert(&peers, "peer", "https://peer:6443/", healthy);
         peers.probe_all(PROBE_DEADLINE).await;
         assert_eq!(peers.reach("https://peer:6443/"), Reach::Answers);

@@ -4,6 +4,10 @@
 //! [`Running::done`], which fails with a clear message on a request that was not expected, a
 //! body check that failed, or an expected request that never came.
 //!
+//! Beside the requests expected once, a scenario can [hang](Expect::hang) a request (accept it
+//! and never answer, for timeouts and backoff) and [repeat](Scenario::always) one answer for any
+//! number of matching requests (health polls, relists).
+//!
 //! ```ignore
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -34,13 +38,22 @@ use serde_json::{Value, json};
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 type Check = Box<dyn FnOnce(&Value) + Send>;
-type Reply = Box<dyn FnOnce(&Value) -> (u16, Value) + Send>;
+type Reply = Box<dyn FnMut(&Request) -> (u16, Value) + Send>;
+type When = Box<dyn Fn(&Request) -> bool + Send>;
+
+/// What a step does with its request.
+enum Answer {
+    Reply(Reply),
+    /// Keeps the request open and never answers it.
+    Hang,
+}
 
 struct Step {
     method: String,
     path: String,
+    when: Option<When>,
     check: Option<Check>,
-    reply: Reply,
+    answer: Answer,
 }
 
 impl Step {
@@ -56,7 +69,9 @@ impl Step {
         } else {
             request.path.clone()
         };
-        self.method == request.method && self.path == target
+        self.method == request.method
+            && self.path == target
+            && self.when.as_ref().is_none_or(|when| when(request))
     }
 }
 
@@ -70,6 +85,7 @@ pub struct Request {
     pub body: Value,
     /// The body as text.
     pub text: String,
+    pub headers: http::HeaderMap,
 }
 
 impl Request {
@@ -85,11 +101,35 @@ impl Request {
             None => self.path.clone(),
         }
     }
+
+    /// The value of the query parameter `name` (as sent, not decoded).
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .as_deref()?
+            .split('&')
+            .find_map(|pair| match pair.split_once('=') {
+                Some((key, value)) if key == name => Some(value),
+                None if pair == name => Some(""),
+                _ => None,
+            })
+    }
+
+    /// Whether it asks for a watch (`watch=true` or `watch=1`).
+    pub fn is_watch(&self) -> bool {
+        matches!(self.param("watch"), Some("true" | "1"))
+    }
+
+    /// The value of the header `name`, when it is text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
 }
 
 /// The expected requests, in order, and their answers.
 pub struct Scenario {
     steps: VecDeque<Step>,
+    /// Answers for any number of requests, tried when no step expected once matches.
+    repeated: Vec<Step>,
     any_order: bool,
     wait: Duration,
 }
@@ -104,6 +144,7 @@ impl Scenario {
     pub fn new() -> Scenario {
         Scenario {
             steps: VecDeque::new(),
+            repeated: Vec::new(),
             any_order: false,
             wait: DEFAULT_WAIT,
         }
@@ -116,7 +157,21 @@ impl Scenario {
             scenario: self,
             method: method.to_string(),
             path: path.into(),
+            when: None,
             check: None,
+        }
+    }
+
+    /// An answer for any number of requests (none included) of `method` on `path`, matched
+    /// as [`Scenario::expect`] matches, whenever no request expected once matches first: a
+    /// health poll, a relist. Say the answer with [`Always::reply`], [`Always::reply_to`] or
+    /// [`Always::hang`]. [`Running::done`] does not wait for these.
+    pub fn always(self, method: &str, path: impl Into<String>) -> Always {
+        Always {
+            scenario: self,
+            method: method.to_string(),
+            path: path.into(),
+            when: None,
         }
     }
 
@@ -142,6 +197,7 @@ impl Scenario {
         >();
         let state = Arc::new(Mutex::new(State {
             steps: self.steps,
+            repeated: self.repeated,
             seen: Vec::new(),
             failures: Vec::new(),
         }));
@@ -152,10 +208,13 @@ impl Scenario {
             if shared.lock().unwrap().steps.is_empty() {
                 all_met.send_replace(true);
             }
+            // The answers of hanging requests, kept (unsent) as long as the server runs.
+            let mut held = Vec::new();
             while let Some((request, send)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let path = request.uri().path().to_string();
                 let query = request.uri().query().map(str::to_string);
+                let headers = request.headers().clone();
                 let bytes = request
                     .into_body()
                     .collect_bytes()
@@ -167,11 +226,16 @@ impl Scenario {
                     query,
                     body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
                     text: String::from_utf8_lossy(&bytes).into_owned(),
+                    headers,
                 };
-                let (status, reply) = answer(&shared, request, any_order);
+                let answered = answer(&shared, request, any_order);
                 if shared.lock().unwrap().steps.is_empty() {
                     all_met.send_replace(true);
                 }
+                let Some((status, reply)) = answered else {
+                    held.push(send);
+                    continue;
+                };
                 send.send_response(
                     http::Response::builder()
                         .status(status)
@@ -198,10 +262,17 @@ pub struct Expect {
     scenario: Scenario,
     method: String,
     path: String,
+    when: Option<When>,
     check: Option<Check>,
 }
 
 impl Expect {
+    /// Matches only a request for which `when` holds too (a header, a query parameter).
+    pub fn when(mut self, when: impl Fn(&Request) -> bool + Send + 'static) -> Expect {
+        self.when = Some(Box::new(when));
+        self
+    }
+
     /// Checks the request's JSON body (assert in `check`; a failed assertion fails the scenario).
     pub fn check(mut self, check: impl FnOnce(&Value) + Send + 'static) -> Expect {
         self.check = Some(Box::new(check));
@@ -215,14 +286,83 @@ impl Expect {
 
     /// Answers with what `reply` makes of the request's JSON body.
     pub fn reply_with(
-        mut self,
+        self,
         reply: impl FnOnce(&Value) -> (u16, Value) + Send + 'static,
     ) -> Scenario {
+        self.reply_to(|request| reply(&request.body))
+    }
+
+    /// Answers with what `reply` makes of the whole request (its query, its headers).
+    pub fn reply_to(
+        self,
+        reply: impl FnOnce(&Request) -> (u16, Value) + Send + 'static,
+    ) -> Scenario {
+        let mut reply = Some(reply);
+        self.push(Answer::Reply(Box::new(move |request| {
+            // A step expected once is removed when matched: it answers once.
+            (reply.take().expect("a step answers once"))(request)
+        })))
+    }
+
+    /// Accepts the request and never answers it (the server keeps it open while it runs): a
+    /// peer that went silent, for deadlines and backoff.
+    pub fn hang(self) -> Scenario {
+        self.push(Answer::Hang)
+    }
+
+    fn push(mut self, answer: Answer) -> Scenario {
         self.scenario.steps.push_back(Step {
             method: self.method,
             path: self.path,
+            when: self.when,
             check: self.check,
-            reply: Box::new(reply),
+            answer,
+        });
+        self.scenario
+    }
+}
+
+/// An answer for any number of matching requests, not said yet ([`Scenario::always`]).
+#[must_use = "a repeated answer needs its answer: .reply(..), .reply_to(..) or .hang()"]
+pub struct Always {
+    scenario: Scenario,
+    method: String,
+    path: String,
+    when: Option<When>,
+}
+
+impl Always {
+    /// Matches only a request for which `when` holds too.
+    pub fn when(mut self, when: impl Fn(&Request) -> bool + Send + 'static) -> Always {
+        self.when = Some(Box::new(when));
+        self
+    }
+
+    /// Answers every matching request with `status` and `body`.
+    pub fn reply(self, (status, body): (u16, Value)) -> Scenario {
+        self.push(Answer::Reply(Box::new(move |_| (status, body.clone()))))
+    }
+
+    /// Answers every matching request with what `reply` makes of it.
+    pub fn reply_to(
+        self,
+        reply: impl FnMut(&Request) -> (u16, Value) + Send + 'static,
+    ) -> Scenario {
+        self.push(Answer::Reply(Box::new(reply)))
+    }
+
+    /// Accepts every matching request and never answers it.
+    pub fn hang(self) -> Scenario {
+        self.push(Answer::Hang)
+    }
+
+    fn push(mut self, answer: Answer) -> Scenario {
+        self.scenario.repeated.push(Step {
+            method: self.method,
+            path: self.path,
+            when: self.when,
+            check: None,
+            answer,
         });
         self.scenario
     }
@@ -230,13 +370,15 @@ impl Expect {
 
 struct State {
     steps: VecDeque<Step>,
+    repeated: Vec<Step>,
     seen: Vec<Request>,
     failures: Vec<String>,
 }
 
-/// Matches `request` with its step, runs the step's check, and makes the answer: a 500 Status
-/// when the request was not expected.
-fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> (u16, Value) {
+/// Matches `request` with its step (one expected once first, then a repeated one), runs the
+/// step's check, and makes the answer: a 500 Status when the request was not expected, `None`
+/// when the step hangs.
+fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> Option<(u16, Value)> {
     let mut state = state.lock().unwrap();
     state.seen.push(request.clone());
     let position = if any_order {
@@ -248,7 +390,13 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> (u16, Valu
             .filter(|s| s.matches(&request))
             .map(|_| 0)
     };
-    let Some(step) = position.and_then(|i| state.steps.remove(i)) else {
+    let Some(mut step) = position.and_then(|i| state.steps.remove(i)) else {
+        if let Some(repeated) = state.repeated.iter_mut().find(|s| s.matches(&request)) {
+            return match &mut repeated.answer {
+                Answer::Reply(reply) => Some(reply(&request)),
+                Answer::Hang => None,
+            };
+        }
         let expected = state
             .steps
             .front()
@@ -259,11 +407,11 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> (u16, Valu
             request.uri()
         );
         state.failures.push(failure.clone());
-        return (
+        return Some((
             500,
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                    "code": 500, "message": failure}),
-        );
+        ));
     };
     if let Some(check) = step.check {
         let checked = std::panic::catch_unwind(AssertUnwindSafe(|| check(&request.body)));
@@ -280,7 +428,10 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> (u16, Valu
             ));
         }
     }
-    (step.reply)(&request.body)
+    match &mut step.answer {
+        Answer::Reply(reply) => Some(reply(&request)),
+        Answer::Hang => None,
+    }
 }
 
 /// A scenario being played.
@@ -323,6 +474,25 @@ impl Running {
     /// The requests received so far.
     pub fn seen(&self) -> Vec<Request> {
         self.state.lock().unwrap().seen.clone()
+    }
+
+    /// How many requests received so far `which` holds for.
+    pub fn count(&self, which: impl Fn(&Request) -> bool) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .seen
+            .iter()
+            .filter(|r| which(r))
+            .count()
+    }
+
+    /// Stops the server without checking the scenario: the requests it holds fail, and so does
+    /// every request after, at once (an API server that cannot be reached).
+    pub async fn close(self) {
+        self.task.abort();
+        // Awaiting the aborted task drops it, and with it the server's end.
+        let _ = self.task.await;
     }
 }
 
@@ -447,5 +617,102 @@ mod tests {
         assert!(api.get_opt("first").await.unwrap().is_none());
         assert!(api.get_opt("second").await.unwrap().is_none());
         server.done().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_request_is_never_answered_and_the_next_one_is() {
+        let (client, server) = Scenario::new()
+            .expect("GET", "/api/v1/namespaces/a/configmaps/c")
+            .hang()
+            .expect("GET", "/api/v1/namespaces/a/configmaps/c")
+            .reply(not_found())
+            .run();
+        let api: Api<ConfigMap> = Api::namespaced(client, "a");
+        let deadline = Duration::from_secs(3);
+        let started = tokio::time::Instant::now();
+        let first = tokio::time::timeout(deadline, api.get_opt("c")).await;
+        assert!(first.is_err(), "no answer: {first:?}");
+        assert_eq!(started.elapsed(), deadline, "it waited for its deadline");
+        // The retry gets the next step's answer.
+        assert!(api.get_opt("c").await.unwrap().is_none());
+        assert_eq!(server.done().await.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_repeated_answer_serves_any_number_of_requests_after_the_expected_ones() {
+        let found = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "c", "namespace": "a"}});
+        let (client, server) = Scenario::new()
+            .always("GET", "/api/v1/namespaces/a/configmaps/c")
+            .reply(not_found())
+            .expect("GET", "/api/v1/namespaces/a/configmaps/c")
+            .reply((200, found))
+            .run();
+        let api: Api<ConfigMap> = Api::namespaced(client, "a");
+        // The step expected once comes first, though declared after the repeated one.
+        assert!(api.get_opt("c").await.unwrap().is_some());
+        for _ in 0..3 {
+            assert!(api.get_opt("c").await.unwrap().is_none());
+        }
+        assert_eq!(server.count(|r| r.method == "GET"), 4);
+        assert_eq!(server.done().await.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeated_answer_can_hang_and_match_on_the_query() {
+        let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                          "metadata": {"resourceVersion": "1"}, "items": []});
+        let (client, server) = Scenario::new()
+            .always("GET", "/api/v1/namespaces/a/configmaps")
+            .when(Request::is_watch)
+            .hang()
+            .always("GET", "/api/v1/namespaces/a/configmaps")
+            .when(|r| !r.is_watch() && r.param("labelSelector") == Some("team%3Da"))
+            .reply((200, list))
+            .run();
+        let api: Api<ConfigMap> = Api::namespaced(client, "a");
+        let selected = kube::api::ListParams::default().labels("team=a");
+        for _ in 0..2 {
+            assert!(api.list(&selected).await.unwrap().items.is_empty());
+        }
+        // The watch is accepted and never answered: not even its headers come.
+        let watch = kube::api::WatchParams::default().labels("team=a");
+        let waited = tokio::time::timeout(DEFAULT_WAIT, api.watch(&watch, "1")).await;
+        assert!(waited.is_err(), "the watch is held open");
+        // Another selector matches neither: a failure the scenario reports.
+        let other = api
+            .list(&kube::api::ListParams::default().labels("team=b"))
+            .await;
+        assert!(other.is_err());
+        assert_eq!(server.count(Request::is_watch), 1);
+        let panic = tokio::spawn(server.done()).await.unwrap_err().into_panic();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains("labelSelector=team%3Db"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_closed_server_fails_what_it_held_and_every_request_after() {
+        let (client, server) = Scenario::new()
+            .always("GET", "/api/v1/namespaces/a/configmaps/c")
+            .hang()
+            .run();
+        let api: Api<ConfigMap> = Api::namespaced(client, "a");
+        let held = tokio::spawn({
+            let api = api.clone();
+            async move { api.get_opt("c").await }
+        });
+        while server.seen().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        server.close().await;
+        let held = tokio::time::timeout(DEFAULT_WAIT, held)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(held.is_err(), "{held:?}");
+        let after = tokio::time::timeout(DEFAULT_WAIT, api.get_opt("c"))
+            .await
+            .unwrap();
+        assert!(after.is_err(), "{after:?}");
     }
 }
