@@ -93,6 +93,15 @@ impl Fleet {
 
     /// The status entry of `cluster` in the GatewayDNS.
     pub(crate) async fn entry(&self, cluster: &str) -> Option<serde_json::Value> {
+        self.status().await["clusters"]
+            .as_array()?
+            .iter()
+            .find(|c| c["cluster"] == cluster)
+            .cloned()
+    }
+
+    /// The GatewayDNS status (`null` while it cannot be read).
+    pub(crate) async fn status(&self) -> serde_json::Value {
         let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
             "connectivity.tanzu.vmware.com",
             "v1alpha1",
@@ -105,12 +114,10 @@ impl Fleet {
             "dev-team",
             &resource,
         );
-        let gateway = api.get("dev-team-gateway-dns").await.ok()?;
-        gateway.data["status"]["clusters"]
-            .as_array()?
-            .iter()
-            .find(|c| c["cluster"] == cluster)
-            .cloned()
+        api.get("dev-team-gateway-dns")
+            .await
+            .map(|gateway| gateway.data["status"].clone())
+            .unwrap_or_default()
     }
 
     /// Waits until `cluster`'s status entry passes `check`; returns how long that took.
@@ -486,25 +493,9 @@ async fn a_restarted_controller_keeps_the_last_addresses_of_an_unlisted_cluster_
         secrets.create(&Default::default(), &secret).await.unwrap();
     }
     // Every one published: cluster-a is no longer listed, and cluster-b's agent answers for it.
-    let status = |fleet: &Fleet| {
-        let mgmt = fleet.bed.cluster("management").client.clone();
-        async move {
-            let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-                "connectivity.tanzu.vmware.com",
-                "v1alpha1",
-                "GatewayDNS",
-            ));
-            resource.plural = "gatewaydns".into();
-            Api::<DynamicObject>::namespaced_with(mgmt, "dev-team", &resource)
-                .get("dev-team-gateway-dns")
-                .await
-                .map(|g| g.data["status"].clone())
-                .unwrap_or_default()
-        }
-    };
     let started = Instant::now();
     loop {
-        let now = status(&fleet).await;
+        let now = fleet.status().await;
         if now["clusterCounts"]["Published"] == 22 && fleet.entry("cluster-a").await.is_none() {
             break;
         }
