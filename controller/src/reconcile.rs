@@ -7,6 +7,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use dashmap::DashMap;
+
 use k8s_openapi::{
     api::discovery::v1::EndpointSlice, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
 };
@@ -67,40 +69,37 @@ pub const STATUS_CLUSTERS: usize = 20;
 
 /// Per GatewayDNS (namespace, name): its uid and every selected cluster's entry, as of its last
 /// reconcile. What the bounded status leaves out, and what the next reconcile starts from.
+/// Concurrent reconciles and the admin API use it: a concurrent map.
 #[derive(Default)]
-pub struct Details(std::sync::Mutex<DetailMap>);
+pub struct Details(DashMap<(String, String), Detail>);
 
-/// (namespace, name) → (uid, entries).
-type DetailMap = HashMap<(String, String), (String, Arc<Vec<ClusterGatewayStatus>>)>;
+/// A GatewayDNS's uid and entries.
+type Detail = (String, Arc<Vec<ClusterGatewayStatus>>);
 
 impl Details {
-    fn lock(&self) -> std::sync::MutexGuard<'_, DetailMap> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The entries of `gateway` as its last reconcile left them, if this process made one.
     fn of(&self, gateway: &GatewayDNS) -> Option<Arc<Vec<ClusterGatewayStatus>>> {
         let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
-        let lock = self.lock();
-        let (uid, entries) = lock.get(&key)?;
+        let found = self.0.get(&key)?;
+        let (uid, entries) = found.value();
         (Some(uid) == gateway.metadata.uid.as_ref()).then(|| entries.clone())
     }
 
     fn put(&self, gateway: &GatewayDNS, entries: Vec<ClusterGatewayStatus>) {
         let key = (gateway.namespace().unwrap_or_default(), gateway.name_any());
         let uid = gateway.metadata.uid.clone().unwrap_or_default();
-        self.lock().insert(key, (uid, Arc::new(entries)));
+        self.0.insert(key, (uid, Arc::new(entries)));
     }
 
     fn forget(&self, gateway: &GatewayDNS) {
-        self.lock()
+        self.0
             .remove(&(gateway.namespace().unwrap_or_default(), gateway.name_any()));
     }
 
     /// Every entry of GatewayDNS `namespace/name`, as JSON (`None`: not reconciled here).
     pub fn json(&self, namespace: &str, name: &str) -> Option<String> {
         let entries = self
-            .lock()
+            .0
             .get(&(namespace.to_string(), name.to_string()))?
             .1
             .clone();

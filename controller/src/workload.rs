@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dashmap::{DashMap, mapref::entry::Entry};
 use futures::StreamExt;
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret, Service},
@@ -270,21 +271,23 @@ fn next_generation() -> u64 {
 /// when it was read.
 type CachedAnnouncement = (Instant, Result<Option<Announcement>, String>);
 
-/// Clients and Service watches for every workload cluster, keyed by (namespace, cluster).
+/// Clients and Service watches for every workload cluster, keyed by (namespace, cluster). The
+/// reconciles of every GatewayDNS, the prober and the slice watches use it at once: its maps are
+/// concurrent maps, and no entry is held while anything is awaited or another entry is read.
 pub struct Workloads {
     management: Client,
     peers: PeerClients,
-    clusters: Mutex<HashMap<(String, String), ClusterEntry>>,
+    clusters: DashMap<(String, String), ClusterEntry>,
     trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
     /// What each cluster's xcc-agent announced, and when that was read.
-    announcements: Mutex<HashMap<(String, String), CachedAnnouncement>>,
+    announcements: DashMap<(String, String), CachedAnnouncement>,
     announcement_ttl: Duration,
     /// The last content this controller wrote (or is writing) to each slice, keyed by
     /// (namespace, cluster, slice): a watch event that shows just that wakes nobody, since the
     /// reconcile that wrote it knows. Recorded before the write, so the event cannot overtake it.
-    written: Arc<Mutex<HashMap<SliceKey, Print>>>,
+    written: Arc<DashMap<SliceKey, Print>>,
     /// Clients that could not be built, with the Secret version they were refused at.
-    failed: Mutex<HashMap<(String, String), (String, ClientError)>>,
+    failed: DashMap<(String, String), (String, ClientError)>,
     /// What the management cluster's Cluster and Secret watches say.
     pub index: Arc<crate::index::Index>,
 }
@@ -305,12 +308,12 @@ impl Workloads {
         Workloads {
             management,
             peers,
-            clusters: Mutex::new(HashMap::new()),
+            clusters: DashMap::new(),
             trigger,
-            announcements: Mutex::new(HashMap::new()),
+            announcements: DashMap::new(),
             announcement_ttl,
             written: Arc::default(),
-            failed: Mutex::default(),
+            failed: DashMap::new(),
             index: Arc::default(),
         }
     }
@@ -337,19 +340,16 @@ impl Workloads {
         client: &Client,
     ) -> Result<Option<Announcement>, String> {
         let key = (namespace.to_string(), cluster.to_string());
-        if let Some((read_at, cached)) = self
+        let fresh = self
             .announcements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            && read_at.elapsed() < self.announcement_ttl
-        {
-            return cached.clone();
+            .filter(|cached| cached.0.elapsed() < self.announcement_ttl)
+            .map(|cached| cached.1.clone());
+        if let Some(cached) = fresh {
+            return cached;
         }
         let found = read_announcement(client).await;
         self.announcements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .insert(key, (Instant::now(), found.clone()));
         found
     }
@@ -367,32 +367,32 @@ impl Workloads {
         // client (or the refusal) was built from.
         match self.index.secret_version(namespace, &name) {
             Some(None) => {
-                self.lock().remove(&key);
+                self.clusters.remove(&key);
                 return Err(ClientError::Unavailable(format!(
                     "kubeconfig Secret {namespace}/{name} (key {KUBECONFIG_KEY:?}) not found"
                 )));
             }
             Some(Some(version)) => {
-                if let Some(entry) = self.lock().get(&key)
-                    && entry.secret_version.as_ref() == Some(&version)
-                {
-                    return Ok(entry.peer.clone());
+                let built = self
+                    .clusters
+                    .get(&key)
+                    .filter(|entry| entry.secret_version.as_ref() == Some(&version))
+                    .map(|entry| entry.peer.clone());
+                if let Some(peer) = built {
+                    return Ok(peer);
                 }
-                if let Some((failed_at, error)) = self.failed_clients().get(&key)
-                    && *failed_at == version
-                {
-                    return Err(error.clone());
+                let refused = self
+                    .failed
+                    .get(&key)
+                    .filter(|failed| failed.0 == version)
+                    .map(|failed| failed.1.clone());
+                if let Some(error) = refused {
+                    return Err(error);
                 }
             }
             None => {}
         }
         self.read_peer(namespace, cluster, &name).await
-    }
-
-    fn failed_clients(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, ClientError)>> {
-        self.failed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn read_peer(
@@ -424,52 +424,44 @@ impl Workloads {
             Ok(peer) => peer,
             Err(error) => {
                 // Its watches go with the client; the records already published stay.
-                self.lock().remove(&key);
+                self.clusters.remove(&key);
                 let error = match error {
                     KubeconfigError::Rejected { .. } => ClientError::Rejected(error.to_string()),
                     _ => ClientError::Unavailable(error.to_string()),
                 };
                 if let Some(version) = secret.metadata.resource_version.clone() {
-                    self.failed_clients().insert(key, (version, error.clone()));
+                    self.failed.insert(key, (version, error.clone()));
                 }
                 return Err(error);
             }
         };
-        let mut clusters = self.lock();
-        if clusters
-            .get(&key)
-            .is_none_or(|entry| entry.peer.identity != peer.identity)
-        {
-            tracing::info!(%namespace, %cluster, "built a client for the workload cluster");
-            // A new kubeconfig: the old client and its watches go.
-            clusters.insert(
-                key.clone(),
-                ClusterEntry {
+        let secret_version = secret.metadata.resource_version.clone();
+        match self.clusters.entry(key.clone()) {
+            Entry::Occupied(mut same) if same.get().peer.identity == peer.identity => {
+                same.get_mut().secret_version = secret_version;
+            }
+            entry => {
+                tracing::info!(%namespace, %cluster, "built a client for the workload cluster");
+                // A new kubeconfig: the old client and its watches go.
+                entry.insert(ClusterEntry {
                     peer: peer.clone(),
-                    secret_version: None,
+                    secret_version,
                     services: HashMap::new(),
                     slices: None,
-                },
-            );
+                });
+            }
         }
-        if let Some(entry) = clusters.get_mut(&key) {
-            entry.secret_version = secret.metadata.resource_version.clone();
-        }
-        self.failed_clients().remove(&key);
+        self.failed.remove(&key);
         Ok(peer)
     }
 
     /// Why the client of `cluster` does not verify its peer, if it does not
     /// (`--allow-insecure-peers`).
     pub fn insecure(&self, namespace: &str, cluster: &str) -> Option<String> {
-        self.lock()
+        self.clusters
             .get(&(namespace.to_string(), cluster.to_string()))
             .and_then(|entry| entry.peer.insecure_message())
             .map(|why| format!("cluster {cluster}: {why}"))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ClusterEntry>> {
-        self.clusters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// What the gateway Service `service` (`ns/name`) of `cluster` looks like now, for `gateway`,
@@ -491,8 +483,9 @@ impl Workloads {
             return Observation::ServiceNotFound;
         };
         let (store, health) = {
-            let mut clusters = self.lock();
-            let Some(entry) = clusters.get_mut(&(namespace.to_string(), cluster.to_string()))
+            let Some(mut entry) = self
+                .clusters
+                .get_mut(&(namespace.to_string(), cluster.to_string()))
             else {
                 return Observation::Unreachable("client was replaced; retrying".into());
             };
@@ -565,11 +558,10 @@ impl Workloads {
 
     /// Ready endpoints behind `service` on `cluster`, once its EndpointSlice watch has listed.
     pub fn ready_endpoints(&self, namespace: &str, cluster: &str, service: &str) -> Option<u32> {
-        let clusters = self.lock();
-        let watch = clusters
-            .get(&(namespace.to_string(), cluster.to_string()))?
-            .services
-            .get(service)?;
+        let entry = self
+            .clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?;
+        let watch = entry.services.get(service)?;
         watch
             .endpoints
             .health
@@ -581,7 +573,7 @@ impl Workloads {
     /// Whether the prober found `cluster`'s API server silent.
     pub fn silent(&self, namespace: &str, cluster: &str) -> Option<String> {
         let server = self
-            .lock()
+            .clusters
             .get(&(namespace.to_string(), cluster.to_string()))?
             .peer
             .server
@@ -606,9 +598,10 @@ impl Workloads {
             self.peers.probe_all(PROBE_DEADLINE.min(interval)).await;
             let now = std::time::SystemTime::now();
             let clusters: Vec<Probed> = self
-                .lock()
+                .clusters
                 .iter()
-                .map(|(key, entry)| {
+                .map(|entry| {
+                    let (key, entry) = entry.pair();
                     let subscribers = entry
                         .services
                         .values()
@@ -641,7 +634,8 @@ impl Workloads {
                 if back {
                     // The first answer after a silence: its watches may sit in a backoff of up
                     // to half a minute; new ones list at once (the next reconcile starts them).
-                    if let Some(entry) = self.lock().get_mut(&(namespace.clone(), cluster.clone()))
+                    if let Some(mut entry) =
+                        self.clusters.get_mut(&(namespace.clone(), cluster.clone()))
                     {
                         tracing::info!(%namespace, %cluster, "workload cluster answers again; restarting its watches");
                         entry.services.clear();
@@ -670,9 +664,11 @@ impl Workloads {
         decide: impl FnOnce(&Slices) -> T,
     ) -> Result<(Option<u64>, T), String> {
         let (state, health) = {
-            let mut clusters = self.lock();
-            match clusters.get_mut(&(namespace.to_string(), cluster.to_string())) {
-                Some(entry) => {
+            match self
+                .clusters
+                .get_mut(&(namespace.to_string(), cluster.to_string()))
+            {
+                Some(mut entry) => {
                     let watch = entry.slices.get_or_insert_with(|| {
                         self.start_slice_watch(client.clone(), namespace, cluster)
                     });
@@ -704,11 +700,10 @@ impl Workloads {
 
     /// The generation of `cluster`'s slice store, while its watch has listed and is healthy.
     pub fn slice_generation(&self, namespace: &str, cluster: &str) -> Option<u64> {
-        let clusters = self.lock();
-        let watch = clusters
-            .get(&(namespace.to_string(), cluster.to_string()))?
-            .slices
-            .as_ref()?;
+        let entry = self
+            .clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?;
+        let watch = entry.slices.as_ref()?;
         if !watch.health.healthy.load(Ordering::Acquire) {
             return None;
         }
@@ -727,11 +722,9 @@ impl Workloads {
         cluster: &str,
     ) -> Option<Result<Option<Announcement>, String>> {
         self.announcements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&(namespace.to_string(), cluster.to_string()))
-            .filter(|(read_at, _)| read_at.elapsed() < self.announcement_ttl)
-            .map(|(_, cached)| cached.clone())
+            .filter(|cached| cached.0.elapsed() < self.announcement_ttl)
+            .map(|cached| cached.1.clone())
     }
 
     /// This controller is about to write `slice` on `cluster` (`None`: to delete slice `name`).
@@ -743,13 +736,12 @@ impl Workloads {
         slice: Option<&EndpointSlice>,
     ) {
         let key = (namespace.to_string(), cluster.to_string(), name.to_string());
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         match slice {
             Some(slice) => {
-                written.insert(key, Print::of(slice));
+                self.written.insert(key, Print::of(slice));
             }
             None => {
-                written.remove(&key);
+                self.written.remove(&key);
             }
         }
     }
@@ -808,10 +800,8 @@ impl Workloads {
                         // wrote it knows.
                         let own = slice.metadata.deletion_timestamp.is_none()
                             && written
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
                                 .get(&(own_namespace.clone(), cluster_name.clone(), name.clone()))
-                                .is_some_and(|want| crate::desired::same_content(&print, want));
+                                .is_some_and(|want| crate::desired::same_content(&print, &want));
                         let mut print = Some(print);
                         state(&mut |s| {
                             if let Some(print) = print.take() {
@@ -862,8 +852,8 @@ impl Workloads {
         gateway: &ObjectRef<GatewayDNS>,
         keep: &BTreeSet<(String, String)>,
     ) {
-        let mut clusters = self.lock();
-        for ((ns, cluster), entry) in clusters.iter_mut() {
+        for mut entry in self.clusters.iter_mut() {
+            let ((ns, cluster), entry) = entry.pair_mut();
             if ns != namespace {
                 continue;
             }
