@@ -52,27 +52,7 @@ current-context: alpha
 
     /// Runs `script` in a non-interactive bash with the plugin on PATH.
     fn bash(&self, script: &str) -> String {
-        let path = format!(
-            "{}:{}",
-            self.path("bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new("bash")
-            .arg("--norc")
-            .arg("-c")
-            .arg(script)
-            .env("PATH", path)
-            .env("KUBECONFIG", self.path("config"))
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "bash failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
+        self.run(Path::new("bash"), &["--norc", "-c", script])
     }
 }
 
@@ -112,17 +92,6 @@ fn replies(out: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn script(bed: &Bed) -> PathBuf {
-    let out = Command::new(PLUGIN)
-        .args(["completion", "bash"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let path = bed.path("kubectl-xcc.bash");
-    std::fs::write(&path, out.stdout).unwrap();
-    path
-}
-
 fn source(path: &Path) -> String {
     format!("source {}\n", path.display())
 }
@@ -130,7 +99,7 @@ fn source(path: &Path) -> String {
 #[test]
 fn sourced_bash_completion_completes_kubectl_xcc_and_kubectl_dash_xcc() {
     let bed = Bed::new();
-    let script = script(&bed);
+    let script = bed.script_for("bash", "kubectl-xcc.bash");
     let out = bed.bash(&format!(
         "{COMPLETE_LINE}{}
 complete -p kubectl-xcc
@@ -173,7 +142,7 @@ complete_line kubectl xcc completion ''
 #[test]
 fn kubectls_own_completion_keeps_working_around_the_wrapper() {
     let bed = Bed::new();
-    let script = script(&bed);
+    let script = bed.script_for("bash", "kubectl-xcc.bash");
     // kubectl's completion registered before (as `source <(kubectl completion bash)` does):
     // `kubectl xcc` is ours, everything else is kubectl's, with kubectl's options kept.
     let kubectl = "__start_kubectl() { COMPREPLY=(from-kubectl); }
@@ -261,13 +230,18 @@ fn shell(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{name} is not installed (test.sh installs it)"
+        missing(
+            &format!("{name} is not installed (test.sh installs it)"),
+            "its completion is not tested",
         );
-        eprintln!("SKIPPED: {name} is not installed; its completion is not tested");
     }
     found
+}
+
+/// A tool the test needs is `missing`: a failure in CI, else one loud line saying what is `untested`.
+fn missing(missing: &str, untested: &str) {
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{missing}");
+    eprintln!("SKIPPED: {missing}; {untested}");
 }
 
 /// kubectl, to complete `kubectl xcc ...` through kubectl's own completion: $XCC_KUBECTL, the
@@ -295,11 +269,10 @@ fn kubectl() -> Option<PathBuf> {
                 .find(|p| p.is_file())
         });
     if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "kubectl not found (tests/testbed/install.sh installs it)"
+        missing(
+            "kubectl not found (tests/testbed/install.sh installs it)",
+            "completion through `kubectl xcc` is not tested",
         );
-        eprintln!("SKIPPED: kubectl not found; completion through `kubectl xcc` is not tested");
     }
     found
 }
@@ -326,6 +299,31 @@ impl Bed {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         std::fs::write(self.path(file), out.stdout).unwrap();
+    }
+
+    /// What fish completes for each of `lines` (`complete -C`) after sourcing `script`: the
+    /// candidates without their descriptions, one Vec per line.
+    fn fish_complete(&self, fish: &Path, script: &Path, lines: &[&str]) -> Vec<Vec<String>> {
+        let completions: Vec<String> = lines
+            .iter()
+            .map(|line| format!("complete -C '{line}'"))
+            .collect();
+        let command = format!(
+            "source {}; {}",
+            script.display(),
+            completions.join("; echo @@; ")
+        );
+        let out = self.run(fish, &["--no-config", "-c", &command]);
+        let parts: Vec<Vec<String>> = out
+            .split("@@\n")
+            .map(|p| {
+                p.lines()
+                    .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(parts.len(), lines.len(), "{out}");
+        parts
     }
 
     fn path_var(&self) -> String {
@@ -362,53 +360,30 @@ fn fish_completes_kubectl_dash_xcc_and_through_kubectl() {
     let Some(fish) = shell("fish") else { return };
     let bed = Bed::new();
     let script = bed.script_for("fish", "kubectl-xcc.fish");
-    let out = bed.run(
+    let parts = bed.fish_complete(
         &fish,
-        &[
-            "--no-config",
-            "-c",
-            &format!(
-                "source {}; complete -C 'kubectl-xcc st'; echo @@; complete -C 'kubectl-xcc '; \
-                 echo @@; complete -C 'kubectl-xcc cluster j'",
-                script.display()
-            ),
-        ],
+        &script,
+        &["kubectl-xcc st", "kubectl-xcc ", "kubectl-xcc cluster j"],
     );
-    let parts: Vec<Vec<&str>> = out
-        .split("@@\n")
-        .map(|p| p.lines().map(|l| l.split('\t').next().unwrap()).collect())
-        .collect();
-    assert_eq!(parts.len(), 3, "{out}");
-    assert_eq!(parts[0], ["status"], "{out}");
+    assert_eq!(parts[0], ["status"], "{parts:?}");
     for name in ["plumber", "cluster", "link", "status", "dns", "completion"] {
-        assert!(parts[1].contains(&name), "{name}: {out}");
+        assert!(parts[1].contains(&name.to_string()), "{name}: {parts:?}");
     }
-    assert_eq!(parts[2], ["join"], "{out}");
+    assert_eq!(parts[2], ["join"], "{parts:?}");
 
     // `kubectl xcc`: kubectl's fish completion asks kubectl_complete-xcc.
     let Some(kubectl) = kubectl() else { return };
     bed.with_kubectl(&kubectl, "fish", "kubectl.fish");
-    let out = bed.run(
+    let parts = bed.fish_complete(
         &fish,
-        &[
-            "--no-config",
-            "-c",
-            &format!(
-                "source {}; complete -C 'kubectl xcc st'; echo @@; \
-                 complete -C 'kubectl xcc status --context '",
-                bed.path("kubectl.fish").display()
-            ),
-        ],
+        &bed.path("kubectl.fish"),
+        &["kubectl xcc st", "kubectl xcc status --context "],
     );
-    let parts: Vec<Vec<&str>> = out
-        .split("@@\n")
-        .map(|p| p.lines().map(|l| l.split('\t').next().unwrap()).collect())
-        .collect();
-    assert_eq!(parts[0], ["status"], "{out}");
+    assert_eq!(parts[0], ["status"], "{parts:?}");
     assert_eq!(
         parts[1],
         ["alpha", "beta"],
-        "contexts of $KUBECONFIG: {out}"
+        "contexts of $KUBECONFIG: {parts:?}"
     );
 }
 
