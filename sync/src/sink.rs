@@ -336,6 +336,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::ObjectMeta;
     use serde_json::json;
+    use xcc_kube::scenario::Scenario;
 
     fn secret(annotation: Option<&str>) -> Secret {
         Secret {
@@ -408,35 +409,6 @@ mod tests {
         assert!(!up_to_date(&current, &relabelled));
     }
 
-    /// A mocked API server: answers each request with the next canned `(status, body)` and
-    /// records `METHOD path?query` of each.
-    fn api_server(
-        answers: Vec<(u16, Value)>,
-    ) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-        let log = seen.clone();
-        tokio::spawn(async move {
-            let mut answers = answers.into_iter();
-            while let Some((request, send)) = handle.next_request().await {
-                log.lock()
-                    .unwrap()
-                    .push(format!("{} {}", request.method(), request.uri()));
-                let (status, body) = answers.next().expect("a canned answer");
-                send.send_response(
-                    http::Response::builder()
-                        .status(status)
-                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        (kube::Client::new(service, "default"), seen)
-    }
-
     fn counted() -> (Counted, prometheus_client::registry::Registry) {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = SyncMetrics::register(&mut registry);
@@ -481,11 +453,20 @@ mod tests {
         after_apply["data"]["extra"] = json!("theirs");
         let mut replaced = after_apply.clone();
         replaced["data"] = json!({"a": "1"});
-        let (client, seen) = api_server(vec![
-            (200, after_apply),
-            (200, replaced.clone()),
-            (200, replaced),
-        ]);
+        let path = "/api/v1/namespaces/team-a/configmaps/settings";
+        let (client, server) = Scenario::new()
+            .expect("PATCH", path)
+            .when(|r| {
+                r.param("force") == Some("true") && r.param("fieldManager") == Some("xcc-agent")
+            })
+            .reply((200, after_apply))
+            .expect("PUT", path)
+            .check(|body| assert_eq!(body["data"], json!({"a": "1"})))
+            .reply((200, replaced.clone()))
+            .expect("PATCH", format!("{path}/status"))
+            .check(|body| assert_eq!(body["status"], json!({"seen": true})))
+            .reply((200, replaced))
+            .run();
         let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
             client,
             "team-a",
@@ -495,39 +476,25 @@ mod tests {
         apply_whole(&api, "settings", desired, &counted)
             .await
             .unwrap();
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 3, "{seen:?}");
-        assert!(
-            seen[0].starts_with("PATCH /api/v1/namespaces/team-a/configmaps/settings?")
-                && seen[0].contains("force=true")
-                && seen[0].contains("fieldManager=xcc-agent"),
-            "{seen:?}"
-        );
-        assert!(
-            seen[1].starts_with("PUT /api/v1/namespaces/team-a/configmaps/settings"),
-            "{seen:?}"
-        );
-        assert!(
-            seen[2].starts_with("PATCH /api/v1/namespaces/team-a/configmaps/settings/status?"),
-            "{seen:?}"
-        );
+        assert_eq!(server.done().await.len(), 3);
         assert_eq!(writes(&registry), "apply=1,replace=1,status=1");
     }
 
     #[tokio::test]
     async fn a_delete_that_lost_its_precondition_is_no_error_and_not_counted() {
         let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "Precondition failed: UID in precondition: a, UID in object meta: b"});
-        let (client, seen) = api_server(vec![(409, conflict)]);
+        let (client, server) = Scenario::new()
+            .expect("DELETE", "/api/v1/namespaces/project-1/secrets/dumbo")
+            .check(|body| assert_eq!(body["preconditions"]["uid"], "a"))
+            .reply((409, conflict))
+            .run();
         let api: Api<Secret> = Api::namespaced(client, "project-1");
         let (counted, registry) = counted();
         let deleted = delete_exact(&api, "dumbo", Some("a".into()), Some("3".into()), &counted)
             .await
             .unwrap();
         assert!(!deleted);
-        assert!(
-            seen.lock().unwrap()[0]
-                .starts_with("DELETE /api/v1/namespaces/project-1/secrets/dumbo")
-        );
+        server.done().await;
         assert_eq!(writes(&registry), "");
     }
 }

@@ -891,6 +891,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::time::Duration;
+    use xcc_kube::scenario::{self, Request, Running, Scenario};
 
     /// How long to wait for a view to list.
     const LIST_WAIT: Duration = Duration::from_secs(5);
@@ -933,12 +934,6 @@ mod tests {
         assert!(matches!(second.next().await.unwrap(), SecretChange::Missed));
     }
 
-    /// A mocked API server answering lists and watches of Secrets; counts the requests by
-    /// whether they ask for metadata only.
-    struct Server {
-        requests: Arc<Mutex<Vec<String>>>,
-    }
-
     fn secret_json(name: &str, with_data: bool) -> serde_json::Value {
         let mut secret = json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -950,75 +945,66 @@ mod tests {
         secret
     }
 
-    fn mock() -> (Client, Server) {
-        mock_failing(0, 0)
+    /// Whether `request` asks for metadata only.
+    fn for_metadata(request: &Request) -> bool {
+        request
+            .header("accept")
+            .is_some_and(|a| a.contains("PartialObjectMetadata"))
     }
 
-    /// An API server's error answer.
-    fn status(code: u16, reason: &str, message: &str) -> http::Response<kube::client::Body> {
-        let status = json!({
-            "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-            "code": code, "reason": reason, "message": message,
-        });
-        http::Response::builder()
-            .status(code)
-            .body(kube::client::Body::from(
-                serde_json::to_vec(&status).unwrap(),
-            ))
-            .unwrap()
+    /// `list` or `watch`, then `meta` or `full`: what `request` asks for.
+    fn asks(request: &Request) -> String {
+        format!(
+            "{} {}",
+            if request.is_watch() { "watch" } else { "list" },
+            if for_metadata(request) {
+                "meta"
+            } else {
+                "full"
+            }
+        )
+    }
+
+    /// A mocked API server answering lists of Secrets (as whole objects or as metadata, as
+    /// asked) and accepting watches that never send anything.
+    fn mock() -> (Client, Running) {
+        mock_failing(0, 0)
     }
 
     /// [`mock`], whose first `lists` lists answer 404 (a kind not served yet) and whose first
     /// `watches` watches answer 429 (a new kind's watch cache still initializing).
-    fn mock_failing(lists: usize, watches: usize) -> (Client, Server) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
-        let seen = requests.clone();
-        let (mut lists, mut watches) = (lists, watches);
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let uri = request.uri().to_string();
-                let metadata = request
-                    .headers()
-                    .get("accept")
-                    .and_then(|a| a.to_str().ok())
-                    .is_some_and(|a| a.contains("PartialObjectMetadata"));
-                let watch = uri.contains("watch=true");
-                seen.lock().unwrap().push(format!(
-                    "{} {}",
-                    if watch { "watch" } else { "list" },
-                    if metadata { "meta" } else { "full" }
-                ));
-                if watch && watches > 0 {
-                    watches -= 1;
-                    send.send_response(status(
-                        429,
-                        "TooManyRequests",
-                        "storage is (re)initializing",
-                    ));
-                    continue;
-                }
-                if !watch && lists > 0 {
-                    lists -= 1;
-                    send.send_response(status(
+    fn mock_failing(lists: usize, watches: usize) -> (Client, Running) {
+        let path = "/api/v1/secrets";
+        let mut scenario = Scenario::new().in_any_order();
+        for _ in 0..lists {
+            scenario =
+                scenario
+                    .expect("GET", path)
+                    .when(|r| !r.is_watch())
+                    .reply(scenario::status(
                         404,
                         "NotFound",
                         "the server could not find the requested resource",
                     ));
-                    continue;
-                }
-                if watch {
-                    // A watch that never answers (dropped with its source).
-                    tokio::spawn(async move {
-                        let _send = send;
-                        std::future::pending::<()>().await;
-                    });
-                    continue;
-                }
-                let items = if metadata {
+        }
+        for _ in 0..watches {
+            scenario =
+                scenario
+                    .expect("GET", path)
+                    .when(Request::is_watch)
+                    .reply(scenario::status(
+                        429,
+                        "TooManyRequests",
+                        "storage is (re)initializing",
+                    ));
+        }
+        scenario
+            .always("GET", path)
+            .when(Request::is_watch)
+            .hang()
+            .always("GET", path)
+            .reply_to(|request| {
+                let items = if for_metadata(request) {
                     vec![
                         json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
                                 "metadata": {"name": "dumbo", "namespace": "project-1", "resourceVersion": "1"}}),
@@ -1031,14 +1017,9 @@ mod tests {
                     "metadata": {"resourceVersion": "1"},
                     "items": items,
                 });
-                send.send_response(
-                    http::Response::builder()
-                        .body(kube::client::Body::from(serde_json::to_vec(&list).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        (Client::new(service, "default"), Server { requests })
+                (200, list)
+            })
+            .run()
     }
 
     async fn wait_listed(view: &View) {
@@ -1077,15 +1058,7 @@ mod tests {
         assert_eq!(sources.health().len(), 1);
         drop(full);
         tokio::time::timeout(LIST_WAIT, async {
-            while server
-                .requests
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|r| r.as_str() == "list meta")
-                .count()
-                < 2
-            {
+            while count(&server, "list meta") < 2 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
@@ -1093,15 +1066,7 @@ mod tests {
         .expect("back to metadata once no view needs content");
         drop((meta, second));
         assert!(sources.health().is_empty(), "the last view stops the watch");
-        let requests = server.requests.lock().unwrap().clone();
-        assert_eq!(
-            requests
-                .iter()
-                .filter(|r| r.starts_with("list full"))
-                .count(),
-            1,
-            "{requests:?}"
-        );
+        assert_eq!(count(&server, "list full"), 1, "{:?}", requests(&server));
     }
 
     #[tokio::test]
@@ -1131,11 +1096,11 @@ mod tests {
             .unwrap();
         assert_eq!(announced.metadata.name.as_deref(), Some("dumbo"));
         assert_eq!(sources.health().len(), 1, "no second watch");
-        let requests = server.requests.lock().unwrap().clone();
         assert_eq!(
-            requests.iter().filter(|r| r.starts_with("list")).count(),
+            count(&server, "list meta") + count(&server, "list full"),
             1,
-            "{requests:?}"
+            "{:?}",
+            requests(&server)
         );
         feed.abort();
         drop(other);
@@ -1152,9 +1117,13 @@ mod tests {
         .unwrap_or_else(|_| panic!("{what}"));
     }
 
-    fn count(server: &Server, request: &str) -> usize {
-        let requests = server.requests.lock().unwrap();
-        requests.iter().filter(|r| r.as_str() == request).count()
+    /// How many requests asked for `what` (see [`asks`]).
+    fn count(server: &Running, what: &str) -> usize {
+        server.count(|r| asks(r) == what)
+    }
+
+    fn requests(server: &Running) -> Vec<String> {
+        server.seen().iter().map(asks).collect()
     }
 
     fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {

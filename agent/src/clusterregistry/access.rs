@@ -251,20 +251,14 @@ mod tests {
     /// again for a while, whatever the kind.
     #[tokio::test(start_paused = true)]
     async fn a_silent_api_server_costs_one_deadline() {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = asked.clone();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Some((_, send)) = handle.next_request().await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                held.push(send);
-            }
-        });
-        let client = Client::new(service, "default");
+        let (client, server) = Scenario::new()
+            .always(
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            )
+            .hang()
+            .run();
+        let asked = || server.seen().len();
         let access = Access::default();
         let started = tokio::time::Instant::now();
         assert_eq!(
@@ -282,26 +276,19 @@ mod tests {
             None
         );
         assert_eq!(started.elapsed(), DEADLINE, "not asked again");
-        assert_eq!(asked.load(Ordering::SeqCst), Access::READ.len());
+        assert_eq!(asked(), Access::READ.len());
         tokio::time::advance(KEEP_UNANSWERED).await;
         let _ = access
             .missing("peer", &client, &secrets, Access::READ)
             .await;
-        assert_eq!(
-            asked.load(Ordering::SeqCst),
-            2 * Access::READ.len(),
-            "asked again later"
-        );
+        assert_eq!(asked(), 2 * Access::READ.len(), "asked again later");
+        server.done().await;
     }
 
     #[tokio::test]
     async fn an_api_server_that_cannot_answer_blocks_nothing() {
-        let (service, handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        drop(handle);
-        let client = Client::new(service, "default");
+        let (client, server) = Scenario::new().run();
+        server.close().await;
         let access = Access::default();
         assert_eq!(
             access
