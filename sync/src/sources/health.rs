@@ -1,0 +1,232 @@
+//! The health of one watch (its metric, its [`Health`], its log lines) and the relist after
+//! every failure that lets a watch say it is back.
+
+use std::{sync::Mutex, time::SystemTime};
+
+use futures::{Stream, StreamExt, stream::BoxStream};
+use kube::runtime::watcher;
+
+use super::Health;
+use crate::metrics::SyncMetrics;
+
+/// How long a watch may fail before it says so at WARN: a single failure (an API server
+/// restarting, a new CRD's storage still initializing, a watch expired) heals within a retry or
+/// two and is logged at DEBUG only.
+pub(super) const WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The health of one watch, kept in its metric, its [`Health`] and its log lines.
+///
+/// - Every failure counts in `xcc_sync_watch_errors` and makes the watch reconnecting (state 2)
+///   since the outage began; it is synced (state 1) again once the server answers with a list
+///   or an event. With [`relisting`] under the watch, every failure is followed by a list, so
+///   a watch that recovers always says so, also when its kind has no objects.
+/// - The log says why a watch cannot list or watch at WARN once per outage, when it has lasted
+///   [`WARN_AFTER`], and once at INFO when it listed again; every other failure is at DEBUG.
+///   An outage ends when the watch has listed and then gone the backoff's quiet period without
+///   a failure (so a kind that lists but may not be watched warns once, not at every list).
+pub(super) struct Tracker<'a> {
+    cluster: &'a str,
+    kind: &'a str,
+    metrics: Option<&'a SyncMetrics>,
+    health: &'a Mutex<Health>,
+    /// How long after a list without a failure an outage is over.
+    quiet: std::time::Duration,
+    outage: Option<Outage>,
+}
+
+struct Outage {
+    since: tokio::time::Instant,
+    began: SystemTime,
+    /// When the watch last listed or heard of a change since the last failure.
+    answered: Option<tokio::time::Instant>,
+    warned: bool,
+    told_listed: bool,
+}
+
+impl<'a> Tracker<'a> {
+    pub(super) fn new(
+        cluster: &'a str,
+        kind: &'a str,
+        local: bool,
+        metrics: Option<&'a SyncMetrics>,
+        health: &'a Mutex<Health>,
+    ) -> Tracker<'a> {
+        let quiet = if local {
+            xcc_kube::Backoff::local().quiet()
+        } else {
+            xcc_kube::Backoff::peer().quiet()
+        };
+        Tracker {
+            cluster,
+            kind,
+            metrics,
+            health,
+            quiet,
+            outage: None,
+        }
+    }
+
+    fn set(&self, health: Health) {
+        self.set_as(health.state(), health);
+    }
+
+    fn set_as(&self, state: &'static str, health: Health) {
+        if let Some(metrics) = self.metrics {
+            metrics.watch_state(self.cluster, self.kind, state);
+        }
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
+    }
+
+    /// The first list has not arrived yet.
+    pub(super) fn listing(&self) {
+        self.set(Health::Listing {
+            since: SystemTime::now(),
+        });
+    }
+
+    /// A list or watch request failed; the watch retries on its backoff.
+    pub(super) fn failed(&mut self, error: &watcher::Error) {
+        let now = tokio::time::Instant::now();
+        if self
+            .outage
+            .as_ref()
+            .and_then(|o| o.answered)
+            .is_some_and(|at| now.duration_since(at) >= self.quiet)
+        {
+            self.outage = None;
+        }
+        let outage = self.outage.get_or_insert_with(|| Outage {
+            since: now,
+            began: SystemTime::now(),
+            answered: None,
+            warned: false,
+            told_listed: false,
+        });
+        outage.answered = None;
+        let state = crate::metrics::failed_watch_state(error);
+        let error = xcc_kube::bounded(error);
+        let failing = now.duration_since(outage.since);
+        let (cluster, kind) = (self.cluster, self.kind);
+        if !outage.warned && failing >= WARN_AFTER {
+            outage.warned = true;
+            tracing::warn!(%cluster, %kind, %error, failing_for = ?failing, "watch cannot list or watch; retrying");
+        } else {
+            tracing::debug!(%cluster, %kind, %error, "watch failed; retrying");
+        }
+        if let Some(metrics) = self.metrics {
+            metrics.watch_error(cluster, kind);
+        }
+        let since = outage.began;
+        self.set_as(state, Health::Reconnecting { since, error });
+    }
+
+    /// The server answered with a list or a change.
+    pub(super) fn answered(&mut self) {
+        if let Some(metrics) = self.metrics {
+            metrics.watch_contact(self.cluster, self.kind);
+        }
+        if let Some(outage) = &mut self.outage
+            && outage.answered.is_none()
+        {
+            let now = tokio::time::Instant::now();
+            outage.answered = Some(now);
+            if outage.warned && !outage.told_listed {
+                outage.told_listed = true;
+                let after = now.duration_since(outage.since);
+                tracing::info!(cluster = %self.cluster, kind = %self.kind, ?after, "watch listed again");
+            }
+        }
+        let synced = matches!(
+            *self.health.lock().unwrap_or_else(|e| e.into_inner()),
+            Health::Synced { .. }
+        );
+        if !synced {
+            self.set(Health::Synced {
+                since: SystemTime::now(),
+            });
+        }
+    }
+}
+
+pub(super) type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// A watcher that starts over with a list after every failure: `watch` makes a new one.
+///
+/// kube-runtime's watcher retries a watch that failed to start (or broke) from the
+/// resourceVersion it had listed, and says nothing when that retry works: a kind without
+/// objects would look failed until its next change. A new list after a failure costs one list
+/// (the watcher relists after an expired watch anyway) and ends in `InitDone`, so the source
+/// knows it is back. Put the backoff around it: the new watcher is polled after the delay.
+pub fn relisting<K: Send + 'static>(
+    watch: impl Fn() -> WatchEvents<K> + Send + 'static,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    let events = watch();
+    futures::stream::unfold((watch, events), |(watch, mut events)| async move {
+        let event = events.next().await?;
+        if event.is_err() {
+            events = watch();
+        }
+        Some((event, (watch, events)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::LOCAL;
+    use std::time::Duration;
+    use xcc_kube::testing::Lines;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_warns_once_per_outage_and_says_when_it_listed_again() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _log = tracing::subscriber::set_default(subscriber);
+        let health = Mutex::new(Health::Listing {
+            since: SystemTime::now(),
+        });
+        let mut tracker = Tracker::new(LOCAL, "Secret", true, None, &health);
+        let fail = |tracker: &mut Tracker| tracker.failed(&watcher::Error::NoResourceVersion);
+        let warned = "watch cannot list or watch";
+        let listed_again = "watch listed again";
+
+        // A short outage: DEBUG only.
+        fail(&mut tracker);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tracker.answered();
+        assert!(matches!(*health.lock().unwrap(), Health::Synced { .. }));
+        assert_eq!(lines.matching(warned), 0);
+        assert_eq!(lines.matching("watch failed; retrying"), 1);
+
+        // A long one (it lists, but its watch keeps failing): one WARN, one INFO.
+        tokio::time::advance(tracker.quiet).await;
+        for _ in 0..8 {
+            fail(&mut tracker);
+            tokio::time::advance(Duration::from_secs(3)).await;
+            tracker.answered();
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        fail(&mut tracker);
+        assert!(matches!(
+            *health.lock().unwrap(),
+            Health::Reconnecting { .. }
+        ));
+        assert_eq!(lines.matching(warned), 1);
+        assert_eq!(lines.matching(" WARN "), 1);
+        assert_eq!(lines.matching(listed_again), 1);
+
+        // Back for the quiet period: the next failure starts a new outage, which warns again.
+        tracker.answered();
+        tokio::time::advance(tracker.quiet).await;
+        fail(&mut tracker);
+        assert_eq!(lines.matching(warned), 1);
+        tokio::time::advance(WARN_AFTER).await;
+        fail(&mut tracker);
+        assert_eq!(lines.matching(warned), 2);
+    }
+}

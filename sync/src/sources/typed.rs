@@ -1,0 +1,143 @@
+//! One watch of a typed kind of the agent's own cluster, shared by kube-runtime `Controller`s.
+
+use std::{sync::Mutex, time::SystemTime};
+
+use futures::StreamExt;
+use kube::{
+    Api,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+
+use super::{
+    Health, LOCAL,
+    health::{Tracker, relisting},
+};
+use crate::metrics::SyncMetrics;
+
+/// A kind kube-runtime Controllers can reconcile from a shared typed store.
+pub trait TypedKind:
+    kube::Resource<DynamicType: Eq + std::hash::Hash + Clone + Default>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> TypedKind for K where
+    K: kube::Resource<DynamicType: Eq + std::hash::Hash + Clone + Default>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// How many changes of a typed kind may wait for its slowest subscriber before the watch waits.
+pub(super) const TYPED_BUFFER: usize = 1024;
+
+/// One watch of a typed kind of the agent's own cluster, shared by the kube-runtime
+/// `Controller`s that reconcile it or are woken by it (`for_shared_stream`, `owns_shared_stream`,
+/// `watches_shared_stream`): the Secret replication reconcilers and the monitors that generate
+/// their objects, for instance, read one watch of SecretImports instead of two.
+///
+/// Every subscriber must be taken ([`Typed::subscribe`]) before the watch runs ([`Typed::run`]),
+/// and must be polled: the watch waits for the slowest one (at most [`TYPED_BUFFER`] behind).
+pub struct Typed<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    reader: Store<K>,
+    writer: reflector::store::Writer<K>,
+}
+
+impl<K: TypedKind> Default for Typed<K> {
+    fn default() -> Typed<K> {
+        Typed::new()
+    }
+}
+
+impl<K: TypedKind> Typed<K> {
+    pub fn new() -> Typed<K> {
+        let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
+        Typed { reader, writer }
+    }
+
+    /// The store every subscriber reads.
+    pub fn store(&self) -> Store<K> {
+        self.reader.clone()
+    }
+
+    /// A stream of every object applied from now on, for one Controller.
+    pub fn subscribe(&self) -> reflector::ReflectHandle<K> {
+        self.writer
+            .subscribe()
+            .expect("a store made by store_shared hands out subscribers")
+    }
+
+    /// Runs the watch until the future is dropped: lists again after a failure, retries on the
+    /// local schedule, and reports its state in the sync metrics under cluster [`LOCAL`].
+    pub async fn run(self, api: Api<K>, metrics: SyncMetrics) {
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        let health = Mutex::new(Health::Listing {
+            since: SystemTime::now(),
+        });
+        let mut tracker = Tracker::new(LOCAL, &kind, true, Some(&metrics), &health);
+        tracker.listing();
+        let events = relisting(move || watcher(api.clone(), watcher::Config::default()).boxed())
+            .backoff(xcc_kube::Backoff::local())
+            .reflect_shared(self.writer);
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(
+                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
+                ) => tracker.answered(),
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Err(error) => tracker.failed(&error),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::test_server::*;
+    use k8s_openapi::api::core::v1::Secret;
+
+    #[tokio::test]
+    async fn a_typed_watch_of_a_kind_not_served_yet_is_synced_once_it_lists_and_watches() {
+        // Two lists answer 404 (the CRD not served yet), then the first watch answers 429.
+        let (client, server) = mock_failing(2, 1);
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let metrics = SyncMetrics::register(&mut registry);
+        let typed = Typed::<Secret>::new();
+        let store = typed.store();
+        let mut subscriber = typed.subscribe();
+        let run = tokio::spawn(typed.run(Api::all(client), metrics));
+        let drain = tokio::spawn(async move { while subscriber.next().await.is_some() {} });
+        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret",state="synced"} 1"#;
+        wait_until("the typed watch is synced after three failures", || {
+            count(&server, "list full") == 4 && metrics_text(&registry).contains(synced)
+        })
+        .await;
+        let text = metrics_text(&registry);
+        assert!(
+            text.contains(r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 3"#),
+            "{text}"
+        );
+        assert_eq!(store.state().len(), 1);
+        run.abort();
+        drain.abort();
+    }
+}
