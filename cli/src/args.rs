@@ -148,6 +148,7 @@ mod examples {
     after_long_help = concat!(examples::root!(), "\n\n", exit_codes!()),
 )]
 pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 
@@ -157,6 +158,7 @@ pub struct Cli {
     pub log: String,
 }
 
+/// The subcommands of `kubectl xcc`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// plumberctl's commands: register the clusters plumber replicates to (the Secret
@@ -166,6 +168,7 @@ pub enum Command {
     /// Cluster groups (cluster-registry): join clusters with one command, or leave.
     #[command(after_help = examples::CLUSTER)]
     Cluster {
+        /// Join or leave.
         #[command(subcommand)]
         command: ClusterCommand,
     },
@@ -207,6 +210,7 @@ pub enum Command {
     /// loaded after this script.
     #[command(alias = "completions", after_help = examples::COMPLETION)]
     Completion {
+        /// The shell whose script to print.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },

@@ -34,6 +34,7 @@ pub mod directive {
 pub struct Completion {
     /// (value, description).
     pub candidates: Vec<(String, String)>,
+    /// What the shell does besides offering the candidates ([`directive`] bits).
     pub directive: u32,
     /// The namespaces of a cluster are candidates too: [`namespaces`] asks it for them.
     pub namespaces: Option<NamespaceQuery>,
@@ -42,10 +43,13 @@ pub struct Completion {
 /// Which cluster's namespaces complete `-n` (the kubeconfig and context on the line).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct NamespaceQuery {
+    /// `--kubeconfig` on the line, if given.
     pub kubeconfig: Option<String>,
+    /// `--context` on the line, if given.
     pub context: Option<String>,
-    /// What is typed of the namespace, and what goes before each candidate.
+    /// What is typed of the namespace.
     pub typed: String,
+    /// What goes before each candidate (the part of the word before the namespace).
     pub prefix: String,
 }
 

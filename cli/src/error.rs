@@ -2,6 +2,7 @@
 
 /// Exit codes, as `--help` documents them.
 pub mod exit {
+    /// Done.
     pub const OK: u8 = 0;
     /// Something failed (a cluster, a refused kubeconfig, a conflict).
     pub const ERROR: u8 = 1;
@@ -10,22 +11,31 @@ pub mod exit {
     // 3 meant "not available in this version" (link, before it was); no command uses it now.
 }
 
+/// Why a command failed; its exit code follows from it ([`Error::exit_code`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The command line names something that does not exist or is not valid.
     #[error("{0}")]
     Usage(String),
+    /// A kubeconfig could not be read or was refused by the trust rules.
     #[error(transparent)]
     Kubeconfig(#[from] xcc_kube::KubeconfigError),
     /// An API call failed: what was being done, and why.
     #[error("{what}: {why}")]
-    Api { what: String, why: String },
+    Api {
+        /// What was being done.
+        what: String,
+        /// The API server's answer, bounded.
+        why: String,
+    },
+    /// Something else failed; the text says what.
     #[error("{0}")]
     Failed(String),
 }
 
 impl Error {
+    /// The process's exit code for this error ([`exit`]).
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit::USAGE,

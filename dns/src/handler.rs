@@ -27,6 +27,7 @@ pub const ADVERTISED_UDP_PAYLOAD: u16 = 1232;
 pub struct Answered {
     /// The question's type; `None` when the message had no usable question.
     pub qtype: Option<RecordType>,
+    /// The response code answered.
     pub rcode: ResponseCode,
     /// The zone of the question, as its position in [`RecordTable::zones`]; `None` when the name
     /// is in no zone served (REFUSED) or the message was answered before its question was read.

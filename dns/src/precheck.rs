@@ -39,7 +39,12 @@ pub enum Verdict {
     /// A well-formed query (or a small message with another opcode): decode and answer it.
     Decode,
     /// Answer with a bare header carrying this response code.
-    Reply { rcode: u8, cause: Cause },
+    Reply {
+        /// The response code (FORMERR, NOTIMP, ...).
+        rcode: u8,
+        /// Why the message gets it (the metric label).
+        cause: Cause,
+    },
     /// Send nothing: too short to have a header, or a response (answering those would let anyone
     /// bounce traffic off us).
     Drop(Cause),

@@ -163,11 +163,12 @@ fn line_of(text: &str, host: &str, from: usize) -> Option<usize> {
         .map(|(i, _)| i + 1)
 }
 
-/// Parses records-file text. Errors say where (line, column) and what is wrong.
 /// What a host entry looks like, for a person whose entry is not one.
 const ENTRY_SHAPE: &str = "a host entry is a mapping with `addresses` (a list of IP addresses, \
                            e.g. `addresses: [192.0.2.10]`) or `cname` (a host name)";
 
+/// Parses records-file text into its hosts (an empty file has none). Errors say where (line,
+/// column) and what is wrong.
 pub fn parse_records(text: &str) -> Result<Vec<(Name, HostRecords)>, String> {
     if text.trim().is_empty() {
         return Ok(Vec::new());

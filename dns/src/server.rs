@@ -12,7 +12,9 @@ use crate::{Error, Handler, ratelog::MalformedLog, udp::UdpThreads};
 /// spreads queries across them) and one TCP listener on the same port.
 #[derive(Debug)]
 pub struct Sockets {
+    /// One UDP socket per worker, all bound to the same address.
     pub udp: Vec<UdpSocket>,
+    /// The TCP listener on that address.
     pub tcp: TcpListener,
 }
 

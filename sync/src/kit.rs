@@ -53,6 +53,7 @@ pub struct CoreParts {
     pub instance: Option<String>,
     /// The one cache of peer clients, behind the trust gate.
     pub peers: PeerClients,
+    /// Where the process's sync metrics are counted.
     pub metrics: SyncMetrics,
 }
 

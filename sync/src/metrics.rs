@@ -124,6 +124,8 @@ pub struct SyncMetrics {
 }
 
 impl SyncMetrics {
+    /// The metrics, registered in `registry` under `xcc_sync_` (every series of the help
+    /// text present from the start).
     pub fn register(registry: &mut Registry) -> SyncMetrics {
         let metrics = SyncMetrics {
             watch_state: Family::default(),
@@ -258,12 +260,14 @@ impl SyncMetrics {
         self.proxy_upstream("<link>", Duration::ZERO);
     }
 
+    /// A watch of `kind` on `cluster` failed once.
     pub fn watch_error(&self, cluster: &str, kind: &str) {
         self.watch_errors
             .get_or_create(&Self::watch(cluster, kind))
             .inc();
     }
 
+    /// The watch of `kind` on `cluster` heard from its API server now.
     pub fn watch_contact(&self, cluster: &str, kind: &str) {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -293,12 +297,14 @@ impl SyncMetrics {
         }
     }
 
+    /// `reconciler` has `depth` objects waiting for a reconcile.
     pub fn queue_depth(&self, reconciler: &'static str, depth: usize) {
         self.queue
             .get_or_create(&ReconcilerLabels { reconciler })
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
+    /// One reconcile of `reconciler` ended (`ok` or not) after `took`.
     pub fn reconciled(&self, reconciler: &'static str, ok: bool, took: Duration) {
         let result = if ok { "ok" } else { "error" };
         self.reconciles
@@ -309,6 +315,8 @@ impl SyncMetrics {
             .observe(took.as_secs_f64());
     }
 
+    /// `reconciler` made one write of `verb` (apply, create, patch, delete, status) through the
+    /// sink.
     pub fn wrote(&self, reconciler: &'static str, verb: &'static str) {
         self.writes
             .get_or_create(&WriteLabels { reconciler, verb })

@@ -10,6 +10,7 @@ use futures::{Stream, StreamExt};
 use kube::{Resource, runtime::reflector::ObjectRef, runtime::watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
+/// The wake-up watches of one reconciler's objects, one task per object.
 pub struct Wakers<K: Resource>
 where
     K::DynamicType: Eq + Hash + Clone,
@@ -24,6 +25,7 @@ where
     K: Resource + 'static,
     K::DynamicType: Eq + Hash + Clone + Debug + Send + Sync,
 {
+    /// No watches yet; each sends the reference of its object on `trigger`.
     pub fn new(trigger: UnboundedSender<ObjectRef<K>>) -> Self {
         Wakers {
             tasks: DashMap::new(),
@@ -55,6 +57,7 @@ where
         }
     }
 
+    /// Stops the watch of `object` (it is gone), if it has one.
     pub fn stop(&self, object: &ObjectRef<K>) {
         if let Some((_, (_, task))) = self.tasks.remove(object) {
             task.abort();

@@ -5,10 +5,15 @@ use std::path::{Path, PathBuf};
 /// Absolute paths of the real binaries the test bed runs.
 #[derive(Clone, Debug)]
 pub struct Binaries {
+    /// `kube-apiserver`.
     pub kube_apiserver: PathBuf,
+    /// `kubectl`, of the same version.
     pub kubectl: PathBuf,
+    /// `kube-controller-manager`.
     pub kube_controller_manager: PathBuf,
+    /// `etcd`, shared by every cluster of a bed.
     pub etcd: PathBuf,
+    /// CoreDNS, which the DNS tests put in front of the agent as a cluster does.
     pub coredns: PathBuf,
     /// What real nodes need (`None` when the installer that made the env file predates them):
     /// see [`require_node_testbed`].
@@ -18,8 +23,11 @@ pub struct Binaries {
 /// The binaries and versions the test bed's real nodes need (`XCC_KUBELET`, ...).
 #[derive(Clone, Debug)]
 pub struct NodeBinaries {
+    /// `kubelet`.
     pub kubelet: PathBuf,
+    /// `kube-proxy`, of the same version.
     pub kube_proxy: PathBuf,
+    /// `kube-scheduler`, of the same version.
     pub kube_scheduler: PathBuf,
     /// A statically linked CoreDNS (`CGO_ENABLED=0`), for the CoreDNS image.
     pub coredns_static: PathBuf,

@@ -71,7 +71,9 @@ pub fn write_client_in_group(
 
 /// A self-signed CA: its certificate and what signs with it.
 pub struct Ca {
+    /// The CA certificate, PEM.
     pub pem: String,
+    /// The CA's name and key, to sign certificates with.
     pub issuer: Issuer<'static, KeyPair>,
 }
 

@@ -31,12 +31,15 @@ const CLUSTER_API_CRD: &str = include_str!("../fixtures/cluster-api-cluster-crd.
 /// A kubeconfig file and a client built from it.
 #[derive(Clone)]
 pub struct Kubeconfig {
+    /// The file.
     pub path: PathBuf,
+    /// A client that reads it.
     pub client: Client,
 }
 
 /// One cluster: a real kube-apiserver with its own etcd prefix.
 pub struct Cluster {
+    /// Its name in the bed (`management`, `c-00`, ...).
     pub name: String,
     /// `https://127.0.0.1:<port>`.
     pub url: String,
@@ -61,10 +64,12 @@ pub struct Cluster {
 
 /// Several clusters sharing one etcd. Dropping it stops every process it started.
 pub struct Testbed {
+    /// The clusters, in the order asked for.
     pub clusters: Vec<Cluster>,
     /// The test network of the nodes (dropped after them).
     network: Option<Network>,
     etcd: Process,
+    /// The binaries the bed runs.
     pub binaries: Binaries,
     /// Last: the processes using it are stopped first. Kept (and named on stderr) when the test
     /// panicked, so that the logs of every process can be read.
@@ -1008,6 +1013,7 @@ fn http_get(path: &str) -> anyhow::Result<http::Request<Vec<u8>>> {
 pub struct Blackhole(u32);
 
 impl Blackhole {
+    /// Stops (SIGSTOP) `cluster`'s API server until the blackhole is dropped.
     pub fn start(cluster: &Cluster) -> Blackhole {
         let pid = cluster.apiserver_pid();
         assert_ne!(pid, 0, "{}'s API server runs", cluster.name);

@@ -44,6 +44,7 @@ const RELEASE_BUILD: &str =
 pub struct Image {
     /// Full reference, e.g. `docker.io/library/xcc:0.1.0`.
     pub reference: String,
+    /// The image's archive (`docker save` format), to import on a node.
     pub archive: PathBuf,
 }
 

@@ -90,7 +90,9 @@ pub(crate) const MAX_NODES: usize = 8;
 pub struct NodePlan {
     /// Index of the cluster among the test bed's node clusters.
     pub index: usize,
+    /// The bed's number: the third octet of its test network, so that beds do not collide.
     pub bed: u8,
+    /// The cluster's name.
     pub cluster: String,
     /// The node's name, `<cluster>-node`.
     pub node_name: String,
@@ -423,6 +425,7 @@ const SHADOWED_SYSCTLS: [&str; 6] = [
 
 /// One real node of a cluster (and the cluster's controller-manager and scheduler).
 pub struct Node {
+    /// The node's name.
     pub name: String,
     /// Addresses and ranges of the node and its cluster.
     pub plan: NodePlan,

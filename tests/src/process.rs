@@ -40,6 +40,7 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Request>> {
 /// A running child, stopped (SIGTERM, then SIGKILL) on drop.
 #[derive(Debug)]
 pub struct Process {
+    /// What it is, for logs and messages.
     pub name: String,
     child: Option<Child>,
 }
@@ -78,6 +79,7 @@ pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow:
 }
 
 impl Process {
+    /// Its process id (0 once it is stopped).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }

@@ -70,8 +70,11 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// A running xcc-agent serving DNS on 127.0.0.1.
 pub struct Agent {
+    /// The process.
     pub process: Process,
+    /// Where it serves DNS (UDP and TCP).
     pub dns: SocketAddr,
+    /// Its admin server (health, metrics, explain).
     pub admin: SocketAddr,
 }
 
@@ -128,7 +131,9 @@ impl Agent {
 
 /// A real CoreDNS on 127.0.0.1, serving `corefile` (server blocks without a port get its port).
 pub struct CoreDns {
+    /// The process.
     pub process: Process,
+    /// Where it serves DNS.
     pub dns: SocketAddr,
 }
 
@@ -208,7 +213,9 @@ pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
 /// What `dig` answers: the status (`NOERROR`, `NXDOMAIN`, ...) and the answer data, sorted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DigAnswer {
+    /// The response code, as dig prints it.
     pub status: String,
+    /// The answer section's data, sorted.
     pub data: Vec<String>,
 }
 
@@ -302,8 +309,11 @@ pub fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// A point in an agent's progress: when, and how far one reconciler had got.
 #[derive(Clone, Copy, Debug)]
 pub struct Mark {
+    /// The reconciler (`secret-import`, ...).
     pub reconciler: &'static str,
+    /// When the mark was taken.
     pub at: std::time::SystemTime,
+    /// How far the reconciler had got then.
     pub progress: Progress,
 }
 
