@@ -72,6 +72,7 @@ impl Feature {
         Feature::Ipv6,
     ];
 
+    /// The feature's name in the announcement.
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Ipv6 => "ipv6",
@@ -101,7 +102,9 @@ impl std::fmt::Display for Feature {
 /// What a cluster's announcement says. `None` from [`Announcement::read`]: no agent announced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Announcement {
+    /// The features the agent reads (those this build does not know are left out).
     pub features: BTreeSet<Feature>,
+    /// The agent's version, if it says.
     pub version: Option<String>,
 }
 

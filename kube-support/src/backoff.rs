@@ -36,6 +36,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// The first delay before jitter.
     pub const MIN: Duration = Duration::from_millis(250);
     /// Top of [`Backoff::peer`] before jitter.
     pub const PEER_MAX: Duration = Duration::from_secs(15);

@@ -8,8 +8,11 @@ use k8s_openapi::{
 /// The status of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConditionStatus {
+    /// The condition holds.
     True,
+    /// It does not.
     False,
+    /// It cannot be told (the status Kubernetes uses while it is being found out).
     Unknown,
 }
 

@@ -10,46 +10,74 @@ use kube::{
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KubeconfigError {
+    /// The Secret has no such key.
     #[error("Secret {secret} has no key {key:?}")]
-    MissingKey { secret: String, key: String },
+    MissingKey {
+        /// The Secret, `namespace/name`.
+        secret: String,
+        /// The key looked for.
+        key: String,
+    },
+    /// The kubeconfig does not parse.
     #[error("kubeconfig in {origin} is not valid YAML: {source}")]
     Parse {
+        /// Where the kubeconfig came from (a Secret and key, or a file).
         origin: String,
+        /// The parser's error (it does not quote the text).
         #[source]
         source: crate::yaml::Error,
     },
+    /// The kubeconfig parses but lacks what a client needs (a context, a cluster, a user).
     #[error("kubeconfig in {origin} cannot be used: {why}")]
-    Invalid { origin: String, why: String },
+    Invalid {
+        /// Where the kubeconfig came from (a Secret and key, or a file).
+        origin: String,
+        /// What is missing or wrong.
+        why: String,
+    },
     /// A field the trust rules refuse (see [`crate::trust`]).
     #[error("kubeconfig in {origin} is refused: {field} {why}")]
     Rejected {
+        /// Where the kubeconfig came from (a Secret and key, or a file).
         origin: String,
+        /// The field refused.
         field: String,
+        /// Which rule refuses it.
         why: String,
     },
+    /// kube could not make a client configuration of it.
     #[error("kubeconfig in {origin} cannot be used: {source}")]
     Config {
+        /// Where the kubeconfig came from (a Secret and key, or a file).
         origin: String,
+        /// kube's error.
         #[source]
         source: kube::config::KubeconfigError,
     },
     /// Made by [`KubeconfigError::read`].
     #[error("cannot read kubeconfig {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Why it could not be read or parsed.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// No kubeconfig given, none in the environment, and not in a pod.
     #[error(
         "no Kubernetes configuration: run in a pod, or set KUBECONFIG or --kubeconfig ({source})"
     )]
     NoConfig {
+        /// What kube tried, and why each failed.
         #[source]
         source: kube::config::InferConfigError,
     },
+    /// The configuration is complete but the client could not be built (TLS, a proxy).
     #[error("cannot build a client from the kubeconfig in {origin}: {source}")]
     Client {
+        /// Where the kubeconfig came from (a Secret and key, or a file).
         origin: String,
+        /// kube's error.
         #[source]
         source: kube::Error,
     },

@@ -56,7 +56,9 @@ pub struct LeaderElectArgs {
 /// Where the Lease lives and who this replica is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
+    /// The Lease's namespace.
     pub namespace: String,
+    /// The Lease's name.
     pub name: String,
     /// This replica's identity in the Lease (the pod name).
     pub identity: String,

@@ -191,7 +191,9 @@ impl Collector for ProcessCollector {
 pub struct Descriptor {
     /// The name as scraped (`_total` on counters).
     pub name: String,
+    /// `counter`, `gauge`, `histogram`, ... as the `# TYPE` line says.
     pub kind: String,
+    /// The `# HELP` text.
     pub help: String,
     /// Label names of its first series, in order (histograms' `le` left out); `None` when it has
     /// no series.

@@ -30,17 +30,22 @@ use crate::{
 pub enum Reach {
     /// Not probed yet.
     Unknown,
+    /// It answered (a refusal counts: the server is there).
     Answers,
-    /// No answer within the deadline, or no connection; `error` is bounded text.
+    /// No answer within the deadline, or no connection.
     Silent {
+        /// Why, bounded text.
         error: String,
     },
 }
 
-/// How often every peer server is probed, and how long one probe may take.
+/// How often every peer server is probed.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long one probe may take.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(3);
 
+/// The process's peer clients and what the prober knows of their servers (cheap to clone: every
+/// clone shares them).
 #[derive(Clone)]
 pub struct PeerClients {
     trust: PeerTrust,
@@ -71,6 +76,7 @@ impl Default for PeerClients {
 }
 
 impl PeerClients {
+    /// No clients yet; each will be built under the trust rules `trust`.
     pub fn new(trust: PeerTrust) -> PeerClients {
         PeerClients {
             trust,

@@ -78,13 +78,17 @@ impl Step {
 /// One request the server received.
 #[derive(Clone, Debug)]
 pub struct Request {
+    /// `GET`, `POST`, ...
     pub method: String,
+    /// The path, without the query.
     pub path: String,
+    /// The query string, if any.
     pub query: Option<String>,
     /// The body as JSON (`Null` when empty or not JSON).
     pub body: Value,
     /// The body as text.
     pub text: String,
+    /// The request's headers.
     pub headers: http::HeaderMap,
 }
 
@@ -141,6 +145,7 @@ impl Default for Scenario {
 }
 
 impl Scenario {
+    /// A scenario that expects nothing yet, in order.
     pub fn new() -> Scenario {
         Scenario {
             steps: VecDeque::new(),

@@ -62,6 +62,7 @@ pub const INSECURE_PEER_REASON: &str = "TLSNotVerified";
 /// A client for a peer, as the gate built it.
 #[derive(Clone)]
 pub struct PeerClient {
+    /// The client.
     pub client: Client,
     /// `namespace/name@<fingerprint>`: the kubeconfig Secret and a hash of what the client
     /// connects with (server, CA, TLS settings, credentials). It changes when the client does,
@@ -70,6 +71,7 @@ pub struct PeerClient {
     pub identity: String,
     /// The API server's URL: peers behind one server share its reachability.
     pub server: String,
+    /// Whether the server's identity is verified.
     pub tls: PeerTls,
 }
 

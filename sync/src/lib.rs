@@ -31,15 +31,21 @@ use crate::{
     sources::{LocalSecrets, Sources},
 };
 
+/// What every reconciler of the process shares: the clusters, the watches and the metrics
+/// (cheap to clone).
 #[derive(Clone)]
 pub struct Core {
     /// The agent's own cluster.
     pub client: Client,
     /// The pod name, for Events.
     pub instance: Option<String>,
+    /// The one cache of peer clients, behind the trust gate.
     pub peers: PeerClients,
+    /// The shared watches of every cluster.
     pub sources: Sources,
+    /// The shared watch of this cluster's Secrets.
     pub local_secrets: LocalSecrets,
+    /// Where the sync metrics are counted.
     pub metrics: SyncMetrics,
 }
 

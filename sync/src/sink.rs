@@ -31,11 +31,14 @@ use crate::metrics::SyncMetrics;
 /// Where a write is counted: the metrics and the reconciler's name.
 #[derive(Clone)]
 pub struct Counted {
+    /// The metrics.
     pub metrics: SyncMetrics,
+    /// The reconciler's name (the `reconciler` label).
     pub reconciler: &'static str,
 }
 
 impl Counted {
+    /// One write of `verb` was made.
     pub fn wrote(&self, verb: &'static str) {
         self.metrics.wrote(self.reconciler, verb);
     }
@@ -175,7 +178,10 @@ pub enum Ownership {
     /// Written by us from the same source.
     Ours,
     /// Made by someone else (no origin annotation), or copied from another source.
-    Foreign { origin: Option<String> },
+    Foreign {
+        /// Its origin annotation, if it has one.
+        origin: Option<String>,
+    },
 }
 
 /// Classifies `current` for a writer of `origin`.
@@ -233,7 +239,10 @@ pub enum Written {
     /// Already so; its resourceVersion.
     Unchanged(Option<String>),
     /// The local object is not ours; nothing was written.
-    Conflict { origin: Option<String> },
+    Conflict {
+        /// The local object's origin annotation, if it has one.
+        origin: Option<String>,
+    },
 }
 
 /// Writes objects of kind `K` in one namespace of the local cluster, owned by their origin
@@ -248,6 +257,7 @@ where
     K: Resource + Clone + Serialize + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
+    /// Writes through `api`, each write counted under `counted`.
     pub fn new(api: Api<K>, counted: Counted) -> Self {
         LocalWriter { api, counted }
     }

@@ -63,6 +63,7 @@ pub struct SourceId {
     /// Who the client is: [`LOCAL`], or the peer client's identity (the Secret it was built
     /// from). Two clients of one cluster are two sources.
     pub identity: String,
+    /// The kind watched.
     pub gvk: GroupVersionKind,
     /// A field selector (`type=...`), when the source watches only part of the kind.
     pub fields: Option<String>,
@@ -87,7 +88,9 @@ impl SourceId {
 /// A change of a source's objects, as subscribers see it.
 #[derive(Clone, Debug)]
 pub enum Change {
+    /// An object was created or changed.
     Applied(Arc<DynamicObject>),
+    /// An object was deleted.
     Deleted(Arc<DynamicObject>),
     /// A full list is now in the store (after a start, a broken watch or a change of detail).
     Listed,
@@ -99,11 +102,22 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
     /// The first list has not arrived yet.
-    Listing { since: SystemTime },
+    Listing {
+        /// Since when.
+        since: SystemTime,
+    },
     /// Listed and watching.
-    Synced { since: SystemTime },
-    /// The watch failed; it retries with backoff. `error` is bounded.
-    Reconnecting { since: SystemTime, error: String },
+    Synced {
+        /// Since when.
+        since: SystemTime,
+    },
+    /// The watch failed; it retries with backoff.
+    Reconnecting {
+        /// Since when.
+        since: SystemTime,
+        /// Why, bounded.
+        error: String,
+    },
 }
 
 impl Health {

@@ -25,7 +25,9 @@ use super::{CAPACITY, Change, Detail, Lagged, SourceId, Sources, broadcast_strea
 /// A change of a local Secret, as Secret replication and the Cluster reconciler see it.
 #[derive(Clone, Debug)]
 pub enum SecretChange {
+    /// A Secret was created or changed.
     Applied(Arc<PartialObjectMeta<Secret>>),
+    /// A Secret was deleted.
     Deleted(Arc<PartialObjectMeta<Secret>>),
     /// A full list arrived (after a start or a broken watch); reconcilers relist their own
     /// kinds at the same time.
@@ -52,6 +54,7 @@ impl SecretChange {
     }
 }
 
+/// The group, version and kind of a Secret (`v1`, core group).
 pub fn secret_gvk() -> GroupVersionKind {
     GroupVersionKind::gvk("", "v1", "Secret")
 }

@@ -67,6 +67,7 @@ impl<K: TypedKind> Default for Typed<K> {
 }
 
 impl<K: TypedKind> Typed<K> {
+    /// A watch not yet running, with an empty store and no subscriber.
     pub fn new() -> Typed<K> {
         let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
         Typed { reader, writer }

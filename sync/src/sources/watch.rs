@@ -65,6 +65,7 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// No watches yet; their health is counted in `metrics`, when given.
     pub fn new(metrics: Option<SyncMetrics>) -> Sources {
         Sources {
             running: Arc::default(),
