@@ -24,11 +24,15 @@ pub mod report;
 #[cfg(any(test, feature = "test-util"))]
 pub mod scenario;
 pub mod status;
+pub mod status_enum;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod trust;
 pub mod wire;
 pub mod yaml;
+
+#[doc(hidden)]
+pub use serde as __serde;
 
 pub use announcement::{Announcement, Feature};
 pub use backoff::Backoff;

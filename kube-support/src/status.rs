@@ -23,7 +23,7 @@
 //! status (`True`/`False`/`Unknown`) stays the same, whatever the reconciler put there: a
 //! reconcile that finds nothing new leaves the object (and its resourceVersion) as it was.
 
-use std::fmt::Debug;
+use std::{borrow::Cow, fmt::Debug};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
@@ -48,7 +48,9 @@ pub const MESSAGE_LIMIT: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub ready: bool,
-    pub reason: &'static str,
+    /// The reason, as written: a value of the API's reason enum
+    /// ([`status_enum!`](crate::status_enum)) or a `&'static str`.
+    pub reason: Cow<'static, str>,
     pub message: String,
     /// Why the peer the object reads from is not verified (`--allow-insecure-peers`), if so:
     /// the message of the `InsecurePeer` condition ([`Verdict::set_peer`]).
@@ -56,9 +58,9 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// A condition that holds. `reason` is a `&'static str` or anything that turns into one (a
-    /// reason enum).
-    pub fn ok(reason: impl Into<&'static str>, message: impl Into<String>) -> Verdict {
+    /// A condition that holds. `reason` is a value of a reason enum (declared with
+    /// [`status_enum!`](crate::status_enum)) or a `&'static str`.
+    pub fn ok(reason: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Verdict {
         Verdict {
             ready: true,
             reason: reason.into(),
@@ -68,7 +70,7 @@ impl Verdict {
     }
 
     /// A condition that does not hold.
-    pub fn not(reason: impl Into<&'static str>, message: impl Into<String>) -> Verdict {
+    pub fn not(reason: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Verdict {
         Verdict {
             ready: false,
             reason: reason.into(),
@@ -98,7 +100,7 @@ impl Verdict {
             conditions,
             type_,
             self.status(),
-            self.reason,
+            &self.reason,
             self.message.clone(),
             generation,
         );
@@ -251,14 +253,19 @@ mod tests {
 
     #[test]
     fn messages_are_bounded_and_reasons_come_from_enums_too() {
-        struct Reason;
-        impl From<Reason> for &'static str {
-            fn from(_: Reason) -> &'static str {
-                "FromEnum"
+        crate::status_enum! {
+            enum Reason {
+                FromEnum = "FromEnum",
             }
         }
-        let verdict = Verdict::not(Reason, "é".repeat(5 * MESSAGE_LIMIT));
+        let verdict = Verdict::not(Reason::FromEnum, "é".repeat(5 * MESSAGE_LIMIT));
         assert_eq!(verdict.reason, "FromEnum");
+        for known in Reason::KNOWN {
+            assert_eq!(Verdict::ok(known.clone(), "m").reason, *known);
+        }
+        // A reason another version wrote is written back as it was read.
+        let other = Verdict::ok(Reason::from("Later"), "m");
+        assert_eq!(other.reason, "Later");
         assert_eq!(verdict.message.chars().count(), MESSAGE_LIMIT + 1);
         assert!(verdict.message.ends_with('…'));
         assert_eq!(Verdict::ok("Synced", "short").message, "short");

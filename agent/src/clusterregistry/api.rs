@@ -304,3 +304,72 @@ pub struct RuleStatus {
 fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
+
+xcc_kube::status_enum! {
+    /// A Cluster's `status.state`, in cluster-registry's words.
+    pub enum ClusterState {
+        /// The local cluster, or a peer that answers with its `clusterID`.
+        Ready = "Ready",
+        /// The peer's API server does not answer.
+        Failed = "Failed",
+        /// Annotation `cluster-disabled`: nothing is read from it.
+        Disabled = "Disabled",
+        /// No Secret to read the peer with.
+        MissingAuthInfo = "MissingAuthInfo",
+        /// The Secret gives no usable client, or reaches another cluster.
+        InvalidAuthInfo = "InvalidAuthInfo",
+    }
+}
+
+xcc_kube::status_enum! {
+    /// A Cluster's `status.type`.
+    pub enum ClusterType {
+        Local = "Local",
+        Peer = "Peer",
+    }
+}
+
+xcc_kube::status_enum! {
+    /// Reasons of a Cluster's conditions.
+    pub enum ClusterReason {
+        // LocalCluster.
+        LocalCluster = "LocalCluster",
+        PeerCluster = "PeerCluster",
+        // LocalConflict.
+        LocalConflict = "LocalConflict",
+        NoConflict = "NoConflict",
+        // Ready: the state, or a finer cause.
+        Ready = "Ready",
+        Failed = "Failed",
+        Disabled = "Disabled",
+        MissingAuthInfo = "MissingAuthInfo",
+        InvalidAuthInfo = "InvalidAuthInfo",
+        /// The trust rules refuse the peer's kubeconfig (also the reason of a Warning Event).
+        KubeconfigRejected = "KubeconfigRejected",
+        // ClustersSynced.
+        Synced = "Synced",
+        NotSynced = "NotSynced",
+    }
+}
+
+impl From<&ClusterState> for ClusterReason {
+    /// The Ready reason that says `state`.
+    fn from(state: &ClusterState) -> ClusterReason {
+        ClusterReason::from(state.as_str())
+    }
+}
+
+xcc_kube::status_enum! {
+    /// Reasons of a ResourceSyncRule's Ready condition.
+    pub enum RuleReason {
+        Ready = "Ready",
+        /// The API server serves no such kind.
+        UnknownKind = "UnknownKind",
+        /// This agent or a peer kubeconfig may not read or write the kind.
+        MissingPermission = "MissingPermission",
+        InvalidSelector = "InvalidSelector",
+        InvalidJsonPath = "InvalidJSONPath",
+        InvalidOverride = "InvalidOverride",
+        InvalidTemplate = "InvalidTemplate",
+    }
+}

@@ -26,7 +26,7 @@ use xcc_kube::{
 
 use super::{
     CLUSTER_DISABLED_ANNOTATION, DEFAULT_SECRET_NAMESPACE, PeerState, PeerTable, SECRET_TYPE,
-    api::{Cluster, ClusterStatus},
+    api::{Cluster, ClusterReason, ClusterState, ClusterStatus, ClusterType},
 };
 use crate::{
     sink::FIELD_MANAGER,
@@ -81,9 +81,9 @@ pub fn check_delay(failures: u32) -> Duration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     /// `status.state`, in cluster-registry's words.
-    pub state: &'static str,
+    pub state: ClusterState,
     /// Reason of the Ready condition: the state, or a finer cause (`KubeconfigRejected`).
-    pub reason: &'static str,
+    pub reason: ClusterReason,
     pub local: bool,
     pub message: String,
     /// Why the peer's identity is not verified (`--allow-insecure-peers`), if it is not.
@@ -91,10 +91,10 @@ pub struct Found {
 }
 
 impl Found {
-    fn peer(state: &'static str, message: impl Into<String>) -> Found {
+    fn peer(state: ClusterState, message: impl Into<String>) -> Found {
         Found {
+            reason: ClusterReason::from(&state),
             state,
-            reason: state,
             local: false,
             message: message.into(),
             insecure: None,
@@ -106,10 +106,6 @@ impl Found {
         self
     }
 }
-
-/// Reason of the Ready condition (and of a Warning Event) when the trust rules refuse a peer's
-/// kubeconfig.
-pub const KUBECONFIG_REJECTED: &str = "KubeconfigRejected";
 
 async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String, String> {
     let now = Instant::now();
@@ -153,7 +149,7 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         let message = format!(
             "annotation {CLUSTER_DISABLED_ANNOTATION}=true: nothing is read from this cluster; remove the annotation to read from it again"
         );
-        return (Found::peer("Disabled", message), None);
+        return (Found::peer(ClusterState::Disabled, message), None);
     }
     let Some(secret_ref) = cluster
         .spec
@@ -165,7 +161,7 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         let message = format!(
             "spec.authInfo.secretRef is not set: name a Secret of type {SECRET_TYPE} whose key kubeconfig reads cluster {name}"
         );
-        return (Found::peer("MissingAuthInfo", message), None);
+        return (Found::peer(ClusterState::MissingAuthInfo, message), None);
     };
     let namespace = secret_ref
         .namespace
@@ -181,14 +177,14 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
                 "Secret {namespace}/{} not found: copy it from cluster {name} (it holds a kubeconfig that reads that cluster)",
                 secret_ref.name
             );
-            return (Found::peer("MissingAuthInfo", message), None);
+            return (Found::peer(ClusterState::MissingAuthInfo, message), None);
         }
         Err(error) => {
             let message = format!(
                 "cannot read Secret {namespace}/{}: {error}",
                 secret_ref.name
             );
-            return (Found::peer("MissingAuthInfo", message), None);
+            return (Found::peer(ClusterState::MissingAuthInfo, message), None);
         }
     };
     let peer = match ctx.peers.client_for(&secret).await {
@@ -196,10 +192,10 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         Err(error @ KubeconfigError::Rejected { .. }) => {
             // Nothing was run, read or sent; the copies from this peer stay as they are.
             let mut found = Found::peer(
-                "InvalidAuthInfo",
+                ClusterState::InvalidAuthInfo,
                 format!("{error}; nothing is read from cluster {name} until the Secret is fixed"),
             );
-            found.reason = KUBECONFIG_REJECTED;
+            found.reason = ClusterReason::KubeconfigRejected;
             return (found, None);
         }
         Err(error) => {
@@ -207,13 +203,13 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
                 "Secret {namespace}/{}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig",
                 secret_ref.name
             );
-            return (Found::peer("InvalidAuthInfo", message), None);
+            return (Found::peer(ClusterState::InvalidAuthInfo, message), None);
         }
     };
     match liveness(ctx, &name, &peer).await {
         Ok(uid) if uid == cluster.spec.cluster_id => (
             Found::peer(
-                "Ready",
+                ClusterState::Ready,
                 format!(
                     "reachable with the kubeconfig of Secret {namespace}/{}",
                     secret_ref.name
@@ -227,14 +223,17 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
                 "the kubeconfig of Secret {namespace}/{} reaches the cluster with ID {uid}, not spec.clusterID {}: fix the Secret or the Cluster",
                 secret_ref.name, cluster.spec.cluster_id
             );
-            (Found::peer("InvalidAuthInfo", message), None)
+            (Found::peer(ClusterState::InvalidAuthInfo, message), None)
         }
         Err(error) => {
             let message = format!(
                 "cannot reach the API server with the kubeconfig of Secret {namespace}/{}: {error}; retrying with backoff",
                 secret_ref.name
             );
-            (Found::peer("Failed", message).through(&peer), Some(peer))
+            (
+                Found::peer(ClusterState::Failed, message).through(&peer),
+                Some(peer),
+            )
         }
     }
 }
@@ -249,7 +248,14 @@ pub fn next_status(
 ) -> ClusterStatus {
     let mut status = old.cloned().unwrap_or_default();
     status.state = Some(found.state.to_string());
-    status.type_ = Some(if found.local { "Local" } else { "Peer" }.to_string());
+    status.type_ = Some(
+        if found.local {
+            ClusterType::Local
+        } else {
+            ClusterType::Peer
+        }
+        .to_string(),
+    );
     status.message = Some(found.message.clone());
     status.observed_generation = generation;
     let truth = |b: bool| {
@@ -265,10 +271,11 @@ pub fn next_status(
         "LocalCluster",
         truth(found.local),
         if found.local {
-            "LocalCluster"
+            ClusterReason::LocalCluster
         } else {
-            "PeerCluster"
-        },
+            ClusterReason::PeerCluster
+        }
+        .as_str(),
         "",
         generation,
     );
@@ -278,10 +285,11 @@ pub fn next_status(
             "LocalConflict",
             truth(conflict),
             if conflict {
-                "LocalConflict"
+                ClusterReason::LocalConflict
             } else {
-                "NoConflict"
-            },
+                ClusterReason::NoConflict
+            }
+            .as_str(),
             if conflict {
                 "more than one Cluster has this cluster's ID as spec.clusterID"
             } else {
@@ -293,8 +301,8 @@ pub fn next_status(
     set_condition(
         conditions,
         "Ready",
-        truth(found.state == "Ready"),
-        found.reason,
+        truth(found.state == ClusterState::Ready),
+        found.reason.as_str(),
         found.message.clone(),
         generation,
     );
@@ -313,7 +321,12 @@ pub fn next_status(
         conditions,
         "ClustersSynced",
         truth(synced),
-        if synced { "Synced" } else { "NotSynced" },
+        if synced {
+            ClusterReason::Synced
+        } else {
+            ClusterReason::NotSynced
+        }
+        .as_str(),
         if synced {
             ""
         } else if found.local {
@@ -346,8 +359,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             .filter(|c| !super::disabled(c))
             .all(|c| table.get(&c.name_any()).is_some_and(|p| p.live));
         let found = Found {
-            state: "Ready",
-            reason: "Ready",
+            state: ClusterState::Ready,
+            reason: ClusterReason::Ready,
             local: true,
             message: "this cluster (spec.clusterID is the UID of namespace kube-system)".into(),
             insecure: None,
@@ -355,7 +368,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         (found, synced, conflict)
     } else {
         let (found, client) = examine_peer(&cluster, &ctx).await;
-        let live = found.state == "Ready";
+        let live = found.state == ClusterState::Ready;
         let state = PeerState {
             id: cluster.spec.cluster_id.clone(),
             client,
@@ -384,8 +397,8 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     let old = cluster.status.as_ref();
     let status = next_status(old, cluster.metadata.generation, &found, conflict, synced);
     if Some(&status) != old {
-        if old.and_then(|s| s.state.as_deref()) != Some(found.state) {
-            tracing::info!(cluster = %name, state = found.state, message = %found.message, "Cluster state");
+        if old.and_then(|s| s.state.as_deref()) != Some(found.state.as_str()) {
+            tracing::info!(cluster = %name, state = %found.state, message = %found.message, "Cluster state");
         }
         warn_of_trust(&ctx, &cluster, old, &status).await;
         let api = Api::<Cluster>::all(ctx.client.clone());
@@ -396,7 +409,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     } else {
         let checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
         match found.state {
-            "Ready" | "Failed" => checks
+            ClusterState::Ready | ClusterState::Failed => checks
                 .get(&name)
                 .map_or(CHECK_INTERVAL, |c| {
                     c.next.saturating_duration_since(Instant::now())
@@ -427,10 +440,10 @@ async fn warn_of_trust(
     };
     let mut events = Vec::new();
     if let Some((reason, message)) = condition(Some(new), "Ready")
-        && reason == KUBECONFIG_REJECTED
+        && reason == ClusterReason::KubeconfigRejected.as_str()
         && condition(old, "Ready").map(|c| c.0) != Some(reason)
     {
-        events.push((KUBECONFIG_REJECTED, message));
+        events.push((ClusterReason::KubeconfigRejected.as_str(), message));
     }
     if let Some((_, message)) = condition(Some(new), INSECURE_PEER_CONDITION)
         && condition(old, INSECURE_PEER_CONDITION).is_none()
@@ -498,7 +511,7 @@ mod tests {
 
     #[test]
     fn status_names_state_type_and_synced() {
-        let found = Found::peer("Failed", "cannot reach the API server");
+        let found = Found::peer(ClusterState::Failed, "cannot reach the API server");
         let status = next_status(None, Some(2), &found, false, false);
         assert_eq!(status.state.as_deref(), Some("Failed"));
         assert_eq!(status.type_.as_deref(), Some("Peer"));
@@ -524,8 +537,11 @@ mod tests {
 
     #[test]
     fn a_refused_kubeconfig_and_an_insecure_peer_show_in_conditions() {
-        let mut found = Found::peer("InvalidAuthInfo", "kubeconfig ... is refused: exec");
-        found.reason = KUBECONFIG_REJECTED;
+        let mut found = Found::peer(
+            ClusterState::InvalidAuthInfo,
+            "kubeconfig ... is refused: exec",
+        );
+        found.reason = ClusterReason::KubeconfigRejected;
         let status = next_status(None, Some(1), &found, false, false);
         let ready = status
             .conditions
@@ -534,11 +550,11 @@ mod tests {
             .unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
-            ("False", KUBECONFIG_REJECTED)
+            ("False", "KubeconfigRejected")
         );
         assert_eq!(status.state.as_deref(), Some("InvalidAuthInfo"));
 
-        let mut found = Found::peer("Ready", "reachable");
+        let mut found = Found::peer(ClusterState::Ready, "reachable");
         found.insecure = Some("not verified".into());
         let insecure = next_status(Some(&status), Some(1), &found, false, true);
         let condition = insecure

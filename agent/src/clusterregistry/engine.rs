@@ -28,7 +28,7 @@ use xcc_kube::status::Verdict;
 use super::{
     PeerTable,
     access::Access,
-    api::{Cluster, GroupVersionKind, ResourceSyncRule},
+    api::{Cluster, GroupVersionKind, ResourceSyncRule, RuleReason},
     builtin, churn,
     decide::{Action, Key, LocalView, PeerView, decide},
     links::Links,
@@ -350,7 +350,8 @@ impl Engine {
                     "spec.groupVersionKind: the API server does not serve {}/{} {}: {error}",
                     gvk.group, gvk.version, gvk.kind
                 );
-                self.report(rule, false, "UnknownKind", message).await;
+                self.report(rule, false, RuleReason::UnknownKind, message)
+                    .await;
                 continue;
             }
             let targets = compiled.targets();
@@ -367,7 +368,8 @@ impl Engine {
                      {}/{} {}: {error}",
                     gvk.group, gvk.version, gvk.kind
                 );
-                self.report(rule, false, "UnknownKind", message).await;
+                self.report(rule, false, RuleReason::UnknownKind, message)
+                    .await;
                 continue;
             }
             let resource = self.kinds[&compiled.gvk].resource.clone();
@@ -395,7 +397,8 @@ impl Engine {
                     "this agent may not {missing} {plural} here; grant it with a ClusterRole \
                      labelled cluster-registry.k8s.cisco.com/controller-aggregated: \"true\""
                 );
-                self.report(rule, false, "MissingPermission", message).await;
+                self.report(rule, false, RuleReason::MissingPermission, message)
+                    .await;
                 continue;
             }
             // Every peer is asked at once; a silent one costs one deadline (see `Access`).
@@ -422,7 +425,7 @@ impl Engine {
                     "copying matching {} objects from the peer clusters",
                     compiled.gvk.kind
                 );
-                self.report(rule, true, "Ready", message).await;
+                self.report(rule, true, RuleReason::Ready, message).await;
             } else {
                 denied = true;
                 let message = format!(
@@ -432,7 +435,8 @@ impl Engine {
                     resource.plural,
                     refused.join(", ")
                 );
-                self.report(rule, false, "MissingPermission", message).await;
+                self.report(rule, false, RuleReason::MissingPermission, message)
+                    .await;
             }
             all_targets
                 .entry(compiled.gvk.clone())
@@ -976,15 +980,15 @@ impl Engine {
         &mut self,
         rule: &ResourceSyncRule,
         ok: bool,
-        reason: &'static str,
+        reason: RuleReason,
         message: String,
     ) {
         let name = rule.name_any();
         let said = (reason.to_string(), message.clone());
         let verdict = if ok {
-            Verdict::ok(reason, message.clone())
+            Verdict::ok(reason.clone(), message.clone())
         } else {
-            Verdict::not(reason, message.clone())
+            Verdict::not(reason.clone(), message.clone())
         };
         let mut status = rule.status.clone().unwrap_or_default();
         let generation = rule.metadata.generation;
@@ -1001,9 +1005,14 @@ impl Engine {
         if ok {
             tracing::info!(rule = %name, "ResourceSyncRule active");
         } else {
-            tracing::warn!(rule = %name, reason, %message, "ResourceSyncRule cannot work");
-            self.event(&rule.object_ref(&()), EventType::Warning, reason, message)
-                .await;
+            tracing::warn!(rule = %name, %reason, %message, "ResourceSyncRule cannot work");
+            self.event(
+                &rule.object_ref(&()),
+                EventType::Warning,
+                reason.as_str(),
+                message,
+            )
+            .await;
         }
     }
 }

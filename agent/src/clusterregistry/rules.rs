@@ -14,7 +14,7 @@ use super::{
     OWNER_ANNOTATION,
     api::{
         Cluster, ClusterFeatureMatch, GroupVersionKind, LabelSelector, MapMutations, Match,
-        Mutations, Override, ResourceSyncRuleSpec,
+        Mutations, Override, ResourceSyncRuleSpec, RuleReason,
     },
     template::{self, ValueTemplate},
 };
@@ -39,12 +39,12 @@ pub enum RuleError {
 
 impl RuleError {
     /// Short label for Events and status reasons.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> RuleReason {
         match self {
-            RuleError::Selector { .. } => "InvalidSelector",
-            RuleError::JsonPath { .. } => "InvalidJSONPath",
-            RuleError::Override { .. } => "InvalidOverride",
-            RuleError::Template { .. } => "InvalidTemplate",
+            RuleError::Selector { .. } => RuleReason::InvalidSelector,
+            RuleError::JsonPath { .. } => RuleReason::InvalidJsonPath,
+            RuleError::Override { .. } => RuleReason::InvalidOverride,
+            RuleError::Template { .. } => RuleReason::InvalidTemplate,
         }
     }
 }

@@ -96,7 +96,7 @@ pub struct ReplicatorStatus {
 }
 
 /// What became of one object on one cluster.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyStatus {
     pub cluster: String,
@@ -105,7 +105,8 @@ pub struct ApplyStatus {
     /// `applied`; `existing` (a namespace that was there already: used, not owned);
     /// `Unreachable`; `Conflict` (someone else's object of that name, left as is);
     /// `Failed`; `LeftBehind` (on deletion, not removable from a silent cluster).
-    pub apply_status: String,
+    #[schemars(with = "String")]
+    pub apply_status: ApplyState,
     /// Why, when not applied (bounded text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -212,6 +213,33 @@ impl JsonSchema for ClusterState {
 
 fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
+xcc_kube::status_enum! {
+    /// An `applyStatus`: what became of one object on one cluster.
+    pub enum ApplyState {
+        Applied = "applied",
+        /// A namespace that was there already: used, not owned.
+        Existing = "existing",
+        Unreachable = "Unreachable",
+        /// Someone else's object of that name, left as is.
+        Conflict = "Conflict",
+        Failed = "Failed",
+        /// On deletion, not removable from a silent cluster.
+        LeftBehind = "LeftBehind",
+    }
+}
+
+xcc_kube::status_enum! {
+    /// Reasons of a Replicator's Ready condition.
+    pub enum Reason {
+        Synced = "Synced",
+        Unreachable = "Unreachable",
+        Conflict = "Conflict",
+        ApplyFailed = "ApplyFailed",
+        InvalidSpec = "InvalidSpec",
+        LeftBehind = "LeftBehind",
+    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use xcc_kube::{
 
 use super::{
     Registry,
-    api::{ApplyStatus, Replicator, ReplicatorStatus, SyncState},
+    api::{ApplyState, ApplyStatus, Reason, Replicator, ReplicatorStatus, SyncState},
     certs::{self, Bundle},
     contexts,
     desired::{self, Kinds, Object},
@@ -57,26 +57,6 @@ pub const FINALIZER: &str = "plumber.xcc.test/cleanup";
 /// answering mid-way is `Unreachable` after this, before the prober (one probe interval and
 /// deadline) may have noticed.
 pub const CLUSTER_DEADLINE: Duration = Duration::from_secs(6);
-
-/// `applyStatus` values.
-pub mod state {
-    pub const APPLIED: &str = "applied";
-    pub const EXISTING: &str = "existing";
-    pub const UNREACHABLE: &str = "Unreachable";
-    pub const CONFLICT: &str = "Conflict";
-    pub const FAILED: &str = "Failed";
-    pub const LEFT_BEHIND: &str = "LeftBehind";
-}
-
-/// Ready condition reasons.
-pub mod reason {
-    pub const SYNCED: &str = "Synced";
-    pub const UNREACHABLE: &str = "Unreachable";
-    pub const CONFLICT: &str = "Conflict";
-    pub const FAILED: &str = "ApplyFailed";
-    pub const INVALID_SPEC: &str = "InvalidSpec";
-    pub const LEFT_BEHIND: &str = "LeftBehind";
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -319,12 +299,17 @@ async fn certificates(
     Ok(Some(bundle))
 }
 
-fn entry(cluster: &str, object: &Object, status: &str, message: Option<String>) -> ApplyStatus {
+fn entry(
+    cluster: &str,
+    object: &Object,
+    status: ApplyState,
+    message: Option<String>,
+) -> ApplyStatus {
     ApplyStatus {
         cluster: cluster.to_string(),
         kind: object.kind().to_string(),
         name: object.name.clone(),
-        apply_status: status.to_string(),
+        apply_status: status,
         message,
     }
 }
@@ -364,7 +349,7 @@ async fn apply_one(
     origin: &str,
     replicator: &Replicator,
     selector: &mut Option<serde_json::Map<String, serde_json::Value>>,
-) -> Result<(&'static str, Option<String>), kube::Error> {
+) -> Result<(ApplyState, Option<String>), kube::Error> {
     let api = api_for(&cluster.client, object);
     let current = api.get_opt(&object.name).await?;
     let mut adjusted = None;
@@ -402,7 +387,7 @@ async fn apply_one(
             );
         if theirs.map(String::as_str) != Some(origin) && !adopt {
             if object.kind() == "Namespace" {
-                return Ok((state::EXISTING, None));
+                return Ok((ApplyState::Existing, None));
             }
             let managers: BTreeSet<String> = current
                 .managed_fields()
@@ -413,7 +398,7 @@ async fn apply_one(
                 format!("origin {o}")
             });
             return Ok((
-                state::CONFLICT,
+                ApplyState::Conflict,
                 Some(xcc_kube::bounded(&format!(
                     "{} {} exists and is not this Replicator's ({owner}; field managers: {}); left as is",
                     object.kind(),
@@ -428,7 +413,7 @@ async fn apply_one(
         let as_json = serde_json::to_value(current).unwrap_or_default();
         if desired::holds(&as_json, body) {
             remember(current.resource_version());
-            return Ok((state::APPLIED, None));
+            return Ok((ApplyState::Applied, None));
         }
         // Ours, and changed by someone: put it back, taking the fields they took.
         let written = api
@@ -440,7 +425,7 @@ async fn apply_one(
             .await?;
         ctx.counted.wrote("apply");
         remember(written.resource_version());
-        return Ok((state::APPLIED, None));
+        return Ok((ApplyState::Applied, None));
     }
     // Not forced: if someone made it since the read, their fields conflict and stay theirs.
     match api
@@ -454,10 +439,10 @@ async fn apply_one(
         Ok(written) => {
             ctx.counted.wrote("apply");
             remember(written.resource_version());
-            Ok((state::APPLIED, None))
+            Ok((ApplyState::Applied, None))
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok((
-            state::CONFLICT,
+            ApplyState::Conflict,
             Some(xcc_kube::bounded(&format!(
                 "{} {} was made meanwhile by someone else: {}",
                 object.kind(),
@@ -483,7 +468,7 @@ async fn apply_cluster(
         let why = format!("the API server does not answer: {error}");
         return objects
             .iter()
-            .map(|o| entry(&cluster.name, o, state::UNREACHABLE, Some(why.clone())))
+            .map(|o| entry(&cluster.name, o, ApplyState::Unreachable, Some(why.clone())))
             .collect();
     }
     ensure_watched(ctx, cluster, objects);
@@ -496,7 +481,7 @@ async fn apply_cluster(
             out.push(entry(
                 &cluster.name,
                 object,
-                state::UNREACHABLE,
+                ApplyState::Unreachable,
                 Some(why.clone()),
             ));
             continue;
@@ -509,7 +494,7 @@ async fn apply_cluster(
                 out.push(entry(
                     &cluster.name,
                     object,
-                    state::UNREACHABLE,
+                    ApplyState::Unreachable,
                     Some(why.clone()),
                 ));
                 unreachable = Some(why);
@@ -517,7 +502,7 @@ async fn apply_cluster(
             Ok(Err(error)) => out.push(entry(
                 &cluster.name,
                 object,
-                state::FAILED,
+                ApplyState::Failed,
                 Some(xcc_kube::bounded(&error)),
             )),
             Err(_) => {
@@ -525,7 +510,7 @@ async fn apply_cluster(
                 out.push(entry(
                     &cluster.name,
                     object,
-                    state::UNREACHABLE,
+                    ApplyState::Unreachable,
                     Some(why.clone()),
                 ));
                 unreachable = Some(why);
@@ -549,7 +534,7 @@ async fn cleanup_cluster(
         return objects
             .iter()
             .rev()
-            .map(|o| entry(&cluster.name, o, state::LEFT_BEHIND, Some(why.clone())))
+            .map(|o| entry(&cluster.name, o, ApplyState::LeftBehind, Some(why.clone())))
             .collect();
     }
     let deadline = tokio::time::Instant::now() + CLUSTER_DEADLINE;
@@ -560,7 +545,7 @@ async fn cleanup_cluster(
             left.push(entry(
                 &cluster.name,
                 object,
-                state::LEFT_BEHIND,
+                ApplyState::LeftBehind,
                 Some(why.clone()),
             ));
             continue;
@@ -594,7 +579,7 @@ async fn cleanup_cluster(
                 left.push(entry(
                     &cluster.name,
                     object,
-                    state::LEFT_BEHIND,
+                    ApplyState::LeftBehind,
                     Some(why.clone()),
                 ));
                 if silent(&error) {
@@ -606,7 +591,7 @@ async fn cleanup_cluster(
                 left.push(entry(
                     &cluster.name,
                     object,
-                    state::LEFT_BEHIND,
+                    ApplyState::LeftBehind,
                     Some(why.clone()),
                 ));
                 silent_since = Some(why);
@@ -701,30 +686,30 @@ fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
 fn verdict(entries: &[ApplyStatus]) -> Verdict {
     let bad: Vec<&ApplyStatus> = entries
         .iter()
-        .filter(|e| e.apply_status != state::APPLIED && e.apply_status != state::EXISTING)
+        .filter(|e| e.apply_status != ApplyState::Applied && e.apply_status != ApplyState::Existing)
         .collect();
     if bad.is_empty() {
         let clusters: BTreeSet<&str> = entries.iter().map(|e| e.cluster.as_str()).collect();
         return Verdict::ok(
-            reason::SYNCED,
+            Reason::Synced,
             format!("every object applied on {} cluster(s)", clusters.len()),
         );
     }
-    let rank = |s: &str| match s {
-        state::FAILED => 0,
-        state::CONFLICT => 1,
-        state::LEFT_BEHIND => 2,
+    let rank = |s: &ApplyState| match s {
+        ApplyState::Failed => 0,
+        ApplyState::Conflict => 1,
+        ApplyState::LeftBehind => 2,
         _ => 3,
     };
     let worst = bad
         .iter()
         .min_by_key(|e| rank(&e.apply_status))
         .expect("not empty");
-    let reason = match worst.apply_status.as_str() {
-        state::FAILED => reason::FAILED,
-        state::CONFLICT => reason::CONFLICT,
-        state::LEFT_BEHIND => reason::LEFT_BEHIND,
-        _ => reason::UNREACHABLE,
+    let reason = match worst.apply_status {
+        ApplyState::Failed => Reason::ApplyFailed,
+        ApplyState::Conflict => Reason::Conflict,
+        ApplyState::LeftBehind => Reason::LeftBehind,
+        _ => Reason::Unreachable,
     };
     let mut by_cluster: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for e in &bad {
@@ -760,14 +745,14 @@ async fn write_status(
     };
     verdict.set(&mut status.conditions, "Ready", generation);
     crate::sink::write_status(api, replicator, &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
+    if reason_of(&old.conditions, "Ready") != Some(&*verdict.reason) {
         let Verdict {
             ready,
             reason: why,
             message,
             ..
         } = verdict;
-        tracing::info!(replicator = %replicator.name_any(), ready, reason = why, %message, "Replicator status");
+        tracing::info!(replicator = %replicator.name_any(), ready, reason = %why, %message, "Replicator status");
         let event = KubeEvent {
             type_: if ready {
                 EventType::Normal
@@ -806,7 +791,7 @@ async fn apply(
                 replicator,
                 ctx,
                 Vec::new(),
-                Verdict::not(reason::INVALID_SPEC, why),
+                Verdict::not(Reason::InvalidSpec, why),
             )
             .await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -820,7 +805,7 @@ async fn apply(
                 replicator,
                 ctx,
                 Vec::new(),
-                Verdict::not(reason::INVALID_SPEC, why),
+                Verdict::not(Reason::InvalidSpec, why),
             )
             .await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
@@ -855,7 +840,7 @@ async fn apply(
             }
             Resolved::Failed { name, why } => objects
                 .iter()
-                .map(|o| entry(name, o, state::FAILED, Some(xcc_kube::bounded(why))))
+                .map(|o| entry(name, o, ApplyState::Failed, Some(xcc_kube::bounded(why))))
                 .collect(),
         }
     });
@@ -933,7 +918,14 @@ async fn remove_everywhere(
             Resolved::Failed { name, why } => objects
                 .iter()
                 .rev()
-                .map(|o| entry(name, o, state::LEFT_BEHIND, Some(xcc_kube::bounded(why))))
+                .map(|o| {
+                    entry(
+                        name,
+                        o,
+                        ApplyState::LeftBehind,
+                        Some(xcc_kube::bounded(why)),
+                    )
+                })
                 .collect(),
         }
     });
@@ -990,7 +982,7 @@ async fn cleanup(
             replicator,
             ctx,
             left,
-            Verdict::not(reason::LEFT_BEHIND, note.clone()),
+            Verdict::not(Reason::LeftBehind, note.clone()),
         )
         .await?;
     } else {
@@ -1006,12 +998,12 @@ mod tests {
     use serde_json::json;
     use xcc_kube::scenario::{Running, Scenario};
 
-    fn e(cluster: &str, status: &str) -> ApplyStatus {
+    fn e(cluster: &str, status: ApplyState) -> ApplyStatus {
         ApplyStatus {
             cluster: cluster.into(),
             kind: "Deployment".into(),
             name: "nginx".into(),
-            apply_status: status.into(),
+            apply_status: status,
             message: Some("why".into()),
         }
     }
@@ -1111,7 +1103,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(status, state::CONFLICT);
+        assert_eq!(status, ApplyState::Conflict);
         let message = message.unwrap();
         assert!(
             message.contains("kubectl-create") && message.contains("no origin annotation"),
@@ -1147,7 +1139,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!((status, message), (state::APPLIED, None));
+        assert_eq!((status, message), (ApplyState::Applied, None));
         let seen = lines(server).await;
         assert!(
             seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
@@ -1171,7 +1163,7 @@ mod tests {
         let (status, _) = apply_one(&ctx, &target, &object, &origin, &app(), &mut None)
             .await
             .unwrap();
-        assert_eq!(status, state::APPLIED);
+        assert_eq!(status, ApplyState::Applied);
         let seen = lines(server).await;
         assert!(
             seen[1].starts_with("PATCH /api/v1/namespaces/test-ns/configmaps/nginx?")
@@ -1210,7 +1202,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(status, state::APPLIED);
+        assert_eq!(status, ApplyState::Applied);
         assert_eq!(lines(server).await.len(), 1);
 
         let missing = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
@@ -1232,7 +1224,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(status, state::CONFLICT);
+        assert_eq!(status, ApplyState::Conflict);
         assert!(message.unwrap().contains("made meanwhile"));
         let seen = lines(server).await;
         assert!(
@@ -1293,12 +1285,12 @@ mod tests {
 
     #[test]
     fn one_silent_target_is_unreachable_and_a_conflict_outranks_it() {
-        let synced = verdict(&[e("a", state::APPLIED), e("b", state::EXISTING)]);
+        let synced = verdict(&[e("a", ApplyState::Applied), e("b", ApplyState::Existing)]);
         assert!(synced.ready);
-        assert_eq!(synced.reason, reason::SYNCED);
-        let silent = verdict(&[e("a", state::APPLIED), e("b", state::UNREACHABLE)]);
+        assert_eq!(synced.reason, Reason::Synced);
+        let silent = verdict(&[e("a", ApplyState::Applied), e("b", ApplyState::Unreachable)]);
         assert!(!silent.ready);
-        assert_eq!(silent.reason, reason::UNREACHABLE);
+        assert_eq!(silent.reason, Reason::Unreachable);
         assert!(
             silent
                 .message
@@ -1306,7 +1298,10 @@ mod tests {
             "{}",
             silent.message
         );
-        let conflict = verdict(&[e("b", state::UNREACHABLE), e("c", state::CONFLICT)]);
-        assert_eq!(conflict.reason, reason::CONFLICT);
+        let conflict = verdict(&[
+            e("b", ApplyState::Unreachable),
+            e("c", ApplyState::Conflict),
+        ]);
+        assert_eq!(conflict.reason, Reason::Conflict);
     }
 }

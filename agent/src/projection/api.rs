@@ -228,3 +228,59 @@ pub struct APIResourceImportSpec {
     /// The resources (plural names) available in this namespace.
     pub resources: Vec<String>,
 }
+
+xcc_kube::status_enum! {
+    /// Reasons of the conditions of every object of this API.
+    pub enum Reason {
+        // UpstreamClusterLink.
+        Linked = "Linked",
+        ServiceAccountCreated = "ServiceAccountCreated",
+        NameTooLong = "NameTooLong",
+        ServiceAccountConflict = "ServiceAccountConflict",
+        ServiceAccountNotReady = "ServiceAccountNotReady",
+        SecretConflict = "SecretConflict",
+        ClusterCaNotFound = "ClusterCANotFound",
+        TokenRequestFailed = "TokenRequestFailed",
+        RoleConflict = "RoleConflict",
+        NoServerUrl = "NoServerURL",
+        // APIExportRoleBinding.
+        Bound = "Bound",
+        UpstreamClusterLinkNotFound = "UpstreamClusterLinkNotFound",
+        UpstreamClusterLinkNotReady = "UpstreamClusterLinkNotReady",
+        ClusterRoleNotFound = "ClusterRoleNotFound",
+        Conflict = "Conflict",
+        BindFailed = "BindFailed",
+        // DownstreamClusterLink, by condition type.
+        Ready = "Ready",
+        NotReady = "NotReady",
+        Authenticated = "Authenticated",
+        KubeconfigSecretNotFound = "KubeconfigSecretNotFound",
+        KubeconfigRejected = "KubeconfigRejected",
+        UpstreamRefused = "UpstreamRefused",
+        UpstreamUnreachable = "UpstreamUnreachable",
+        Serving = "Serving",
+        NotListening = "NotListening",
+        TokenRenewed = "TokenRenewed",
+        TokenNotRenewed = "TokenNotRenewed",
+        TlsSecretInvalid = "TLSSecretInvalid",
+        TlsSecretConflict = "TLSSecretConflict",
+        ServiceApplied = "ServiceApplied",
+        ServiceConflict = "ServiceConflict",
+        FrontProxySettingsRead = "FrontProxySettingsRead",
+        FrontProxySettingsUnusable = "FrontProxySettingsUnusable",
+        MayDelegate = "MayDelegate",
+        MayNotDelegate = "MayNotDelegate",
+        // ClusterAPIGroupImport and APIResourceImport.
+        Available = "Available",
+        ApiServiceNotAvailable = "APIServiceNotAvailable",
+        DownstreamClusterLinkNotFound = "DownstreamClusterLinkNotFound",
+        DownstreamClusterLinkNotReady = "DownstreamClusterLinkNotReady",
+        GroupServedLocally = "GroupServedLocally",
+        GroupNotFoundUpstream = "GroupNotFoundUpstream",
+        Reconciled = "Reconciled",
+        ClusterApiGroupImportNotFound = "ClusterAPIGroupImportNotFound",
+        ClusterApiGroupImportNotReady = "ClusterAPIGroupImportNotReady",
+        ResourcesReady = "ResourcesReady",
+        ResourcesNotFound = "ResourcesNotFound",
+    }
+}

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::{
     Error, Verdict,
-    api::{APIExportRoleBinding, ProjectionStatus, UpstreamClusterLink},
+    api::{APIExportRoleBinding, ProjectionStatus, Reason, UpstreamClusterLink},
     owned_by, publish, reason_of,
 };
 use crate::sink::{self, Counted};
@@ -27,16 +27,6 @@ use crate::sink::{self, Counted};
 const RESYNC: Duration = Duration::from_secs(300);
 /// Requeue while the ClusterRole is missing.
 const ROLE_MISSING_REQUEUE: Duration = Duration::from_secs(30);
-
-pub mod reason {
-    pub const BOUND: &str = "Bound";
-    pub const LINK_NOT_FOUND: &str = "UpstreamClusterLinkNotFound";
-    pub const LINK_NOT_READY: &str = "UpstreamClusterLinkNotReady";
-    pub const CLUSTER_ROLE_NOT_FOUND: &str = "ClusterRoleNotFound";
-    pub const CONFLICT: &str = "Conflict";
-    pub const NAME_TOO_LONG: &str = "NameTooLong";
-    pub const BIND_FAILED: &str = "BindFailed";
-}
 
 pub struct Context {
     pub client: Client,
@@ -70,8 +60,8 @@ pub async fn reconcile(
     verdict.set(&mut status.conditions, "Ready", generation);
     let api: Api<APIExportRoleBinding> = Api::all(ctx.client.clone());
     sink::write_status(&api, binding.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "Ready") != Some(verdict.reason) {
-        tracing::info!(binding = %binding.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "APIExportRoleBinding status");
+    if reason_of(&old.conditions, "Ready") != Some(&*verdict.reason) {
+        tracing::info!(binding = %binding.name_any(), ready = verdict.ready, reason = %verdict.reason, message = %verdict.message, "APIExportRoleBinding status");
         publish(&ctx.recorder, binding.as_ref(), "Bind", &verdict).await;
     }
     Ok(Action::requeue(requeue))
@@ -95,7 +85,7 @@ async fn ensure(
     if name.len() > 253 {
         return Ok((
             Verdict::not(
-                reason::NAME_TOO_LONG,
+                Reason::NameTooLong,
                 format!(
                     "the name is too long for ClusterRoleBinding {name:?} (253 characters at most)"
                 ),
@@ -110,7 +100,7 @@ async fn ensure(
     {
         return Ok((
             Verdict::not(
-                reason::CONFLICT,
+                Reason::Conflict,
                 format!(
                     "ClusterRoleBinding {name} exists and is not this binding's; it is left alone"
                 ),
@@ -139,7 +129,7 @@ async fn ensure(
     let Some(link) = link else {
         return withdraw(
             Verdict::not(
-                reason::LINK_NOT_FOUND,
+                Reason::UpstreamClusterLinkNotFound,
                 format!(
                     "UpstreamClusterLink {}/{} does not exist",
                     link_ref.namespace, link_ref.name
@@ -157,7 +147,7 @@ async fn ensure(
     else {
         return withdraw(
             Verdict::not(
-                reason::LINK_NOT_READY,
+                Reason::UpstreamClusterLinkNotReady,
                 format!(
                     "UpstreamClusterLink {}/{} has no ServiceAccount yet",
                     link_ref.namespace, link_ref.name
@@ -175,7 +165,7 @@ async fn ensure(
     {
         return withdraw(
             Verdict::not(
-                reason::CLUSTER_ROLE_NOT_FOUND,
+                Reason::ClusterRoleNotFound,
                 format!("ClusterRole {role} does not exist"),
             ),
             ROLE_MISSING_REQUEUE,
@@ -221,7 +211,7 @@ async fn ensure(
             Err(kube::Error::Api(error)) if error.code == 403 || error.code == 422 => {
                 return Ok((
                     Verdict::not(
-                        reason::BIND_FAILED,
+                        Reason::BindFailed,
                         format!(
                             "cannot bind ClusterRole {role}: {}",
                             xcc_kube::bounded(&error)
@@ -235,7 +225,7 @@ async fn ensure(
     }
     Ok((
         Verdict::ok(
-            reason::BOUND,
+            Reason::Bound,
             format!(
                 "ClusterRoleBinding {name} binds ClusterRole {role} to ServiceAccount {}/{service_account}",
                 link_ref.namespace
@@ -319,7 +309,10 @@ mod tests {
         let seen = server.done().await;
         let ready = ready(&seen);
         assert_eq!(ready["status"], "False");
-        assert_eq!(ready["reason"], reason::LINK_NOT_FOUND);
+        assert_eq!(
+            ready["reason"],
+            Reason::UpstreamClusterLinkNotFound.as_str()
+        );
         assert!(
             ready["message"]
                 .as_str()
@@ -362,7 +355,7 @@ mod tests {
         let seen = server.done().await;
         assert_eq!(action, Action::requeue(ROLE_MISSING_REQUEUE));
         let ready = ready(&seen);
-        assert_eq!(ready["reason"], reason::CLUSTER_ROLE_NOT_FOUND);
+        assert_eq!(ready["reason"], Reason::ClusterRoleNotFound.as_str());
     }
 
     #[tokio::test]
@@ -397,6 +390,6 @@ mod tests {
         assert_eq!(crb["metadata"]["ownerReferences"][0]["uid"], "binding-uid");
         let ready = ready(&seen);
         assert_eq!(ready["status"], "True");
-        assert_eq!(ready["reason"], reason::BOUND);
+        assert_eq!(ready["reason"], Reason::Bound.as_str());
     }
 }

@@ -40,7 +40,7 @@ use xcc_kube::PeerClients;
 
 use super::{
     Error, Verdict,
-    api::{DownstreamClusterLink, ProxyStatus, ServiceReference},
+    api::{DownstreamClusterLink, ProxyStatus, Reason, ServiceReference},
     owned_by,
     proxy::Proxy,
     publish, reason_of,
@@ -51,28 +51,6 @@ use crate::sink::{self, Counted};
 const RESYNC: Duration = Duration::from_secs(60);
 /// How soon a link that is not ready is looked at again.
 const RETRY: Duration = Duration::from_secs(5);
-
-pub mod reason {
-    pub const READY: &str = "Ready";
-    pub const NOT_READY: &str = "NotReady";
-    pub const AUTHENTICATED: &str = "Authenticated";
-    pub const SECRET_NOT_FOUND: &str = "KubeconfigSecretNotFound";
-    pub const KUBECONFIG_REJECTED: &str = "KubeconfigRejected";
-    pub const UPSTREAM_REFUSED: &str = "UpstreamRefused";
-    pub const UPSTREAM_UNREACHABLE: &str = "UpstreamUnreachable";
-    pub const SERVING: &str = "Serving";
-    pub const NOT_LISTENING: &str = "NotListening";
-    pub const TOKEN_RENEWED: &str = "TokenRenewed";
-    pub const TOKEN_NOT_RENEWED: &str = "TokenNotRenewed";
-    pub const TLS_SECRET_INVALID: &str = "TLSSecretInvalid";
-    pub const TLS_SECRET_CONFLICT: &str = "TLSSecretConflict";
-    pub const SERVICE_APPLIED: &str = "ServiceApplied";
-    pub const SERVICE_CONFLICT: &str = "ServiceConflict";
-    pub const CONFIG_MAP_READ: &str = "FrontProxySettingsRead";
-    pub const CONFIG_MAP_UNUSABLE: &str = "FrontProxySettingsUnusable";
-    pub const AUTHORIZED: &str = "MayDelegate";
-    pub const NOT_AUTHORIZED: &str = "MayNotDelegate";
-}
 
 /// Where the aggregated API server is reached.
 #[derive(Clone, Debug)]
@@ -129,10 +107,10 @@ pub async fn reconcile(
     let (deployment, ca) = serving(&link, &namespace, &uid, &owner, &ctx).await?;
     let config_map = match ctx.proxy.front_status() {
         Ok(()) => Verdict::ok(
-            reason::CONFIG_MAP_READ,
+            Reason::FrontProxySettingsRead,
             "the aggregated API server authenticates the front proxy with ConfigMap kube-system/extension-apiserver-authentication",
         ),
-        Err(error) => Verdict::not(reason::CONFIG_MAP_UNUSABLE, error),
+        Err(error) => Verdict::not(Reason::FrontProxySettingsUnusable, error),
     };
     let proxy_account = delegates(ctx.proxy.identity()).await;
     let service = service(&name, &namespace, &uid, &owner, &ctx).await?;
@@ -146,7 +124,7 @@ pub async fn reconcile(
     ];
     let ready = match all.iter().find(|v| !v.ready) {
         None => Verdict::ok(
-            reason::READY,
+            Reason::Ready,
             format!(
                 "APIs of {} are served through Service {}/{}",
                 link.spec.upstream.name,
@@ -155,7 +133,7 @@ pub async fn reconcile(
             ),
         ),
         Some(first) => Verdict::not(
-            reason::NOT_READY,
+            Reason::NotReady,
             format!("{}: {}", first.reason, first.message),
         ),
     };
@@ -183,7 +161,7 @@ pub async fn reconcile(
     status.observed_generation = generation;
     let api: Api<DownstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
     sink::write_status(&api, link.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "Ready") != Some(ready.reason)
+    if reason_of(&old.conditions, "Ready") != Some(&*ready.reason)
         || old
             .conditions
             .iter()
@@ -220,7 +198,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
             ctx.proxy.drop_link(namespace, &name);
             ctx.peers.forget(namespace, secret_name);
             return Verdict::not(
-                reason::SECRET_NOT_FOUND,
+                Reason::KubeconfigSecretNotFound,
                 format!(
                     "Secret {namespace}/{secret_name} (spec.upstream.kubeconfig.secretName) does not exist"
                 ),
@@ -228,7 +206,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
         }
         Err(error) => {
             return Verdict::not(
-                reason::SECRET_NOT_FOUND,
+                Reason::KubeconfigSecretNotFound,
                 format!(
                     "cannot read Secret {namespace}/{secret_name}: {}",
                     xcc_kube::bounded(&error)
@@ -240,7 +218,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
         Ok(peer) => peer,
         Err(error) => {
             ctx.proxy.drop_link(namespace, &name);
-            return Verdict::not(reason::KUBECONFIG_REJECTED, xcc_kube::bounded(&error));
+            return Verdict::not(Reason::KubeconfigRejected, xcc_kube::bounded(&error));
         }
     };
     let review = Api::<SelfSubjectReview>::all(peer.client.clone())
@@ -294,7 +272,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
                         &ctx.recorder,
                         link,
                         "RenewToken",
-                        &Verdict::ok(reason::TOKEN_RENEWED, message),
+                        &Verdict::ok(Reason::TokenRenewed, message),
                     )
                     .await;
                 }
@@ -304,14 +282,14 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
                         &ctx.recorder,
                         link,
                         "RenewToken",
-                        &Verdict::not(reason::TOKEN_NOT_RENEWED, why),
+                        &Verdict::not(Reason::TokenNotRenewed, why),
                     )
                     .await;
                 }
             }
             ctx.proxy.set_link(namespace, &name, peer);
             Verdict::ok(
-                reason::AUTHENTICATED,
+                Reason::Authenticated,
                 format!(
                     "the service cluster accepts the kubeconfig of Secret {secret_name} as {}",
                     xcc_kube::bounded(&who)
@@ -321,7 +299,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
         Err(kube::Error::Api(error)) => {
             ctx.proxy.drop_link(namespace, &name);
             Verdict::not(
-                reason::UPSTREAM_REFUSED,
+                Reason::UpstreamRefused,
                 format!(
                     "the service cluster refuses the kubeconfig of Secret {secret_name}: {}",
                     xcc_kube::bounded(&error)
@@ -330,7 +308,7 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
         }
         // Unreachable: the last client stays, so requests work again as soon as it answers.
         Err(error) => Verdict::not(
-            reason::UPSTREAM_UNREACHABLE,
+            Reason::UpstreamUnreachable,
             format!(
                 "the service cluster of Secret {secret_name} does not answer: {}",
                 xcc_kube::bounded(&error)
@@ -354,7 +332,7 @@ async fn serving(
     let Some(listening) = ctx.proxy.listening() else {
         return Ok((
             Verdict::not(
-                reason::NOT_LISTENING,
+                Reason::NotListening,
                 "the aggregated API server of this agent is not listening (see --projection-proxy-listen and the agent's log)",
             ),
             None,
@@ -395,9 +373,9 @@ async fn serving(
     };
     let (Some(cert), Some(key)) = (data("tls.crt"), data("tls.key")) else {
         let why = if owned_by(&secret.metadata, uid) {
-            reason::TLS_SECRET_INVALID
+            Reason::TlsSecretInvalid
         } else {
-            reason::TLS_SECRET_CONFLICT
+            Reason::TlsSecretConflict
         };
         return Ok((
             Verdict::not(
@@ -412,7 +390,7 @@ async fn serving(
     if let Err(error) = ctx.proxy.set_cert(&dns, &cert, &key) {
         return Ok((
             Verdict::not(
-                reason::TLS_SECRET_INVALID,
+                Reason::TlsSecretInvalid,
                 format!("Secret {namespace}/{secret_name}: {error}"),
             ),
             None,
@@ -422,7 +400,7 @@ async fn serving(
     let ca = String::from_utf8_lossy(&ca).to_string();
     Ok((
         Verdict::ok(
-            reason::SERVING,
+            Reason::Serving,
             format!(
                 "the aggregated API server of this agent listens on port {} and serves {dns} with Secret {secret_name}",
                 listening.port()
@@ -483,19 +461,19 @@ async fn delegates(identity: &super::proxy::identity::Identity) -> Verdict {
         .await
     {
         Ok(review) if review.status.as_ref().is_some_and(|s| s.allowed) => Verdict::ok(
-            reason::AUTHORIZED,
+            Reason::MayDelegate,
             format!(
                 "the aggregated API server acts as {who}, which may create SubjectAccessReviews (system:auth-delegator)"
             ),
         ),
         Ok(_) => Verdict::not(
-            reason::NOT_AUTHORIZED,
+            Reason::MayNotDelegate,
             format!(
                 "the aggregated API server acts as {who}, which may not create SubjectAccessReviews: bind it to system:auth-delegator (manifests/agent/projection.yaml)"
             ),
         ),
         Err(error) => Verdict::not(
-            reason::NOT_AUTHORIZED,
+            Reason::MayNotDelegate,
             format!(
                 "cannot check the permissions of {who}: {}",
                 xcc_kube::bounded(&error)
@@ -515,7 +493,7 @@ async fn service(
     let service_name = service_name(name);
     let Some(listening) = ctx.proxy.listening() else {
         return Ok(Verdict::not(
-            reason::NOT_LISTENING,
+            Reason::NotListening,
             "the aggregated API server of this agent is not listening",
         ));
     };
@@ -525,7 +503,7 @@ async fn service(
         && !owned_by(&current.metadata, uid)
     {
         return Ok(Verdict::not(
-            reason::SERVICE_CONFLICT,
+            Reason::ServiceConflict,
             format!(
                 "Service {namespace}/{service_name} exists and is not this link's; it is left alone"
             ),
@@ -591,7 +569,7 @@ async fn service(
             && !owned_by(&current.metadata, uid)
         {
             return Ok(Verdict::not(
-                reason::SERVICE_CONFLICT,
+                Reason::ServiceConflict,
                 format!(
                     "EndpointSlice {namespace}/{service_name} exists and is not this link's; it is left alone"
                 ),
@@ -605,7 +583,7 @@ async fn service(
         }
         message.push_str(&format!(" at {address}"));
     }
-    Ok(Verdict::ok(reason::SERVICE_APPLIED, message))
+    Ok(Verdict::ok(Reason::ServiceApplied, message))
 }
 
 #[cfg(test)]

@@ -29,7 +29,9 @@ use xcc_kube::PeerClient;
 
 use super::{
     Error, Verdict,
-    api::{APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink, ProjectionStatus},
+    api::{
+        APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink, ProjectionStatus, Reason,
+    },
     owned_by,
     proxy::Proxy,
     publish, reason_of,
@@ -43,21 +45,6 @@ pub const IMPORT_LABEL: &str =
 pub const FINALIZER: &str = "projection.apiresources.multicluster.x-tanzu.vmware.com/apiservices";
 const RESYNC: Duration = Duration::from_secs(60);
 const RETRY: Duration = Duration::from_secs(2);
-
-pub mod reason {
-    pub const AVAILABLE: &str = "Available";
-    pub const NOT_AVAILABLE: &str = "APIServiceNotAvailable";
-    pub const LINK_NOT_FOUND: &str = "DownstreamClusterLinkNotFound";
-    pub const LINK_NOT_READY: &str = "DownstreamClusterLinkNotReady";
-    pub const SERVED_LOCALLY: &str = "GroupServedLocally";
-    pub const GROUP_NOT_FOUND: &str = "GroupNotFoundUpstream";
-    pub const UPSTREAM_UNREACHABLE: &str = "UpstreamUnreachable";
-    pub const RECONCILED: &str = "Reconciled";
-    pub const IMPORT_NOT_FOUND: &str = "ClusterAPIGroupImportNotFound";
-    pub const IMPORT_NOT_READY: &str = "ClusterAPIGroupImportNotReady";
-    pub const RESOURCES_READY: &str = "ResourcesReady";
-    pub const RESOURCES_NOT_FOUND: &str = "ResourcesNotFound";
-}
 
 pub struct Context {
     pub client: Client,
@@ -84,7 +71,7 @@ fn link_of(
         .get(&ObjectRef::<DownstreamClusterLink>::new(&r.name).within(&r.namespace))
     else {
         return Err(Verdict::not(
-            reason::LINK_NOT_FOUND,
+            Reason::DownstreamClusterLinkNotFound,
             format!(
                 "DownstreamClusterLink {}/{} does not exist",
                 r.namespace, r.name
@@ -102,7 +89,7 @@ fn link_of(
             client,
         )),
         _ => Err(Verdict::not(
-            reason::LINK_NOT_READY,
+            Reason::DownstreamClusterLinkNotReady,
             format!(
                 "DownstreamClusterLink {}/{} has no proxy Service, CA or usable kubeconfig yet",
                 r.namespace, r.name
@@ -175,7 +162,7 @@ async fn apply_group(import: Arc<ClusterAPIGroupImport>, ctx: &Context) -> Resul
     let generation = import.meta().generation;
     let (verdict, requeue) = register(&import, ctx).await?;
     let ready = if verdict.ready {
-        Verdict::ok(reason::RECONCILED, verdict.message.clone())
+        Verdict::ok(Reason::Reconciled, verdict.message.clone())
     } else {
         verdict.clone()
     };
@@ -186,8 +173,8 @@ async fn apply_group(import: Arc<ClusterAPIGroupImport>, ctx: &Context) -> Resul
     status.observed_generation = generation;
     let api: Api<ClusterAPIGroupImport> = Api::all(ctx.client.clone());
     sink::write_status(&api, import.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "APIServicesReady") != Some(verdict.reason) {
-        tracing::info!(import = %import.name_any(), ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "ClusterAPIGroupImport status");
+    if reason_of(&old.conditions, "APIServicesReady") != Some(&*verdict.reason) {
+        tracing::info!(import = %import.name_any(), ready = verdict.ready, reason = %verdict.reason, message = %verdict.message, "ClusterAPIGroupImport status");
         publish(&ctx.recorder, import.as_ref(), "Import", &verdict).await;
     }
     Ok(Action::requeue(requeue))
@@ -211,7 +198,7 @@ async fn register(
         withdraw(import, &BTreeSet::new(), ctx).await?;
         return Ok((
             Verdict::not(
-                reason::SERVED_LOCALLY,
+                Reason::GroupServedLocally,
                 format!(
                     "API group {group} is already served on this cluster (APIService {}); it is not imported",
                     other.name_any()
@@ -236,7 +223,7 @@ async fn register(
             Ok(None) => {
                 return Ok((
                     Verdict::not(
-                        reason::GROUP_NOT_FOUND,
+                        Reason::GroupNotFoundUpstream,
                         format!("the service cluster does not serve API group {group}"),
                     ),
                     Duration::from_secs(10),
@@ -245,7 +232,7 @@ async fn register(
             Err(error) => {
                 return Ok((
                     Verdict::not(
-                        reason::UPSTREAM_UNREACHABLE,
+                        Reason::UpstreamUnreachable,
                         format!("discovery of API group {group} upstream failed: {error}"),
                     ),
                     Duration::from_secs(10),
@@ -256,7 +243,7 @@ async fn register(
     if versions.is_empty() {
         return Ok((
             Verdict::not(
-                reason::GROUP_NOT_FOUND,
+                Reason::GroupNotFoundUpstream,
                 format!("the service cluster serves no version of API group {group}"),
             ),
             Duration::from_secs(10),
@@ -318,14 +305,14 @@ async fn register(
     Ok(if unavailable.is_empty() {
         (
             Verdict::ok(
-                reason::AVAILABLE,
+                Reason::Available,
                 format!("APIServices {list} are available"),
             ),
             RESYNC,
         )
     } else {
         (
-            Verdict::not(reason::NOT_AVAILABLE, unavailable.join("; ")),
+            Verdict::not(Reason::ApiServiceNotAvailable, unavailable.join("; ")),
             RETRY,
         )
     })
@@ -344,7 +331,7 @@ pub async fn reconcile_resources(
     let generation = import.meta().generation;
     let (available, requeue) = resources(&import, &ctx).await;
     let ready = if available.ready {
-        Verdict::ok(reason::RECONCILED, "Successfully reconciled")
+        Verdict::ok(Reason::Reconciled, "Successfully reconciled")
     } else {
         available.clone()
     };
@@ -355,7 +342,7 @@ pub async fn reconcile_resources(
     status.observed_generation = generation;
     let api: Api<APIResourceImport> = Api::namespaced(ctx.client.clone(), &namespace);
     sink::write_status(&api, import.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "ResourcesAvailable") != Some(available.reason) {
+    if reason_of(&old.conditions, "ResourcesAvailable") != Some(&*available.reason) {
         publish(&ctx.recorder, import.as_ref(), "Import", &available).await;
     }
     Ok(Action::requeue(requeue))
@@ -380,7 +367,7 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
     else {
         return (
             Verdict::not(
-                reason::IMPORT_NOT_FOUND,
+                Reason::ClusterApiGroupImportNotFound,
                 format!("ClusterAPIGroupImport {name} does not exist"),
             ),
             retry,
@@ -394,7 +381,7 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
     if !group_ready {
         return (
             Verdict::not(
-                reason::IMPORT_NOT_READY,
+                Reason::ClusterApiGroupImportNotReady,
                 format!("ClusterAPIGroupImport {name} is not ready"),
             ),
             retry,
@@ -405,7 +392,7 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
     let Some(client) = ctx.proxy.link(&r.namespace, &r.name) else {
         return (
             Verdict::not(
-                reason::IMPORT_NOT_READY,
+                Reason::ClusterApiGroupImportNotReady,
                 format!(
                     "DownstreamClusterLink {}/{} has no usable client",
                     r.namespace, r.name
@@ -422,14 +409,14 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
                 .map(str::to_string),
             Ok(None) => None,
             Err(error) => {
-                return (Verdict::not(reason::UPSTREAM_UNREACHABLE, error), retry);
+                return (Verdict::not(Reason::UpstreamUnreachable, error), retry);
             }
         },
     };
     let Some(version) = version else {
         return (
             Verdict::not(
-                reason::RESOURCES_NOT_FOUND,
+                Reason::ResourcesNotFound,
                 format!("the service cluster does not serve API group {group}"),
             ),
             retry,
@@ -447,7 +434,7 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
                 .collect(),
             Ok(None) => BTreeSet::new(),
             Err(error) => {
-                return (Verdict::not(reason::UPSTREAM_UNREACHABLE, error), retry);
+                return (Verdict::not(Reason::UpstreamUnreachable, error), retry);
             }
         };
     let missing: Vec<String> = import
@@ -459,13 +446,13 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
         .collect();
     if missing.is_empty() {
         (
-            Verdict::ok(reason::RESOURCES_READY, "Resources Ready"),
+            Verdict::ok(Reason::ResourcesReady, "Resources Ready"),
             RESYNC,
         )
     } else {
         (
             Verdict::not(
-                reason::RESOURCES_NOT_FOUND,
+                Reason::ResourcesNotFound,
                 format!(
                     "not served by the service cluster in {group}/{version}: {}",
                     missing.join(", ")

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use super::{
     Error, Verdict,
-    api::{ObjectName, UpstreamClusterLink},
+    api::{ObjectName, Reason, UpstreamClusterLink},
     owned_by, publish, reason_of,
 };
 use crate::sink::{self, Counted};
@@ -51,19 +51,6 @@ pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 const RESYNC: Duration = Duration::from_secs(600);
 /// Shortest requeue.
 const MIN_REQUEUE: Duration = Duration::from_secs(30);
-
-pub mod reason {
-    pub const LINKED: &str = "Linked";
-    pub const CREATED: &str = "ServiceAccountCreated";
-    pub const NAME_TOO_LONG: &str = "NameTooLong";
-    pub const SERVICE_ACCOUNT_CONFLICT: &str = "ServiceAccountConflict";
-    pub const SERVICE_ACCOUNT_NOT_READY: &str = "ServiceAccountNotReady";
-    pub const SECRET_CONFLICT: &str = "SecretConflict";
-    pub const CA_NOT_FOUND: &str = "ClusterCANotFound";
-    pub const TOKEN_REQUEST_FAILED: &str = "TokenRequestFailed";
-    pub const ROLE_CONFLICT: &str = "RoleConflict";
-    pub const NO_SERVER_URL: &str = "NoServerURL";
-}
 
 pub struct Context {
     pub client: Client,
@@ -118,8 +105,8 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     status.observed_generation = generation;
     let api: Api<UpstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
     sink::write_status(&api, link.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "Ready") != Some(outcome.ready.reason) {
-        tracing::info!(%namespace, link = %name, ready = outcome.ready.ready, reason = outcome.ready.reason, message = %outcome.ready.message, "UpstreamClusterLink status");
+    if reason_of(&old.conditions, "Ready") != Some(&*outcome.ready.reason) {
+        tracing::info!(%namespace, link = %name, ready = outcome.ready.ready, reason = %outcome.ready.reason, message = %outcome.ready.message, "UpstreamClusterLink status");
         publish(&ctx.recorder, link.as_ref(), "Link", &outcome.ready).await;
     }
     Ok(Action::requeue(outcome.requeue))
@@ -155,7 +142,7 @@ async fn ensure(
     };
     if sa_name.len() > 253 || secret_name.len() > 253 {
         let verdict = Verdict::not(
-            reason::NAME_TOO_LONG,
+            Reason::NameTooLong,
             format!(
                 "the link's name is too long for ServiceAccount {sa_name:?} and Secret {secret_name:?} (253 characters at most)"
             ),
@@ -171,7 +158,7 @@ async fn ensure(
         && !owned_by(&sa.metadata, uid)
     {
         let verdict = Verdict::not(
-            reason::SERVICE_ACCOUNT_CONFLICT,
+            Reason::ServiceAccountConflict,
             format!("ServiceAccount {sa_name} exists and is not this link's; it is left alone"),
         );
         return Ok(not(verdict.clone(), verdict));
@@ -192,7 +179,7 @@ async fn ensure(
     };
     let Some(sa_uid) = sa.uid() else {
         let verdict = Verdict::not(
-            reason::SERVICE_ACCOUNT_NOT_READY,
+            Reason::ServiceAccountNotReady,
             format!("ServiceAccount {sa_name} has no UID yet"),
         );
         return Ok(not(verdict.clone(), verdict));
@@ -220,13 +207,13 @@ async fn ensure(
     };
     if let Some(kind) = conflict {
         let verdict = Verdict::not(
-            reason::ROLE_CONFLICT,
+            Reason::RoleConflict,
             format!("{kind} {token_role} exists and is not this link's; it is left alone"),
         );
         return Ok(not(verdict.clone(), verdict));
     }
     let sa_ok = Verdict::ok(
-        reason::CREATED,
+        Reason::ServiceAccountCreated,
         format!(
             "ServiceAccount {sa_name} is the workload cluster's identity (it may renew its own token)"
         ),
@@ -237,7 +224,7 @@ async fn ensure(
         return Ok(not(
             sa_ok,
             Verdict::not(
-                reason::NO_SERVER_URL,
+                Reason::NoServerUrl,
                 "no API server URL to advertise (--projection-advertise-url)",
             ),
         ));
@@ -250,7 +237,7 @@ async fn ensure(
         return Ok(not(
             sa_ok,
             Verdict::not(
-                reason::SECRET_CONFLICT,
+                Reason::SecretConflict,
                 format!("Secret {secret_name} exists and is not this link's; it is left alone"),
             ),
         ));
@@ -264,7 +251,7 @@ async fn ensure(
         return Ok(not(
             sa_ok,
             Verdict::not(
-                reason::CA_NOT_FOUND,
+                Reason::ClusterCaNotFound,
                 format!("ConfigMap {ROOT_CA_CONFIGMAP} of namespace {namespace} has no ca.crt"),
             ),
         ));
@@ -301,7 +288,7 @@ async fn ensure(
                     return Ok(not(
                         sa_ok,
                         Verdict::not(
-                            reason::TOKEN_REQUEST_FAILED,
+                            Reason::TokenRequestFailed,
                             "the TokenRequest was answered without a token",
                         ),
                     ));
@@ -312,7 +299,7 @@ async fn ensure(
                         ..not(
                             sa_ok,
                             Verdict::not(
-                                reason::TOKEN_REQUEST_FAILED,
+                                Reason::TokenRequestFailed,
                                 format!(
                                     "TokenRequest for ServiceAccount {sa_name}: {}",
                                     xcc_kube::bounded(&error)
@@ -354,7 +341,7 @@ async fn ensure(
     Ok(Outcome {
         service_account: sa_ok,
         ready: Verdict::ok(
-            reason::LINKED,
+            Reason::Linked,
             format!(
                 "Secret {secret_name} (key {KUBECONFIG_KEY}) holds a kubeconfig for ServiceAccount {sa_name} at {}",
                 ctx.advertise_url
@@ -619,7 +606,7 @@ mod tests {
         let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(
             (&ready["status"], &ready["reason"]),
-            (&json!("True"), &json!(reason::LINKED))
+            (&json!("True"), &json!(Reason::Linked))
         );
         assert_eq!(ready["observedGeneration"], 1);
     }
@@ -645,7 +632,7 @@ mod tests {
         assert!(status.get("serviceAccount").is_none());
         for condition in status["conditions"].as_array().unwrap() {
             assert_eq!(condition["status"], "False");
-            assert_eq!(condition["reason"], reason::SERVICE_ACCOUNT_CONFLICT);
+            assert_eq!(condition["reason"], Reason::ServiceAccountConflict.as_str());
         }
     }
 

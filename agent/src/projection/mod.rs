@@ -103,7 +103,7 @@ where
         } else {
             EventType::Warning
         },
-        reason: verdict.reason.into(),
+        reason: verdict.reason.to_string(),
         note: Some(verdict.message.clone()),
         action: action.into(),
         secondary: None,

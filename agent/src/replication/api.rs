@@ -185,3 +185,32 @@ pub struct ResourceExportMonitorBindingSpec {
     /// The ServiceAccount of this namespace that every generated SecretExport grants access to.
     pub service_account: LocalRef,
 }
+
+xcc_kube::status_enum! {
+    /// Reasons of the Ready condition of every object of this API.
+    pub enum Reason {
+        Exported = "Exported",
+        Replicated = "Replicated",
+        SecretNotFound = "SecretNotFound",
+        Forbidden = "Forbidden",
+        RemoteUnreachable = "RemoteUnreachable",
+        Conflict = "Conflict",
+        KubeconfigMissing = "KubeconfigMissing",
+        /// The trust rules refuse the kubeconfig (exec, a file path, ...): nothing is read.
+        KubeconfigRejected = "KubeconfigRejected",
+        /// The other reasons a kubeconfig Secret gives no client
+        /// ([`xcc_kube::KubeconfigError::reason`]).
+        KubeconfigInvalid = "KubeconfigInvalid",
+        KubeconfigUnreadable = "KubeconfigUnreadable",
+        NoKubeconfig = "NoKubeconfig",
+        ClientFailed = "ClientFailed",
+        WriteFailed = "WriteFailed",
+        /// A monitor's labels and secretPaths are valid.
+        Valid = "Valid",
+        InvalidMonitor = "InvalidMonitor",
+        /// A monitor binding's objects are in place.
+        Synced = "Synced",
+        MonitorNotFound = "MonitorNotFound",
+        ResourceNotFound = "ResourceNotFound",
+    }
+}

@@ -23,7 +23,7 @@ use kube::{
     },
 };
 
-use super::{Error, FINALIZER, Verdict, api::SecretExport, finalized, reason, write_status};
+use super::{Error, FINALIZER, Reason, Verdict, api::SecretExport, finalized, write_status};
 use crate::sink;
 
 pub struct Context {
@@ -154,11 +154,11 @@ async fn apply(
     let name = export.name_any();
     let reason_changed = write_status(api, export, export.status.as_ref(), &verdict).await?;
     if reason_changed {
-        tracing::info!(%namespace, export = %name, ready = verdict.ready, reason = verdict.reason, message = %verdict.message, "SecretExport status");
-        if verdict.reason == reason::CONFLICT {
+        tracing::info!(%namespace, export = %name, ready = verdict.ready, reason = %verdict.reason, message = %verdict.message, "SecretExport status");
+        if verdict.reason == Reason::Conflict {
             let event = KubeEvent {
                 type_: EventType::Warning,
-                reason: reason::CONFLICT.into(),
+                reason: Reason::Conflict.into(),
                 note: Some(verdict.message.clone()),
                 action: "Export".into(),
                 secondary: None,
@@ -189,7 +189,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
         Ok(true) => {}
         Ok(false) => {
             return Verdict::not(
-                reason::CONFLICT,
+                Reason::Conflict,
                 format!(
                     "Role or RoleBinding {namespace}/{rbac} exists and is not owned by this \
                      SecretExport; it is left as is"
@@ -198,7 +198,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
         }
         Err(error) => {
             return Verdict::not(
-                reason::WRITE_FAILED,
+                Reason::WriteFailed,
                 format!("cannot write Role/RoleBinding {namespace}/{rbac}: {error}"),
             );
         }
@@ -209,14 +209,14 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
         .await
     {
         Ok(Some(_)) => Verdict::ok(
-            reason::EXPORTED,
+            Reason::Exported,
             format!(
                 "ServiceAccount {namespace}/{} may read Secret {namespace}/{secret}",
                 export.spec.service_account.name
             ),
         ),
         Ok(None) => Verdict::not(
-            reason::SECRET_NOT_FOUND,
+            Reason::SecretNotFound,
             format!(
                 "Secret {namespace}/{secret} does not exist (yet); ServiceAccount \
                  {namespace}/{} may read it once it does",
@@ -224,7 +224,7 @@ async fn grant(export: &SecretExport, ctx: &Context) -> Verdict {
             ),
         ),
         Err(error) => Verdict::not(
-            reason::WRITE_FAILED,
+            Reason::WriteFailed,
             format!("cannot read Secret {namespace}/{secret}: {error}"),
         ),
     }

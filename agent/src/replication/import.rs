@@ -31,7 +31,7 @@ use kube::{
     },
 };
 
-use super::{Error, FINALIZER, Verdict, api::SecretImport, finalized, reason, write_status};
+use super::{Error, FINALIZER, Reason, Verdict, api::SecretImport, finalized, write_status};
 use crate::{
     sink::{self, LocalWriter, ORIGIN_ANNOTATION, Written},
     wakers::Wakers,
@@ -302,12 +302,12 @@ async fn apply(
         if verdict.ready {
             tracing::info!(%namespace, import = %name, secret = %import.spec.secret.name, "Secret replicated");
         } else {
-            tracing::info!(%namespace, import = %name, reason = verdict.reason, message = %verdict.message, "SecretImport not ready");
+            tracing::info!(%namespace, import = %name, reason = %verdict.reason, message = %verdict.message, "SecretImport not ready");
         }
-        if verdict.reason == reason::CONFLICT || verdict.reason == reason::KUBECONFIG_REJECTED {
+        if verdict.reason == Reason::Conflict || verdict.reason == Reason::KubeconfigRejected {
             let event = KubeEvent {
                 type_: EventType::Warning,
-                reason: verdict.reason.into(),
+                reason: verdict.reason.to_string(),
                 note: Some(verdict.message.clone()),
                 action: "Replicate".into(),
                 secondary: None,
@@ -351,7 +351,7 @@ async fn replicate(import: &SecretImport, ctx: &Context) -> Outcome {
     if let xcc_kube::Reach::Silent { error } = ctx.peers.reach(&peer.server) {
         return Outcome::Settled(
             Verdict::not(
-                reason::REMOTE_UNREACHABLE,
+                Reason::RemoteUnreachable,
                 unreachable_message(&namespace, kubeconfig_name, &error),
             )
             .through(&peer),
@@ -389,7 +389,7 @@ async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Ver
             ctx.remote.stop(&key);
             ctx.forget_remote(&key);
             return Err(Verdict::not(
-                reason::KUBECONFIG_MISSING,
+                Reason::KubeconfigMissing,
                 format!(
                     "Secret {namespace}/{kubeconfig_name} (spec.remoteKubeconfig) does not exist; \
                      create it with a kubeconfig for the service cluster under key \"kubeconfig\""
@@ -398,7 +398,7 @@ async fn peer_of(import: &SecretImport, ctx: &Context) -> Result<PeerClient, Ver
         }
         Err(error) => {
             return Err(Verdict::not(
-                reason::WRITE_FAILED,
+                Reason::WriteFailed,
                 format!("cannot read Secret {namespace}/{kubeconfig_name}: {error}"),
             ));
         }
@@ -451,7 +451,7 @@ async fn copy_from(
         )
     {
         return Verdict::ok(
-            reason::REPLICATED,
+            Reason::Replicated,
             format!("Secret {namespace}/{source} is a copy of the service cluster's"),
         );
     }
@@ -466,7 +466,7 @@ async fn copy_from(
         Ok(current) => current,
         Err(error) => {
             return Verdict::not(
-                reason::WRITE_FAILED,
+                Reason::WriteFailed,
                 format!("cannot read the local Secret {namespace}/{source}: {error}"),
             );
         }
@@ -474,11 +474,11 @@ async fn copy_from(
     let writer = LocalWriter::new(local, ctx.counted.clone());
     match remote {
         Remote::Unreachable(error) => Verdict::not(
-            reason::REMOTE_UNREACHABLE,
+            Reason::RemoteUnreachable,
             unreachable_message(&namespace, kubeconfig_name, &error),
         ),
         Remote::Forbidden(message) => Verdict::not(
-            reason::FORBIDDEN,
+            Reason::Forbidden,
             format!(
                 "the service cluster refuses to let the kubeconfig of Secret \
                  {namespace}/{kubeconfig_name} read Secret {namespace}/{source} ({message}); \
@@ -496,14 +496,14 @@ async fn copy_from(
                         tracing::info!(%namespace, secret = %source, "source Secret gone; local copy deleted");
                     }
                     Verdict::not(
-                        reason::SECRET_NOT_FOUND,
+                        Reason::SecretNotFound,
                         format!(
                             "Secret {namespace}/{source} does not exist on the service cluster"
                         ),
                     )
                 }
                 Err(error) => Verdict::not(
-                    reason::WRITE_FAILED,
+                    Reason::WriteFailed,
                     format!("cannot delete the local copy {namespace}/{source}: {error}"),
                 ),
             }
@@ -520,7 +520,7 @@ async fn copy_from(
                     Ok(_) => current = None,
                     Err(error) => {
                         return Verdict::not(
-                            reason::WRITE_FAILED,
+                            Reason::WriteFailed,
                             format!("cannot replace the local copy {namespace}/{source}: {error}"),
                         );
                     }
@@ -571,11 +571,11 @@ async fn copy_from(
             }
             match written {
                 Ok(Written::Applied(_) | Written::Unchanged(_)) => Verdict::ok(
-                    reason::REPLICATED,
+                    Reason::Replicated,
                     format!("Secret {namespace}/{source} is a copy of the service cluster's"),
                 ),
                 Ok(Written::Conflict { origin: other }) => Verdict::not(
-                    reason::CONFLICT,
+                    Reason::Conflict,
                     match other {
                         None => format!(
                             "Secret {namespace}/{source} exists here and was not created by a \
@@ -588,7 +588,7 @@ async fn copy_from(
                     },
                 ),
                 Err(error) => Verdict::not(
-                    reason::WRITE_FAILED,
+                    Reason::WriteFailed,
                     format!("cannot write Secret {namespace}/{source}: {error}"),
                 ),
             }
@@ -987,7 +987,7 @@ mod tests {
         let Outcome::Settled(verdict) = outcome else {
             panic!("a failed watch is not waited for: {outcome:?}");
         };
-        assert_eq!(verdict.reason, reason::REMOTE_UNREACHABLE, "{verdict:?}");
+        assert_eq!(verdict.reason, Reason::RemoteUnreachable, "{verdict:?}");
         assert!(verdict.message.contains("the local copy is kept"));
         assert_eq!(
             seen.expect("the reconciler made both requests"),

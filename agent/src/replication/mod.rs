@@ -40,26 +40,12 @@ use crate::{
     sink::FIELD_MANAGER,
     sources::{SecretChange, Typed},
 };
-use api::{ReplicationStatus, SecretExport, SecretImport};
+use api::{Reason, ReplicationStatus, SecretExport, SecretImport};
 use xcc_kube::PeerClients;
 
 /// Finalizer on SecretExports and SecretImports: the agent removes what it made (the Role and
 /// RoleBinding of an export, the local copy of an import) before the object goes.
 pub const FINALIZER: &str = "replication.xcc.test/cleanup";
-
-/// Ready condition reasons.
-pub mod reason {
-    pub const EXPORTED: &str = "Exported";
-    pub const REPLICATED: &str = "Replicated";
-    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
-    pub const FORBIDDEN: &str = "Forbidden";
-    pub const REMOTE_UNREACHABLE: &str = "RemoteUnreachable";
-    pub const CONFLICT: &str = "Conflict";
-    pub const KUBECONFIG_MISSING: &str = "KubeconfigMissing";
-    /// The trust rules refuse the kubeconfig (exec, a file path, ...): nothing is read.
-    pub const KUBECONFIG_REJECTED: &str = "KubeconfigRejected";
-    pub const WRITE_FAILED: &str = "WriteFailed";
-}
 
 /// The CRDs of this module.
 pub fn crds()
@@ -187,7 +173,7 @@ where
 {
     let status = next_status(old, obj.meta().generation, verdict);
     xcc_kube::status::write(api, obj, &status, FIELD_MANAGER).await?;
-    Ok(ready_reason(old) != Some(verdict.reason))
+    Ok(ready_reason(old) != Some(&*verdict.reason))
 }
 
 /// Runs both reconcilers until `stop` resolves.
@@ -415,7 +401,7 @@ mod tests {
 
     #[test]
     fn status_records_generation_and_reason() {
-        let verdict = Verdict::not(reason::CONFLICT, "Secret project-1/dumbo is not ours");
+        let verdict = Verdict::not(Reason::Conflict, "Secret project-1/dumbo is not ours");
         let status = next_status(None, Some(3), &verdict);
         assert_eq!(status.observed_generation, Some(3));
         assert_eq!(status.conditions.len(), 1);

@@ -32,7 +32,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::{
-    Error, FINALIZER, Verdict,
+    Error, FINALIZER, Reason, Verdict,
     api::{
         ClusterResourceExportMonitor, ClusterResourceImportMonitor, LocalRef, MonitoredResource,
         ReplicationStatus, ResourceExportMonitorBinding, ResourceImportMonitorBinding,
@@ -52,15 +52,6 @@ const LABEL_PREFIX: &str = "replication.apiresources.multicluster.x-tanzu.vmware
 /// On generated objects: the uid of the binding that generated them.
 pub const MONITOR_BINDING_UID: &str =
     "replication.apiresources.multicluster.x-tanzu.vmware.com/monitor-binding-uid";
-
-pub mod reason {
-    pub const VALID: &str = "Valid";
-    pub const INVALID: &str = "InvalidMonitor";
-    pub const SYNCED: &str = "Synced";
-    pub const MONITOR_NOT_FOUND: &str = "MonitorNotFound";
-    pub const RESOURCE_NOT_FOUND: &str = "ResourceNotFound";
-    pub use super::super::reason::{CONFLICT, FORBIDDEN, WRITE_FAILED};
-}
 
 /// A path of `secretPaths` as a JSONPath query. The documentation writes kubectl's style
 /// (`.status.binding.name`); `{.a.b}` and RFC 9535 (`$.a.b`) are accepted too.
@@ -353,7 +344,7 @@ pub async fn reconcile_binding<D: Direction>(
                             %namespace,
                             binding = %binding.name_any(),
                             ready = verdict.ready,
-                            reason = verdict.reason,
+                            reason = %verdict.reason,
                             message = %verdict.message,
                             "monitor binding status"
                         );
@@ -428,13 +419,13 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         Ok(None) => {
             ctx.instances.stop(&key);
             return Verdict::not(
-                reason::MONITOR_NOT_FOUND,
+                Reason::MonitorNotFound,
                 format!("{monitor_kind} {monitor_name} (spec.monitorRef) does not exist"),
             );
         }
         Err(error) => {
             return Verdict::not(
-                reason::WRITE_FAILED,
+                Reason::WriteFailed,
                 format!("cannot read {monitor_kind} {monitor_name}: {error}"),
             );
         }
@@ -442,7 +433,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
     let (resource, paths) = D::monitor(&monitor);
     if let Err(problem) = validate_monitor(monitor.labels(), resource, paths) {
         return Verdict::not(
-            reason::INVALID,
+            Reason::InvalidMonitor,
             format!("{monitor_kind} {monitor_name}: {problem}"),
         );
     }
@@ -451,7 +442,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         Ok((api_resource, _)) => api_resource,
         Err(error) => {
             return Verdict::not(
-                reason::RESOURCE_NOT_FOUND,
+                Reason::ResourceNotFound,
                 format!(
                     "kind {}/{} {} is not served here: {error}",
                     resource.group, resource.version, resource.kind
@@ -475,7 +466,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         Ok(list) => list.items,
         Err(kube::Error::Api(s)) if s.code == 403 => {
             return Verdict::not(
-                reason::FORBIDDEN,
+                Reason::Forbidden,
                 format!(
                     "xcc-agent may not list {} in {namespace}: bind a ClusterRole granting \
                      get, list and watch on them to its ServiceAccount ({})",
@@ -485,7 +476,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         }
         Err(error) => {
             return Verdict::not(
-                reason::WRITE_FAILED,
+                Reason::WriteFailed,
                 format!(
                     "cannot list {} in {namespace}: {error}",
                     api_resource.plural
@@ -516,7 +507,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
             Ok(false) => conflicts.push(name),
             Err(error) => {
                 return Verdict::not(
-                    reason::WRITE_FAILED,
+                    Reason::WriteFailed,
                     format!("cannot write {generated_kind} {namespace}/{name}: {error}"),
                 );
             }
@@ -524,13 +515,13 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
     }
     if let Err(error) = delete_generated(&generated, &uid, &names, &ctx.counted).await {
         return Verdict::not(
-            reason::WRITE_FAILED,
+            Reason::WriteFailed,
             format!("cannot delete stale {generated_kind}s in {namespace}: {error}"),
         );
     }
     if !conflicts.is_empty() {
         return Verdict::not(
-            reason::CONFLICT,
+            Reason::Conflict,
             format!(
                 "{generated_kind}s {} exist and were not generated by this binding; they are left as is",
                 conflicts.join(", ")
@@ -538,7 +529,7 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
         );
     }
     Verdict::ok(
-        reason::SYNCED,
+        Reason::Synced,
         format!(
             "{} {generated_kind}(s) for {} {} instance(s)",
             desired.len(),
@@ -555,8 +546,8 @@ pub async fn reconcile_monitor<D: Direction>(
 ) -> Result<Action, Error> {
     let (resource, paths) = D::monitor(&monitor);
     let verdict = match validate_monitor(monitor.labels(), resource, paths) {
-        Ok(()) => Verdict::ok(reason::VALID, "labels and secretPaths are valid"),
-        Err(problem) => Verdict::not(reason::INVALID, problem),
+        Ok(()) => Verdict::ok(Reason::Valid, "labels and secretPaths are valid"),
+        Err(problem) => Verdict::not(Reason::InvalidMonitor, problem),
     };
     let api: Api<D::Monitor> = Api::all((*client).clone());
     write_status(
