@@ -144,3 +144,131 @@ pub fn stop_flag(stop: &CancellationToken) -> watch::Receiver<bool> {
     });
     rx
 }
+
+/// A reconciler's error, as the sync metrics count it: every reconciler's error enum implements
+/// this, and its error policy hands each failure to
+/// [`Counted::failed`](crate::sink::Counted::failed), which counts it in
+/// `xcc_sync_reconcile_errors_total{reconciler, error}`.
+pub trait ReconcileError: std::error::Error {
+    /// The `error` label: a short snake_case word from a small fixed set, chosen by the kind of
+    /// failure (a variant), never made from the error's text. Kubernetes API failures use
+    /// `kube::Error`'s labels below.
+    fn metric_label(&self) -> &'static str;
+}
+
+/// What the API server said (by status code), or that it did not answer, or a failure on this
+/// side of the wire (`kube`).
+impl ReconcileError for kube::Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            kube::Error::Api(status) => match status.code {
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not_found",
+                409 => "conflict",
+                422 => "invalid",
+                _ => "api",
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+                "unreachable"
+            }
+            _ => "kube",
+        }
+    }
+}
+
+/// The reconciler's own error when applying or cleaning up failed; `finalizer` when adding or
+/// removing the finalizer did.
+impl<E: ReconcileError + 'static> ReconcileError for kube::runtime::finalizer::Error<E> {
+    fn metric_label(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            F::ApplyFailed(error) | F::CleanupFailed(error) => error.metric_label(),
+            F::AddFinalizer(_) | F::RemoveFinalizer(_) | F::UnnamedObject | F::InvalidFinalizer => {
+                "finalizer"
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::Counted;
+    use kube::runtime::finalizer;
+
+    /// A reconciler's error enum, as each reconciler implements the label.
+    #[derive(Debug, thiserror::Error)]
+    enum Error {
+        #[error(transparent)]
+        Kube(#[from] kube::Error),
+        #[error("bad certificate")]
+        Certificate,
+    }
+
+    impl ReconcileError for Error {
+        fn metric_label(&self) -> &'static str {
+            match self {
+                Error::Kube(error) => error.metric_label(),
+                Error::Certificate => "certificate",
+            }
+        }
+    }
+
+    fn refused(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("no", "Refused")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn failed_reconciles_are_counted_by_a_label_of_their_kind() {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let counted = Counted {
+            metrics: SyncMetrics::register(&mut registry),
+            reconciler: "secret-import",
+        };
+        let unreachable = kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let failures: Vec<Error> = vec![
+            refused(409).into(),
+            refused(409).into(),
+            refused(403).into(),
+            refused(503).into(),
+            unreachable.into(),
+            Error::Certificate,
+        ];
+        for error in &failures {
+            counted.failed(error);
+        }
+        // Through the finalizer helper: the reconciler's own label, or `finalizer`.
+        counted.failed(&finalizer::Error::ApplyFailed(Error::Certificate));
+        counted.failed(&finalizer::Error::<Error>::RemoveFinalizer(refused(409)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let mut counts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("xcc_sync_reconcile_errors_total{"))
+            .collect();
+        counts.sort_unstable();
+        let label = |error: &str, n: u32| {
+            format!(
+                r#"xcc_sync_reconcile_errors_total{{reconciler="secret-import",error="{error}"}} {n}"#
+            )
+        };
+        assert_eq!(
+            counts,
+            [
+                label("api", 1),
+                label("certificate", 2),
+                label("conflict", 2),
+                label("finalizer", 1),
+                label("forbidden", 1),
+                label("unreachable", 1),
+            ]
+        );
+    }
+}

@@ -77,6 +77,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    reconciler: &'static str,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabels {
     reconciler: &'static str,
     verb: &'static str,
@@ -116,6 +122,7 @@ pub struct SyncMetrics {
     peer_answers: Family<ServerLabels, Gauge>,
     queue: Family<ReconcilerLabels, Gauge>,
     reconciles: Family<ResultLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
     duration: Family<ReconcilerLabels, Histogram>,
     writes: Family<WriteLabels, Counter>,
     churning: Family<KindLabels, Counter>,
@@ -134,6 +141,7 @@ impl SyncMetrics {
             peer_answers: Family::default(),
             queue: Family::default(),
             reconciles: Family::default(),
+            reconcile_errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             writes: Family::default(),
             churning: Family::default(),
@@ -173,6 +181,14 @@ impl SyncMetrics {
             "sync_reconciles",
             "Reconciles per reconciler and result",
             metrics.reconciles.clone(),
+        );
+        registry.register(
+            "sync_reconcile_errors",
+            "Failed reconciles per reconciler and kind of error, a fixed set: unauthorized, \
+             forbidden, not_found, conflict, invalid (the API server answered 401, 403, 404, \
+             409, 422), api (another refusal), unreachable (no answer), kube (a failure on this \
+             side), finalizer, encode, certificate",
+            metrics.reconcile_errors.clone(),
         );
         registry.register(
             "sync_reconcile_duration_seconds",
@@ -254,6 +270,7 @@ impl SyncMetrics {
         self.peer_reach([("<server>", true)]);
         self.queue_depth("<reconciler>", 0);
         self.reconciled("<reconciler>", true, Duration::ZERO);
+        self.reconcile_failed("<reconciler>", "<error>");
         self.wrote("<reconciler>", "apply");
         self.churning("<reconciler>", "<kind>");
         self.proxy_request("<link>", "get", 200);
@@ -313,6 +330,14 @@ impl SyncMetrics {
         self.duration
             .get_or_create(&ReconcilerLabels { reconciler })
             .observe(took.as_secs_f64());
+    }
+
+    /// A reconcile of `reconciler` failed with an error of kind `error` (its
+    /// [`ReconcileError::metric_label`](crate::kit::ReconcileError::metric_label)).
+    pub fn reconcile_failed(&self, reconciler: &'static str, error: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels { reconciler, error })
+            .inc();
     }
 
     /// `reconciler` made one write of `verb` (apply, create, patch, delete, status) through the

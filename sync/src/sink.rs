@@ -38,6 +38,14 @@ pub struct Counted {
 }
 
 impl Counted {
+    /// A reconcile failed with `error`: counted in `xcc_sync_reconcile_errors_total` under its
+    /// [`metric_label`](crate::kit::ReconcileError::metric_label). Call it from the
+    /// reconciler's error policy, which kube-runtime calls once per failed reconcile.
+    pub fn failed(&self, error: &impl crate::kit::ReconcileError) {
+        self.metrics
+            .reconcile_failed(self.reconciler, error.metric_label());
+    }
+
     /// One write of `verb` was made.
     pub fn wrote(&self, verb: &'static str) {
         self.metrics.wrote(self.reconciler, verb);

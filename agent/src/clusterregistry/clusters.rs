@@ -47,6 +47,14 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+impl xcc_sync::kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(error) => error.metric_label(),
+        }
+    }
+}
+
 /// The last liveness check of a peer.
 pub struct Check {
     identity: String,

@@ -188,6 +188,10 @@ pub async fn run(
                         let started = std::time::Instant::now();
                         let result = clusters::reconcile(cluster, ctx).await;
                         metrics.reconciled("clusters", result.is_ok(), started.elapsed());
+                        if let Err(error) = &result {
+                            use xcc_sync::kit::ReconcileError as _;
+                            metrics.reconcile_failed("clusters", error.metric_label());
+                        }
                         result
                     }
                 }

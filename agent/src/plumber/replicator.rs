@@ -66,6 +66,15 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl xcc_sync::kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(error) => error.metric_label(),
+            Error::Finalizer(error) => error.metric_label(),
+        }
+    }
+}
+
 /// `(cluster identity, kind, namespace, name)` of a replicated object.
 type Key = (String, String, String, String);
 
@@ -159,7 +168,8 @@ pub async fn reconcile(replicator: Arc<Replicator>, ctx: Arc<Context>) -> Result
     xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-pub fn error_policy(replicator: Arc<Replicator>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(replicator: Arc<Replicator>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(replicator = %replicator.name_any(), %error, "Replicator reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

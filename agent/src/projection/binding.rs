@@ -70,8 +70,9 @@ pub async fn reconcile(
 pub fn error_policy(
     binding: Arc<APIExportRoleBinding>,
     error: &Error,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(binding = %binding.name_any(), %error, "APIExportRoleBinding reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

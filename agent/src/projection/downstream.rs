@@ -174,7 +174,8 @@ pub async fn reconcile(
     Ok(Action::requeue(if ready.ready { RESYNC } else { RETRY }))
 }
 
-pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(
         namespace = %link.namespace().unwrap_or_default(),
         link = %link.name_any(),

@@ -132,8 +132,9 @@ pub async fn reconcile_group(
 pub fn error_policy_group(
     import: Arc<ClusterAPIGroupImport>,
     error: &Error,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(import = %import.name_any(), %error, "ClusterAPIGroupImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -351,8 +352,9 @@ pub async fn reconcile_resources(
 pub fn error_policy_resources(
     import: Arc<APIResourceImport>,
     error: &Error,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(import = %import.name_any(), %error, "APIResourceImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

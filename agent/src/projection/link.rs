@@ -112,7 +112,8 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     Ok(Action::requeue(outcome.requeue))
 }
 
-pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(
         namespace = %link.namespace().unwrap_or_default(),
         link = %link.name_any(),

@@ -92,6 +92,17 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl xcc_sync::kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(error) => error.metric_label(),
+            Error::Encode(_) | Error::Yaml(_) => "encode",
+            Error::Certificate(_) => "certificate",
+            Error::Finalizer(error) => error.metric_label(),
+        }
+    }
+}
+
 /// Publishes an Event about `obj` (Warning unless `verdict` is ready); a failure is only logged.
 pub async fn publish<K>(recorder: &Recorder, obj: &K, action: &str, verdict: &Verdict)
 where

@@ -105,7 +105,8 @@ pub async fn reconcile(export: Arc<SecretExport>, ctx: Arc<Context>) -> Result<A
     )
 }
 
-pub fn error_policy(export: Arc<SecretExport>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(export: Arc<SecretExport>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(
         namespace = %export.namespace().unwrap_or_default(),
         export = %export.name_any(),

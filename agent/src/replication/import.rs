@@ -254,7 +254,8 @@ pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<A
     )
 }
 
-pub fn error_policy(import: Arc<SecretImport>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(import: Arc<SecretImport>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(
         namespace = %import.namespace().unwrap_or_default(),
         import = %import.name_any(),

@@ -69,6 +69,15 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl xcc_sync::kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(error) => error.metric_label(),
+            Error::Finalizer(error) => error.metric_label(),
+        }
+    }
+}
+
 /// The result of a reconcile run through kube's `finalizer()`. A stale trigger may clean up an
 /// object whose finalizer was already removed (the object is gone): that is success, not an
 /// error to retry and log.

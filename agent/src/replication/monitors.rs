@@ -368,8 +368,9 @@ pub async fn reconcile_binding<D: Direction>(
 pub fn error_policy<D: Direction>(
     binding: Arc<D::Binding>,
     error: &Error,
-    _ctx: Arc<Context<D>>,
+    ctx: Arc<Context<D>>,
 ) -> Action {
+    ctx.counted.failed(error);
     tracing::warn!(
         kind = %D::Binding::kind(&()),
         namespace = %binding.namespace().unwrap_or_default(),
