@@ -1,6 +1,6 @@
 //! Command-line flags; each can also be set through the environment variable `--help` names.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +24,9 @@ use clap::{Parser, Subcommand};
     version,
     about,
     long_about,
+    mut_arg("kubeconfig", |arg| arg.help(
+        "Kubeconfig of the management cluster; default: in-cluster or $KUBECONFIG"
+    )),
     mut_arg("leader_elect", |arg| arg.alias("leader-election").help(
         "Elect a leader through the Lease `xcc-controller` in --lease-namespace, so that several \
          replicas are safe (`--leader-elect`, `--leader-elect=true|false`, as Kubernetes \
@@ -45,9 +48,8 @@ pub struct Args {
     )]
     pub zone: String,
 
-    /// Kubeconfig of the management cluster; default: in-cluster or $KUBECONFIG.
-    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub own: xcc_kube::KubeconfigArgs,
 
     /// Backstop resync of every GatewayDNS; Service watches propagate changes at once.
     #[arg(long, env = "XCC_RESYNC_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]

@@ -49,7 +49,7 @@ pub struct Report {
 /// Runs the uninstall against the management cluster of `args`, printing each step to stdout and
 /// each failure to stderr. `Ok(false)`: some cluster could not be cleaned.
 pub async fn run(args: &Args) -> anyhow::Result<bool> {
-    let client = xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = args.own.client().await?;
     let report = uninstall(client, args).await?;
     for line in &report.finalizers_removed {
         println!("finalizer removed: GatewayDNS {line}");

@@ -4,7 +4,6 @@
 use std::{
     fmt,
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
     time::Duration,
 };
 
@@ -72,9 +71,8 @@ pub struct Args {
     #[arg(long, env = "XCC_REMOVE", default_value_t = false)]
     pub remove: bool,
 
-    /// Kubeconfig of the cluster; default: in-cluster or $KUBECONFIG.
-    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub own: xcc_kube::KubeconfigArgs,
 
     #[command(flatten)]
     pub log: xcc_kube::logging::LogArgs,

@@ -9,7 +9,7 @@ use crate::{
 };
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
-    Ok(xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?)
+    Ok(args.own.client().await?)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

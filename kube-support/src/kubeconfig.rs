@@ -115,6 +115,28 @@ impl KubeconfigError {
     }
 }
 
+/// `--kubeconfig FILE` (env `XCC_KUBECONFIG`): the binary's own, trusted, kubeconfig. Flatten it
+/// into a binary's `Args`; each binary says in its help which cluster that is
+/// (`#[command(mut_arg("kubeconfig", |a| a.help(...)))]` on the struct that flattens it).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KubeconfigArgs {
+    /// Kubeconfig of the cluster; default: in-cluster or $KUBECONFIG.
+    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+impl KubeconfigArgs {
+    /// The client of the binary's own cluster ([`own_cluster_client`]).
+    pub async fn client(&self) -> Result<Client, KubeconfigError> {
+        own_cluster_client(self.kubeconfig.as_deref()).await
+    }
+
+    /// The client and its API server's URL ([`own_cluster`]).
+    pub async fn cluster(&self) -> Result<(Client, String), KubeconfigError> {
+        own_cluster(self.kubeconfig.as_deref()).await
+    }
+}
+
 /// The client of a binary's own cluster: from the kubeconfig file `path` when given (its current
 /// context), else in-cluster or `$KUBECONFIG`.
 pub async fn own_cluster_client(path: Option<&std::path::Path>) -> Result<Client, KubeconfigError> {

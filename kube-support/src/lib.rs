@@ -39,7 +39,9 @@ pub use backoff::Backoff;
 pub use conditions::{
     ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,
 };
-pub use kubeconfig::{KubeconfigError, own_cluster, own_cluster_client, own_cluster_with_token};
+pub use kubeconfig::{
+    KubeconfigArgs, KubeconfigError, own_cluster, own_cluster_client, own_cluster_with_token,
+};
 pub use leader::{LeaderElectArgs, LeaseConfig, run_while_leading};
 pub use peers::{PROBE_DEADLINE, PROBE_INTERVAL, PeerClients, Reach};
 pub use trust::{PeerClient, PeerTls, PeerTrust};

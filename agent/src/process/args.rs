@@ -203,15 +203,19 @@ fn share(text: &str) -> Result<f64, String> {
 }
 
 #[derive(Debug, ArgGroup)]
-#[command(next_help_heading = "Kubernetes (when --records is not given)")]
+#[command(
+    next_help_heading = "Kubernetes (when --records is not given)",
+    mut_arg("kubeconfig", |arg| arg.help(
+        "Kubeconfig file; without it the in-cluster service account (or $KUBECONFIG) is used"
+    ))
+)]
 pub struct KubeArgs {
     /// Namespace whose EndpointSlices feed the table.
     #[arg(long, env = "XCC_NAMESPACE", default_value = "xcc-dns")]
     pub namespace: String,
 
-    /// Kubeconfig file; without it the in-cluster service account (or $KUBECONFIG) is used.
-    #[arg(long, env = "XCC_KUBECONFIG", value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub own: xcc_kube::KubeconfigArgs,
 
     /// Name reported on Events (the pod name, from the downward API).
     #[arg(long, env = "XCC_POD_NAME")]
