@@ -8,6 +8,7 @@
 //!                      └── watch of each selected cluster's gateway Service
 //! ```
 
+mod admin;
 mod args;
 mod desired;
 mod gatewaydns;

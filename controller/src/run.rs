@@ -1,9 +1,12 @@
-//! Wiring: clients, leader election, the controller and its triggers, admin HTTP, shutdown.
+//! Wiring: clients, leader election (through `xcc_kube::run_while_leading`, as the agent's), the
+//! controller and its triggers, admin HTTP (`xcc_sync::admin`), shutdown by cancellation token.
 
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
 };
+
+use tokio_util::sync::CancellationToken;
 
 use anyhow::Context as _;
 use futures::StreamExt;
@@ -21,6 +24,7 @@ use kube::{
 };
 
 use crate::{
+    admin::AdminState,
     args::Args,
     gatewaydns::GatewayDNS,
     reconcile::{Context, error_policy, reconcile},
@@ -36,78 +40,34 @@ pub fn crds_yaml() -> String {
 }
 
 async fn client(args: &Args) -> anyhow::Result<Client> {
-    Ok(xcc_kube::own_cluster_client(args.kubeconfig.as_deref()).await?)
+    Ok(args.own.client().await?)
 }
 
+/// How long the Lease stays valid without renewal: how long a replica that died without
+/// releasing it holds up the others (kube-lease-manager's default, which the controller used
+/// before it shared the agent's leader election).
+const LEASE_DURATION: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let args = Arc::new(args);
     let client = client(&args).await?;
-    let ready = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    // Listening from the start: a signal during start-up is not lost.
+    let signals = on_signals(shutdown.clone())?;
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .with_context(|| format!("cannot bind the admin server on {}", args.admin_listen))?;
     tracing::info!(admin = %listener.local_addr()?, zone = %args.zone, "xcc-controller starting");
-    let admin_ready = ready.clone();
-    let metrics = Arc::new(crate::metrics::Metrics::new());
-    let admin_metrics = metrics.clone();
-    let details: Arc<crate::reconcile::Details> = Arc::default();
-    let admin_details = details.clone();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let text = admin_metrics.encode();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        text,
-                    )
-                }
-            }),
-        )
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        // Every selected cluster's entry of a GatewayDNS (its status lists at most 20).
-        .route(
-            "/gatewaydns/{namespace}/{name}",
-            axum::routing::get(
-                move |axum::extract::Path((namespace, name)): axum::extract::Path<(
-                    String,
-                    String,
-                )>| {
-                    let found = admin_details.json(&namespace, &name);
-                    async move {
-                        match found {
-                            Some(json) => (
-                                axum::http::StatusCode::OK,
-                                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                                json,
-                            ),
-                            None => (
-                                axum::http::StatusCode::NOT_FOUND,
-                                [(axum::http::header::CONTENT_TYPE, "text/plain")],
-                                format!("GatewayDNS {namespace}/{name} is not reconciled here\n"),
-                            ),
-                        }
-                    }
-                },
-            ),
-        )
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let ready = admin_ready.load(Ordering::Acquire);
-                async move {
-                    if ready {
-                        (axum::http::StatusCode::OK, "ready\n")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not started\n")
-                    }
-                }
-            }),
-        );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let admin = AdminState {
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+        ready: Arc::new(AtomicBool::new(false)),
+        details: Arc::default(),
+    };
+    let server = tokio::spawn(xcc_sync::admin::serve(
+        listener,
+        crate::admin::router(admin.clone()),
+        shutdown.clone(),
+    ));
 
     let identity = args
         .pod_name
@@ -115,38 +75,89 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("xcc-controller-{}", std::process::id()));
     // Ready means "this process works" (its client and admin server are up), never "this
     // process leads": a standby that were never ready would stall every rolling update.
-    ready.store(true, Ordering::Release);
+    admin.ready.store(true, Ordering::Release);
+    let work = {
+        let (client, args, admin) = (client.clone(), args.clone(), admin.clone());
+        let identity = identity.clone();
+        move |stop: CancellationToken| {
+            controller(
+                client.clone(),
+                args.clone(),
+                identity.clone(),
+                admin.clone(),
+                stop,
+            )
+        }
+    };
     if args.leader.leader_elect {
-        let lease = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "xcc-controller")
-            .with_namespace(args.lease_namespace.clone())
-            .with_identity(identity.clone())
-            .build()
-            .await
-            .context("cannot set up leader election")?;
-        let (mut leading, _task) = lease.watch().await;
-        tracing::info!(%identity, "waiting to become the leader");
-        while !*leading.borrow_and_update() {
-            leading.changed().await.context("leader election stopped")?;
-        }
-        tracing::info!(%identity, "leading");
-        tokio::select! {
-            result = controller(client, &args, identity, metrics, details) => result,
-            _ = async { while leading.changed().await.is_ok() && *leading.borrow() {} } => {
-                anyhow::bail!("lost the leader Lease; exiting so that the new leader runs alone")
-            }
-        }
+        let config = xcc_kube::LeaseConfig {
+            namespace: args.lease_namespace.clone(),
+            name: "xcc-controller".into(),
+            identity,
+            duration: LEASE_DURATION,
+        };
+        xcc_kube::run_while_leading(
+            client,
+            config,
+            Arc::new(AtomicBool::new(false)),
+            xcc_sync::kit::stop_flag(&shutdown),
+            move |stop| {
+                let token = CancellationToken::new();
+                let running = work(token.clone());
+                async move {
+                    // Cancelled however this ends, aborted included.
+                    let _cancel = token.clone().drop_guard();
+                    let mut stop = stop;
+                    tokio::select! {
+                        () = running => {}
+                        _ = stop.wait_for(|stop| *stop) => token.cancel(),
+                    }
+                }
+            },
+        )
+        .await;
     } else {
-        controller(client, &args, identity, metrics, details).await
+        work(shutdown.clone()).await;
     }
+    shutdown.cancel();
+    signals.abort();
+    server.await.context("admin server task")??;
+    tracing::info!("stopped");
+    Ok(())
 }
 
+/// Cancels `shutdown` at the first SIGTERM or SIGINT; a second one ends the process at once.
+fn on_signals(shutdown: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    Ok(tokio::spawn(async move {
+        async fn next(
+            term: &mut tokio::signal::unix::Signal,
+            int: &mut tokio::signal::unix::Signal,
+        ) -> &'static str {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        }
+        let signal = next(&mut term, &mut int).await;
+        tracing::info!(signal, "shutting down");
+        shutdown.cancel();
+        let signal = next(&mut term, &mut int).await;
+        tracing::warn!(signal, "second signal: exiting at once");
+        std::process::exit(1);
+    }))
+}
+
+/// The GatewayDNS controller and what feeds it, until `stop` is cancelled.
 async fn controller(
     client: Client,
-    args: &Args,
+    args: Arc<Args>,
     identity: String,
-    metrics: Arc<crate::metrics::Metrics>,
-    details: Arc<crate::reconcile::Details>,
-) -> anyhow::Result<()> {
+    admin: AdminState,
+    stop: CancellationToken,
+) {
     let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
         "v1beta1",
@@ -172,10 +183,10 @@ async fn controller(
         ),
         clusters: clusters.clone(),
         resync: args.resync_interval,
-        metrics,
+        metrics: admin.metrics,
         health: Arc::default(),
         writes: crate::queue::Queues::new(usize::from(args.max_writes_in_flight)),
-        details,
+        details: admin.details,
     });
     // Health checks of every workload cluster, for as long as this process leads.
     let prober = ctx.clone();
@@ -227,7 +238,7 @@ async fn controller(
     )));
     controller
         .reconcile_on(tokio_stream_from(trigger_rx))
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
@@ -236,8 +247,7 @@ async fn controller(
             }
         })
         .await;
-    tracing::info!("stopped");
-    Ok(())
+    tracing::info!("GatewayDNS controller stopped");
 }
 
 /// Stops a task when the controller stops.

@@ -16,7 +16,9 @@
 //! - [`wakers`]: the watches a reconciler opens per object, each waking that object.
 //! - [`metrics`]: per watch, peer server and reconciler.
 //! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
+//! - [`admin`]: the admin HTTP server of every process (health, readiness, metrics, own routes).
 
+pub mod admin;
 pub mod kit;
 pub mod metrics;
 pub mod sink;

@@ -2,12 +2,9 @@
 //! (that, the table holds a first full load, and no shutdown has begun) and `/metrics`. Neither depends on leading the
 //! sync reconcilers: a standby replica serves DNS like the leader.
 
-use std::{
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
 };
 
 use axum::{
@@ -19,7 +16,9 @@ use axum::{
     routing::get,
 };
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use xcc_dns::RecordTable;
+use xcc_sync::admin::Probes;
 
 use crate::feed::{explain, metrics::Metrics, slices::SliceOrigins};
 
@@ -90,13 +89,12 @@ impl Drop for TaskGuard {
     }
 }
 
+/// The process's admin routes: the common three and `/explain`.
 pub fn router(state: AdminState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let explain = Router::new()
         .route("/explain", get(explain_name))
-        .with_state(state)
+        .with_state(state.clone());
+    xcc_sync::admin::router(Arc::new(state), explain)
 }
 
 fn dead_tasks(state: &AdminState) -> Option<String> {
@@ -104,40 +102,27 @@ fn dead_tasks(state: &AdminState) -> Option<String> {
     (!dead.is_empty()).then(|| format!("core task(s) ended: {}\n", dead.join(", ")))
 }
 
-async fn healthz(State(state): State<AdminState>) -> (StatusCode, String) {
-    match dead_tasks(&state) {
-        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-        None => (StatusCode::OK, "ok\n".into()),
+impl Probes for AdminState {
+    fn health(&self) -> Result<(), String> {
+        dead_tasks(self).map_or(Ok(()), Err)
     }
-}
 
-async fn readyz(State(state): State<AdminState>) -> (StatusCode, String) {
-    if let Some(why) = dead_tasks(&state) {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}"))
-    } else if state.tasks.is_stopping() {
-        // Out of the Service's endpoints while DNS still answers (--shutdown-delay).
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: shutting down\n".into(),
-        )
-    } else if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ready\n".into())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the record table has no first full load yet\n".into(),
-        )
+    fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = dead_tasks(self) {
+            Err(format!("not ready: {why}"))
+        } else if self.tasks.is_stopping() {
+            // Out of the Service's endpoints while DNS still answers (--shutdown-delay).
+            Err("not ready: shutting down\n".into())
+        } else if self.ready.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err("not ready: the record table has no first full load yet\n".into())
+        }
     }
-}
 
-async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+    fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
 }
 
 /// `GET /explain?name=NAME[&type=A|AAAA]`: the answer and its provenance, as JSON. Read-only.
@@ -164,19 +149,19 @@ async fn explain_name(
     (status, [(header::CONTENT_TYPE, "application/json")], body)
 }
 
+/// Serves the admin routes until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    xcc_sync::admin::serve(listener, router(state), shutdown).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xcc_sync::admin::{health as healthz, readiness as readyz};
 
     fn table() -> Arc<RecordTable> {
         Arc::new(
@@ -266,21 +251,18 @@ mod tests {
     async fn a_dead_core_task_turns_health_and_readiness_red_but_shutdown_does_not() {
         let state = state();
         let guard = state.tasks.watch("DNS server");
-        assert_eq!(healthz(State(state.clone())).await.0, StatusCode::OK);
-        assert_eq!(readyz(State(state.clone())).await.0, StatusCode::OK);
+        assert_eq!(healthz(&state).0, StatusCode::OK);
+        assert_eq!(readyz(&state).0, StatusCode::OK);
         // The task panics: its future, and the guard with it, is dropped.
         let task = tokio::spawn(async move {
             let _alive = guard;
             panic!("the DNS server failed");
         });
         assert!(task.await.is_err());
-        let (status, body) = readyz(State(state.clone())).await;
+        let (status, body) = readyz(&state);
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("DNS server"), "{body}");
-        assert_eq!(
-            healthz(State(state.clone())).await.0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(healthz(&state).0, StatusCode::SERVICE_UNAVAILABLE);
 
         // During a shutdown, tasks end as they should.
         let tasks = CoreTasks::default();
@@ -293,11 +275,11 @@ mod tests {
     #[tokio::test]
     async fn readiness_fails_while_shutting_down_and_health_stays_green() {
         let state = state();
-        assert_eq!(readyz(State(state.clone())).await.0, StatusCode::OK);
+        assert_eq!(readyz(&state).0, StatusCode::OK);
         state.tasks.stopping();
-        let (status, body) = readyz(State(state.clone())).await;
+        let (status, body) = readyz(&state);
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("shutting down"), "{body}");
-        assert_eq!(healthz(State(state)).await.0, StatusCode::OK);
+        assert_eq!(healthz(&state).0, StatusCode::OK);
     }
 }

@@ -113,8 +113,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     // Two stops: the sync reconcilers (and the Lease) at SIGTERM, everything that serves DNS
     // after the drain.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (sync_stop_tx, sync_stop_rx) = tokio::sync::watch::channel(false);
+    let stop = CancellationToken::new();
+    let sync_stop = CancellationToken::new();
     // Listening from the start: a SIGTERM during start-up is not lost.
     let mut signals = Signals::new()?;
     let shutdown_delay = args.admin.shutdown_delay(
@@ -167,7 +167,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         handler,
         sockets,
         args.dns.serve_options(),
-        stopped(stop_rx.clone()),
+        stop.clone().cancelled_owned(),
     );
     let dns = tokio::spawn(async move {
         let _alive = alive;
@@ -183,7 +183,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             table: table.clone(),
             origins: slice_index.origins(),
         },
-        stopped(stop_rx.clone()),
+        stop.clone(),
     ));
     let source = match &feed {
         Feed::Records(feed) => format!("records file {}", feed.path().display()),
@@ -203,7 +203,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 },
                 env: reconcilers::Env {
                     namespace: args.kube.namespace.clone(),
-                    kubeconfig: args.kube.kubeconfig.clone(),
+                    kubeconfig: args.kube.own.kubeconfig.clone(),
                     own_url: own_url.clone(),
                 },
                 reconcilers: args.sync.reconcilers.clone(),
@@ -224,7 +224,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     client.clone(),
                     config,
                     leading.clone(),
-                    sync_stop_rx.clone(),
+                    kit::stop_flag(&sync_stop),
                     move |stop| reconcilers.clone().run(stop),
                 );
                 tokio::spawn(async move {
@@ -234,7 +234,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 leading.store(true, std::sync::atomic::Ordering::Release);
                 let alive = tasks.watch("sync reconcilers");
-                let running = reconcilers.run(sync_stop_rx.clone());
+                let running = reconcilers.run(kit::stop_flag(&sync_stop));
                 tokio::spawn(async move {
                     let _alive = alive;
                     running.await
@@ -246,7 +246,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let alive = tasks.watch("record feed");
     let watcher = match feed {
         Feed::Records(feed) => {
-            let watching = feed.watch(args.records.poll_interval, stop_rx.clone());
+            let watching = feed.watch(args.records.poll_interval, kit::stop_flag(&stop));
             tokio::spawn(async move {
                 let _alive = alive;
                 watching.await
@@ -271,7 +271,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 metrics.clone(),
                 ready.clone(),
             );
-            let stop = stopped(stop_rx.clone());
+            let stop = stop.clone().cancelled_owned();
             tokio::spawn(async move {
                 let _alive = alive;
                 tokio::select! {
@@ -304,7 +304,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // /readyz fails from here on; the sync reconcilers stop and release the Lease at once, so
     // that a standby takes over while this replica still answers DNS.
     tasks.stopping();
-    let _ = sync_stop_tx.send(true);
+    sync_stop.cancel();
     let sync_stopped = async {
         if let Some(mut sync) = sync {
             // With leader election the Lease side bounds this; without, a reconciler that does
@@ -329,7 +329,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     tokio::join!(sync_stopped, drained);
-    let _ = stop_tx.send(true);
+    stop.cancel();
     dns.await.context("DNS server task")??;
     admin.await.context("admin server task")??;
     watcher.await.context("feed task")?;
@@ -370,7 +370,8 @@ enum Feed {
 
 /// The agent's own client, and the URL of its API server.
 async fn kube_client(args: &KubeArgs) -> anyhow::Result<(kube::Client, String)> {
-    xcc_kube::own_cluster(args.kubeconfig.as_deref())
+    args.own
+        .cluster()
         .await
         .context("no cluster to read records from; for standalone mode give --records FILE")
 }
