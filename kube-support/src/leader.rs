@@ -1,5 +1,5 @@
 //! Leader election over a Lease (`coordination.k8s.io/v1`), for work that only one replica may
-//! do at a time (the agent's sync reconcilers): [`run_while_leading`] runs that work while this
+//! do at a time (the agent's sync reconcilers, the controller): [`run_while_leading`] runs that work while this
 //! process holds the Lease, stops it when the Lease is lost, and on shutdown stops it first and
 //! then releases the Lease, so that a rolling update hands over at once.
 //!
@@ -67,9 +67,9 @@ pub struct LeaseConfig {
     pub duration: Duration,
 }
 
-/// Longest wait for the Lease to be released on shutdown.
-/// How long the sync reconcilers get to stop when leadership ends.
+/// How long the work gets to stop when leadership ends.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+/// Longest wait for the Lease to be released on shutdown.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs `work` whenever this replica holds the Lease, until `shutdown` is raised. `work` gets a
@@ -125,7 +125,7 @@ pub async fn run_while_leading<W, F>(
             continue;
         }
         failures = crate::Backoff::local();
-        tracing::info!(identity = %config.identity, lease = %config.name, "leading: sync reconcilers start");
+        tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
         leading.store(true, Ordering::Release);
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(work(stop_rx));
@@ -149,9 +149,9 @@ pub async fn run_while_leading<W, F>(
         let mut task = task;
         match tokio::time::timeout(STOP_GRACE, &mut task).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%error, "sync reconcilers ended abnormally"),
+            Ok(Err(error)) => tracing::error!(%error, "the leader's work ended abnormally"),
             Err(_) => {
-                tracing::warn!("sync reconcilers did not stop within {STOP_GRACE:?}; aborted");
+                tracing::warn!("the leader's work did not stop within {STOP_GRACE:?}; aborted");
                 task.abort();
                 let _ = task.await;
             }
@@ -165,7 +165,7 @@ pub async fn run_while_leading<W, F>(
             }
             return;
         }
-        tracing::warn!(lease = %config.name, "lost the Lease: sync reconcilers stopped");
+        tracing::warn!(lease = %config.name, "lost the Lease: the work stopped");
     }
 }
 
