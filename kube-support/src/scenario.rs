@@ -89,6 +89,7 @@ pub struct Request {
     /// The body as text.
     pub text: String,
     /// The request's headers.
+    /// The headers (`accept` tells a metadata-only list or watch apart).
     pub headers: http::HeaderMap,
 }
 

@@ -291,25 +291,18 @@ mod tests {
     #[tokio::test]
     async fn a_change_is_a_forced_apply_of_the_status_subresource_and_no_change_no_request() {
         use k8s_openapi::api::core::v1::Namespace;
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("one request");
-            let line = format!("{} {}", request.method(), request.uri());
-            let body = json!({"apiVersion": "v1", "kind": "Namespace",
-                              "metadata": {"name": "team-a"}});
-            send.send_response(
-                http::Response::builder()
-                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap(),
-            );
-            // No second request: the unchanged status below is not written.
-            assert!(handle.next_request().await.is_none());
-            line
-        });
-        let api: Api<Namespace> = Api::all(kube::Client::new(service, "default"));
+        let body = json!({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": "team-a"}});
+        // One request: the unchanged status below is not written (a second would be unexpected).
+        let (client, server) = crate::scenario::Scenario::new()
+            .expect("PATCH", "/api/v1/namespaces/team-a/status")
+            .when(|r| {
+                r.param("fieldManager") == Some("xcc-test") && r.param("force") == Some("true")
+            })
+            .check(|patch| assert_eq!(patch["status"]["phase"], "Terminating"))
+            .reply((200, body))
+            .run();
+        let api: Api<Namespace> = Api::all(client);
         let namespace: Namespace = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "team-a"}, "status": {"phase": "Active"}
@@ -323,13 +316,6 @@ mod tests {
         );
         let active = json!({"phase": "Active"});
         assert!(!write(&api, &namespace, &active, "xcc-test").await.unwrap());
-        drop(api);
-        let line = seen.await.unwrap();
-        assert!(
-            line.starts_with("PATCH /api/v1/namespaces/team-a/status?")
-                && line.contains("fieldManager=xcc-test")
-                && line.contains("force=true"),
-            "{line}"
-        );
+        assert_eq!(server.done().await.len(), 1);
     }
 }
