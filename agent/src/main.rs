@@ -1,5 +1,7 @@
 //! The `xcc-agent` binary: parses the flags, prints the CRDs or runs the agent ([`xcc_agent`]).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use xcc_agent::process::{args, run};

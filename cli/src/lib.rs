@@ -18,6 +18,8 @@
 //! only what the service cluster's agent made in answer to its first write). Kubeconfigs the CLI writes into
 //! Secrets pass the same trust rules the readers apply ([`xcc_kube::trust`]).
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod cluster;
 pub mod complete;

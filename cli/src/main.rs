@@ -5,6 +5,8 @@
 //! plugin's completion) or as `kubectl-xcc __complete WORDS...` (the bash script), it prints
 //! completion candidates instead.
 
+#![forbid(unsafe_code)]
+
 use std::{path::Path, process::ExitCode};
 
 use clap::{CommandFactory, Parser};

@@ -8,6 +8,8 @@
 //!                      └── watch of each selected cluster's gateway Service
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod admin;
 mod args;
 mod desired;

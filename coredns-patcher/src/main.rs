@@ -10,6 +10,8 @@
 //! `corefile` is plain text editing and knows nothing of Kubernetes; `service` and `configmap`
 //! do the API calls.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod configmap;
 mod corefile;

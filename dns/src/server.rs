@@ -182,6 +182,7 @@ pub fn raise_fd_limit() -> io::Result<u64> {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    #[expect(unsafe_code, reason = "std cannot read or raise rlimits")]
     // SAFETY: getrlimit/setrlimit only read or write the struct we pass.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
@@ -207,9 +208,10 @@ pub(crate) fn fd_limit() -> Option<u64> {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    #[expect(unsafe_code, reason = "std cannot read rlimits")]
     // SAFETY: getrlimit only writes the struct we pass.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0)
-        .then_some(rlim_u64(limit.rlim_cur))
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    read.then_some(rlim_u64(limit.rlim_cur))
 }
 
 /// `rlim_t` is `u64` on the targets we build for, but not on every one.

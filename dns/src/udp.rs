@@ -271,18 +271,24 @@ struct Batch {
 
 impl Batch {
     fn new() -> Self {
+        #[expect(
+            unsafe_code,
+            reason = "the C structs of recvmmsg/sendmmsg start zeroed"
+        )]
+        // SAFETY: all-zero bytes are a valid value of these plain C structs (null pointers,
+        // zero lengths and flags).
+        let (name, iovec, header): (libc::sockaddr_storage, libc::iovec, libc::mmsghdr) =
+            unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
         let mut batch = Batch {
             bufs: vec![0; BATCH * SLOT],
-            // SAFETY: all-zero bytes are a valid value of these plain C structs (null pointers,
-            // zero lengths and flags).
-            names: vec![unsafe { mem::zeroed() }; BATCH],
-            iovecs: vec![unsafe { mem::zeroed() }; BATCH],
-            headers: vec![unsafe { mem::zeroed() }; BATCH],
+            names: vec![name; BATCH],
+            iovecs: vec![iovec; BATCH],
+            headers: vec![header; BATCH],
             outs: (0..BATCH)
                 .map(|_| Vec::with_capacity(ADVERTISED_UDP_PAYLOAD as usize))
                 .collect(),
-            out_iovecs: vec![unsafe { mem::zeroed() }; BATCH],
-            out_headers: vec![unsafe { mem::zeroed() }; BATCH],
+            out_iovecs: vec![iovec; BATCH],
+            out_headers: vec![header; BATCH],
         };
         for i in 0..BATCH {
             batch.iovecs[i] = libc::iovec {
@@ -305,6 +311,7 @@ impl Batch {
             header.msg_hdr.msg_flags = 0;
             header.msg_len = 0;
         }
+        #[expect(unsafe_code, reason = "batched receive: std has no recvmmsg")]
         // SAFETY: `headers` holds BATCH entries, each pointing at its own name storage (with its
         // size in msg_namelen) and one iovec over its own SLOT bytes of `bufs`; all live as long
         // as `self` and none moves (see the type's doc). No timeout pointer: SO_RCVTIMEO bounds
@@ -365,6 +372,7 @@ impl Batch {
     fn send(&mut self, fd: RawFd, replies: usize, errors: &Every) {
         let mut from = 0;
         while from < replies {
+            #[expect(unsafe_code, reason = "batched send: std has no sendmmsg")]
             // SAFETY: the headers from `from` to `replies` were filled by `answer` for this
             // batch: each points at a received peer's name (with its length) and one iovec over
             // an answer in `outs`, none of which has changed since.
@@ -398,6 +406,7 @@ fn socket_addr(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
     let len = len as usize;
     match i32::from(name.ss_family) {
         libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
+            #[expect(unsafe_code, reason = "reading the kernel's sockaddr form")]
             // SAFETY: the family says the storage holds a sockaddr_in, which is smaller than
             // sockaddr_storage and no more aligned.
             let v4 =
@@ -408,6 +417,7 @@ fn socket_addr(name: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
             )))
         }
         libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
+            #[expect(unsafe_code, reason = "reading the kernel's sockaddr form")]
             // SAFETY: as above, for sockaddr_in6.
             let v6 =
                 unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
@@ -483,11 +493,19 @@ mod tests {
         for addr in ["192.0.2.7:53", "[2001:db8::7]:5353"] {
             let addr: SocketAddr = addr.parse().unwrap();
             let sock = socket2::SockAddr::from(addr);
-            // SAFETY (test): SockAddr's storage is a sockaddr_storage of `len` valid bytes.
+            #[expect(
+                unsafe_code,
+                reason = "the kernel's form of an address, as recvmmsg gives it"
+            )]
+            // SAFETY: SockAddr's storage is a sockaddr_storage of `len` valid bytes.
             let storage = unsafe { &*sock.as_ptr().cast::<libc::sockaddr_storage>() };
             assert_eq!(socket_addr(storage, sock.len()), Some(addr));
         }
-        // SAFETY (test): all-zero is a valid sockaddr_storage (family AF_UNSPEC).
+        #[expect(
+            unsafe_code,
+            reason = "an address of no family, as the kernel may give"
+        )]
+        // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
         let unspec: libc::sockaddr_storage = unsafe { mem::zeroed() };
         assert_eq!(socket_addr(&unspec, 0), None);
     }

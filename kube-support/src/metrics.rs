@@ -74,13 +74,15 @@ fn stat_fields() -> Option<Vec<String>> {
 }
 
 fn clock_ticks() -> f64 {
+    #[expect(unsafe_code, reason = "std cannot read sysconf values")]
     // SAFETY: sysconf reads a configuration value and has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 fn page_size() -> f64 {
-    // SAFETY: as above.
+    #[expect(unsafe_code, reason = "std cannot read sysconf values")]
+    // SAFETY: sysconf reads a configuration value and has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as f64 } else { 4096.0 }
 }

@@ -18,6 +18,8 @@
 //! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
 //! - [`admin`]: the admin HTTP server of every process (health, readiness, metrics, own routes).
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod kit;
 pub mod metrics;

@@ -125,10 +125,13 @@ pub(crate) fn which(program: &str) -> Option<PathBuf> {
 /// The binaries, with what real nodes need (see [`require_testbed`] for when a missing test bed
 /// fails and when it skips). Node test beds also need root, to make namespaces and cgroups.
 pub fn require_node_testbed() -> Option<Binaries> {
+    #[expect(unsafe_code, reason = "std cannot tell the effective user")]
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
     let missing = match Binaries::locate() {
         None => "the test bed is not installed".to_string(),
         Some(b) if b.node.is_none() => "the test bed has no node binaries or packages (kubelet, kube-proxy, kube-scheduler, static coredns, containerd, runc, CNI plugins, iptables, conntrack)".to_string(),
-        Some(_) if unsafe { libc::geteuid() } != 0 => "node test beds need root (namespaces, cgroups, veths)".to_string(),
+        Some(_) if !root => "node test beds need root (namespaces, cgroups, veths)".to_string(),
         Some(b) => return Some(b),
     };
     skip_or_fail(&missing)

@@ -970,6 +970,7 @@ iptables:
                 break;
             }
             for pid in pids {
+                #[expect(unsafe_code, reason = "killing processes std did not start")]
                 // SAFETY: signalling a process of this node.
                 unsafe {
                     libc::kill(pid as i32, libc::SIGKILL);
@@ -1068,6 +1069,7 @@ fn sweep_dead_beds() {
                     break;
                 }
                 for pid in pids {
+                    #[expect(unsafe_code, reason = "killing processes std did not start")]
                     // SAFETY: a leftover process of a dead test bed.
                     unsafe {
                         libc::kill(pid as i32, libc::SIGKILL);

@@ -54,6 +54,10 @@ pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow:
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
+    #[expect(
+        unsafe_code,
+        reason = "a child that dies with the test (PR_SET_PDEATHSIG)"
+    )]
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(|| {
@@ -104,6 +108,10 @@ impl Process {
         let Some(mut child) = self.child.take() else {
             return;
         };
+        #[expect(
+            unsafe_code,
+            reason = "std's Child can only SIGKILL, and SIGTERM comes first"
+        )]
         // SAFETY: signalling our own child by pid.
         unsafe {
             libc::kill(child.id() as i32, libc::SIGTERM);

@@ -208,6 +208,7 @@ impl Loader {
 /// of CPU; sharing a core with the serving threads at equal weight, it delayed answers by up to
 /// 125 ms (bench/dns-reload.sh, agent pinned to one CPU). Best effort.
 fn lower_priority() {
+    #[expect(unsafe_code, reason = "std cannot set a thread's priority")]
     // SAFETY: setpriority has no memory effects; on Linux, `who = 0` with PRIO_PROCESS means the
     // calling thread.
     let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
@@ -229,6 +230,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 /// keeps the freed heap otherwise, and the agent's RSS would carry the parse's peak forever.
 fn release_free_memory() {
     #[cfg(target_env = "gnu")]
+    #[expect(unsafe_code, reason = "glibc's malloc_trim has no safe binding")]
     // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);

@@ -155,6 +155,7 @@ pub fn cpu_time(pid: u32) -> Duration {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
+    #[expect(unsafe_code, reason = "std cannot read sysconf values")]
     // SAFETY: sysconf only reads a system constant.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / hz)
