@@ -136,24 +136,37 @@ pub async fn edit_corefile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        corefile::{self, BEGIN},
-        testing::mock_client,
-    };
+    use crate::corefile::{self, BEGIN};
     use serde_json::{Value, json};
+    use xcc_kube::scenario::{Scenario, status};
 
     const PATH: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
     const ORIGINAL: &str = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n}\n";
 
-    fn configmap(version: &str, data: Value) -> Value {
-        json!({
+    fn configmap(version: &str, data: Value) -> (u16, Value) {
+        let body = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {
                 "name": "coredns", "namespace": "kube-system", "resourceVersion": version,
                 "labels": {"k8s-app": "kube-dns"},
             },
             "data": data,
-        })
+        });
+        (200, body)
+    }
+
+    fn conflict() -> (u16, Value) {
+        status(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on configmaps \"coredns\": the object has been \
+             modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// The body sent back as the API server stores it.
+    fn stored(body: &Value) -> (u16, Value) {
+        (200, body.clone())
     }
 
     fn block() -> String {
@@ -170,87 +183,78 @@ mod tests {
 
     #[tokio::test]
     async fn writes_the_edit_with_the_resource_version_it_read() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(PATH).await.ok(configmap(
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(configmap(
                 "7",
                 json!({"Corefile": ORIGINAL, "other": "kept"}),
-            ));
-            let put = server.put(PATH).await;
-            assert_eq!(put.body["metadata"]["resourceVersion"], "7");
-            assert_eq!(put.body["metadata"]["labels"]["k8s-app"], "kube-dns");
-            assert_eq!(put.body["data"]["other"], "kept");
-            assert_eq!(
-                put.body["data"]["Corefile"],
-                format!("{ORIGINAL}{}\n", block())
-            );
-            assert!(
-                put.query.contains("fieldManager=xcc-coredns-patcher"),
-                "{}",
-                put.query
-            );
-            let body = put.body.clone();
-            put.ok(body);
-        });
+            ))
+            .expect("PUT", PATH)
+            .check(|body| {
+                assert_eq!(body["metadata"]["resourceVersion"], "7");
+                assert_eq!(body["metadata"]["labels"]["k8s-app"], "kube-dns");
+                assert_eq!(body["data"]["other"], "kept");
+                assert_eq!(body["data"]["Corefile"], format!("{ORIGINAL}{}\n", block()));
+            })
+            .reply_with(stored)
+            .run();
         assert_eq!(patch(client).await.unwrap(), Outcome::Updated);
-        task.await.unwrap();
+        let seen = server.done().await;
+        assert_eq!(
+            seen[1].param("fieldManager"),
+            Some("xcc-coredns-patcher"),
+            "{}",
+            seen[1].uri()
+        );
     }
 
     #[tokio::test]
     async fn an_up_to_date_corefile_is_not_written() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            let current = format!("{ORIGINAL}{}\n", block());
-            server
-                .get(PATH)
-                .await
-                .ok(configmap("7", json!({"Corefile": current})));
-            // No PUT follows: the client is dropped after the GET.
-        });
+        let current = format!("{ORIGINAL}{}\n", block());
+        // No PUT follows: the scenario expects none.
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(configmap("7", json!({"Corefile": current})))
+            .run();
         assert_eq!(patch(client).await.unwrap(), Outcome::Unchanged);
-        task.await.unwrap();
+        assert_eq!(server.done().await.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_conflict_rereads_and_edits_the_new_text() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server
-                .get(PATH)
-                .await
-                .ok(configmap("7", json!({"Corefile": ORIGINAL})));
-            server.put(PATH).await.conflict("configmaps", "coredns");
-            // Meanwhile someone else added a server block.
-            let theirs = format!("{ORIGINAL}example.org {{\n    whoami\n}}\n");
-            server
-                .get(PATH)
-                .await
-                .ok(configmap("8", json!({"Corefile": theirs})));
-            let put = server.put(PATH).await;
-            assert_eq!(put.body["metadata"]["resourceVersion"], "8");
-            assert_eq!(
-                put.body["data"]["Corefile"],
-                format!("{theirs}{}\n", block())
-            );
-            let body = put.body.clone();
-            put.ok(body);
-        });
+        // Meanwhile someone else added a server block.
+        let theirs = format!("{ORIGINAL}example.org {{\n    whoami\n}}\n");
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(configmap("7", json!({"Corefile": ORIGINAL})))
+            .expect("PUT", PATH)
+            .reply(conflict())
+            .expect("GET", PATH)
+            .reply(configmap("8", json!({"Corefile": theirs.clone()})))
+            .expect("PUT", PATH)
+            .check(move |body| {
+                assert_eq!(body["metadata"]["resourceVersion"], "8");
+                assert_eq!(body["data"]["Corefile"], format!("{theirs}{}\n", block()));
+            })
+            .reply_with(stored)
+            .run();
         assert_eq!(patch(client).await.unwrap(), Outcome::Updated);
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn gives_up_after_bounded_conflicts() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            for version in 0..TRIES {
-                server.get(PATH).await.ok(configmap(
+        let scenario = (0..TRIES).fold(Scenario::new(), |scenario, version| {
+            scenario
+                .expect("GET", PATH)
+                .reply(configmap(
                     &version.to_string(),
                     json!({"Corefile": ORIGINAL}),
-                ));
-                server.put(PATH).await.conflict("configmaps", "coredns");
-            }
+                ))
+                .expect("PUT", PATH)
+                .reply(conflict())
         });
+        let (client, server) = scenario.run();
         let err = patch(client).await.unwrap_err();
         assert!(matches!(
             err,
@@ -260,22 +264,22 @@ mod tests {
             err.to_string()
                 .starts_with("ConfigMap kube-system/coredns was changed")
         );
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test]
     async fn a_missing_configmap_is_a_clear_error() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(PATH).await.not_found("configmaps", "coredns");
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(status(404, "NotFound", "configmaps \"coredns\" not found"))
+            .run();
         let err = patch(client).await.unwrap_err();
         assert!(matches!(err, ConfigMapError::NotFound { .. }), "{err}");
         assert!(
             err.to_string()
                 .contains("kube-system/coredns does not exist")
         );
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test]
@@ -284,51 +288,46 @@ mod tests {
             (Value::Null, "(it has no data)"),
             (json!({"Caddyfile": "x"}), "(keys: Caddyfile)"),
         ] {
-            let (client, mut server) = mock_client();
-            let task = tokio::spawn(async move {
-                server.get(PATH).await.ok(configmap("7", data));
-            });
+            let (client, server) = Scenario::new()
+                .expect("GET", PATH)
+                .reply(configmap("7", data))
+                .run();
             let err = patch(client).await.unwrap_err().to_string();
             assert!(
                 err.starts_with("ConfigMap kube-system/coredns has no key \"Corefile\""),
                 "{err}"
             );
             assert!(err.contains(found), "{err}");
-            task.await.unwrap();
+            server.done().await;
         }
     }
 
     #[tokio::test]
     async fn an_unterminated_block_is_not_written() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            let broken = format!("{ORIGINAL}{BEGIN}\nexample.org {{\n}}\n");
-            server
-                .get(PATH)
-                .await
-                .ok(configmap("7", json!({"Corefile": broken})));
-        });
+        let broken = format!("{ORIGINAL}{BEGIN}\nexample.org {{\n}}\n");
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(configmap("7", json!({"Corefile": broken})))
+            .run();
         let err = patch(client).await.unwrap_err();
         assert!(matches!(err, ConfigMapError::Corefile { .. }), "{err}");
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test]
     async fn other_api_errors_are_reported_not_retried() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server
-                .get(PATH)
-                .await
-                .ok(configmap("7", json!({"Corefile": ORIGINAL})));
-            server.put(PATH).await.status(
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(configmap("7", json!({"Corefile": ORIGINAL})))
+            .expect("PUT", PATH)
+            .reply(status(
                 403,
                 "Forbidden",
                 "configmaps \"coredns\" is forbidden: User \"x\" cannot update resource",
-            );
-        });
+            ))
+            .run();
         let err = patch(client).await.unwrap_err();
         assert!(matches!(err, ConfigMapError::Update { .. }), "{err}");
-        task.await.unwrap();
+        assert_eq!(server.done().await.len(), 2);
     }
 }

@@ -18,8 +18,6 @@ mod corefile;
 mod report;
 mod run;
 mod service;
-#[cfg(test)]
-mod testing;
 
 use xcc_kube::report::{EXIT_FAILURE, one_line};
 

@@ -64,9 +64,9 @@ pub async fn run_with(client: Client, args: &Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::mock_client;
     use clap::Parser;
-    use serde_json::json;
+    use serde_json::{Value, json};
+    use xcc_kube::scenario::Scenario;
 
     const CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
     const SERVICE: &str = "/api/v1/namespaces/xcc-dns/services/dns-server";
@@ -75,77 +75,88 @@ mod tests {
         Args::try_parse_from(["xcc-coredns-patcher"].iter().chain(extra)).unwrap()
     }
 
-    fn configmap(corefile: &str) -> serde_json::Value {
-        json!({
+    fn configmap(corefile: &str) -> (u16, Value) {
+        let body = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "coredns", "namespace": "kube-system", "resourceVersion": "3"},
             "data": {"Corefile": corefile},
-        })
+        });
+        (200, body)
+    }
+
+    /// The body sent back as the API server stores it.
+    fn stored(body: &Value) -> (u16, Value) {
+        (200, body.clone())
     }
 
     #[tokio::test]
     async fn forwards_every_zone_to_the_services_cluster_ip() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(SERVICE).await.ok(json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "dns-server", "namespace": "xcc-dns"},
-                "spec": {"clusterIP": "10.96.0.53"},
-            }));
-            server.get(CONFIGMAP).await.ok(configmap(".:53 {\n}\n"));
-            let put = server.put(CONFIGMAP).await;
-            assert_eq!(
-                put.body["data"]["Corefile"],
-                ".:53 {\n}\n\
-                 ### BEGIN CROSS CLUSTER CONNECTIVITY\n\
-                 a.test {\n    forward . 10.96.0.53\n    reload\n}\n\
-                 b.test {\n    forward . 10.96.0.53\n    reload\n}\n\
-                 ### END CROSS CLUSTER CONNECTIVITY\n"
-            );
-            let body = put.body.clone();
-            put.ok(body);
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", SERVICE)
+            .reply((
+                200,
+                json!({
+                    "apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "dns-server", "namespace": "xcc-dns"},
+                    "spec": {"clusterIP": "10.96.0.53"},
+                }),
+            ))
+            .expect("GET", CONFIGMAP)
+            .reply(configmap(".:53 {\n}\n"))
+            .expect("PUT", CONFIGMAP)
+            .check(|body| {
+                assert_eq!(
+                    body["data"]["Corefile"],
+                    ".:53 {\n}\n\
+                     ### BEGIN CROSS CLUSTER CONNECTIVITY\n\
+                     a.test {\n    forward . 10.96.0.53\n    reload\n}\n\
+                     b.test {\n    forward . 10.96.0.53\n    reload\n}\n\
+                     ### END CROSS CLUSTER CONNECTIVITY\n"
+                )
+            })
+            .reply_with(stored)
+            .run();
         run_with(client, &args(&["--zone", "a.test,b.test"]))
             .await
             .unwrap();
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test]
     async fn forward_to_skips_the_service() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(CONFIGMAP).await.ok(configmap(".:53 {\n}\n"));
-            let put = server.put(CONFIGMAP).await;
-            let corefile = put.body["data"]["Corefile"].as_str().unwrap().to_string();
-            assert!(
-                corefile.contains("    forward . 192.0.2.1:5353\n"),
-                "{corefile}"
-            );
-            let body = put.body.clone();
-            put.ok(body);
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", CONFIGMAP)
+            .reply(configmap(".:53 {\n}\n"))
+            .expect("PUT", CONFIGMAP)
+            .check(|body| {
+                let corefile = body["data"]["Corefile"].as_str().unwrap();
+                assert!(
+                    corefile.contains("    forward . 192.0.2.1:5353\n"),
+                    "{corefile}"
+                );
+            })
+            .reply_with(stored)
+            .run();
         run_with(client, &args(&["--forward-to", "192.0.2.1:5353"]))
             .await
             .unwrap();
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test]
     async fn remove_needs_no_service() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            let patched = format!(
-                ".:53 {{\n}}\n{}\n",
-                corefile::block(&["xcc.test".into()], "10.96.0.53")
-            );
-            server.get(CONFIGMAP).await.ok(configmap(&patched));
-            let put = server.put(CONFIGMAP).await;
-            assert_eq!(put.body["data"]["Corefile"], ".:53 {\n}\n");
-            let body = put.body.clone();
-            put.ok(body);
-        });
+        let patched = format!(
+            ".:53 {{\n}}\n{}\n",
+            corefile::block(&["xcc.test".into()], "10.96.0.53")
+        );
+        let (client, server) = Scenario::new()
+            .expect("GET", CONFIGMAP)
+            .reply(configmap(&patched))
+            .expect("PUT", CONFIGMAP)
+            .check(|body| assert_eq!(body["data"]["Corefile"], ".:53 {\n}\n"))
+            .reply_with(stored)
+            .run();
         run_with(client, &args(&["--remove"])).await.unwrap();
-        task.await.unwrap();
+        server.done().await;
     }
 }

@@ -71,44 +71,49 @@ pub async fn wait_for_cluster_ip(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::mock_client;
     use serde_json::json;
+    use xcc_kube::scenario::{Scenario, status};
 
     const PATH: &str = "/api/v1/namespaces/xcc-dns/services/dns-server";
 
-    fn service(cluster_ip: Option<&str>) -> serde_json::Value {
-        json!({
+    fn service(cluster_ip: Option<&str>) -> (u16, serde_json::Value) {
+        let body = json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "dns-server", "namespace": "xcc-dns", "resourceVersion": "1"},
             "spec": {"clusterIP": cluster_ip, "ports": [{"port": 53}]},
-        })
+        });
+        (200, body)
+    }
+
+    fn not_found() -> (u16, serde_json::Value) {
+        status(404, "NotFound", "services \"dns-server\" not found")
     }
 
     #[tokio::test(start_paused = true)]
     async fn waits_for_the_service_and_its_cluster_ip() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(PATH).await.not_found("services", "dns-server");
-            server.get(PATH).await.ok(service(None));
-            server.get(PATH).await.ok(service(Some("10.96.0.53")));
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(not_found())
+            .expect("GET", PATH)
+            .reply(service(None))
+            .expect("GET", PATH)
+            .reply(service(Some("10.96.0.53")))
+            .run();
         let ip = wait_for_cluster_ip(client, "xcc-dns", "dns-server", Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(ip, "10.96.0.53".parse::<IpAddr>().unwrap());
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn times_out_with_xccs_message_and_the_last_cause() {
-        let (client, mut server) = mock_client();
-        let started = Instant::now();
         // 0 ms, 500 ms, ... 5 s: eleven reads.
-        let task = tokio::spawn(async move {
-            for _ in 0..11 {
-                server.get(PATH).await.not_found("services", "dns-server");
-            }
+        let scenario = (0..11).fold(Scenario::new(), |scenario, _| {
+            scenario.expect("GET", PATH).reply(not_found())
         });
+        let (client, server) = scenario.run();
+        let started = Instant::now();
         let err = wait_for_cluster_ip(client, "xcc-dns", "dns-server", Duration::from_secs(5))
             .await
             .unwrap_err();
@@ -118,19 +123,19 @@ mod tests {
              services \"dns-server\" not found"
         );
         assert_eq!(started.elapsed(), Duration::from_secs(5));
-        task.await.unwrap();
+        server.done().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_headless_service_fails_at_once() {
-        let (client, mut server) = mock_client();
-        let task = tokio::spawn(async move {
-            server.get(PATH).await.ok(service(Some("None")));
-        });
+        let (client, server) = Scenario::new()
+            .expect("GET", PATH)
+            .reply(service(Some("None")))
+            .run();
         let err = wait_for_cluster_ip(client, "xcc-dns", "dns-server", Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(matches!(err, ServiceError::Headless { .. }), "{err}");
-        task.await.unwrap();
+        server.done().await;
     }
 }
