@@ -220,28 +220,19 @@ pub fn slice_names(namespace: &str, cluster: &str) -> [String; 3] {
     [base.clone(), format!("{base}-ipv6"), format!("{base}-fqdn")]
 }
 
-/// Whether `selector` matches `labels` (matchLabels and matchExpressions, as the API server does).
+/// Whether `selector` matches `labels` (matchLabels and matchExpressions, as the API server does),
+/// through kube's `Selector`. An unknown operator selects nothing; `In` or `NotIn` without
+/// values compare with an empty set (`In` selects nothing, `NotIn` everything).
 pub fn selects(
     selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && expressions_ok
+    use kube::core::{Selector, SelectorExt as _};
+    let mut selector = selector.clone();
+    for requirement in selector.match_expressions.iter_mut().flatten() {
+        requirement.values.get_or_insert_with(Vec::new);
+    }
+    Selector::try_from(selector).is_ok_and(|selector| selector.matches(labels))
 }
 
 /// Whether `gateway` is the one that publishes `cluster` among all GatewayDNS of the namespace.
@@ -1203,6 +1194,37 @@ mod tests {
         assert!(selects(&expr("Exists", &[]), &labels));
         assert!(!selects(&expr("DoesNotExist", &[]), &labels));
         assert!(!selects(&expr("Bogus", &[]), &labels));
+        // matchLabels and matchExpressions together: both must hold.
+        let both = |env: &str, tier_op: &str| LabelSelector {
+            match_labels: Some([("env".to_string(), env.to_string())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: tier_op.into(),
+                values: Some(vec!["edge".into()]),
+            }]),
+        };
+        assert!(selects(&both("prod", "NotIn"), &labels));
+        assert!(!selects(&both("prod", "In"), &labels));
+        assert!(!selects(&both("dev", "NotIn"), &labels));
+        let edge: BTreeMap<String, String> = [
+            ("env".to_string(), "prod".to_string()),
+            ("tier".to_string(), "edge".to_string()),
+        ]
+        .into();
+        assert!(selects(&both("prod", "In"), &edge));
+        assert!(!selects(&both("prod", "NotIn"), &edge));
+        // Without values, as the hand-written matcher read them: an empty set.
+        let no_values = |op: &str| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: op.into(),
+                values: None,
+            }]),
+            ..Default::default()
+        };
+        assert!(!selects(&no_values("In"), &labels));
+        assert!(selects(&no_values("NotIn"), &labels));
+        assert!(selects(&no_values("Exists"), &labels));
     }
 
     #[test]
