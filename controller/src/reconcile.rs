@@ -19,6 +19,7 @@ use kube::{
     },
 };
 use xcc_kube::{ConditionStatus, set_condition};
+use xcc_sync::kit::ReconcileError;
 
 use crate::{
     desired::{self, ClusterInfo, HealthView, Observation, Plan, gateway_ref},
@@ -89,8 +90,8 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
-impl Error {
-    pub fn label(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Clusters { .. } => "clusters",
@@ -102,8 +103,10 @@ impl Error {
 pub async fn reconcile(gateway: Arc<GatewayDNS>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let result = reconcile_timed(gateway, &ctx).await;
-    ctx.metrics
-        .reconciled(started.elapsed(), result.as_ref().err().map(Error::label));
+    ctx.metrics.reconciled(
+        started.elapsed(),
+        result.as_ref().err().map(Error::metric_label),
+    );
     result
 }
 
@@ -123,7 +126,7 @@ async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Arc<Context>) -> Result
 }
 
 pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(gateway = %gateway_ref(&gateway), kind = error.label(), %error, "reconcile failed; retrying");
+    tracing::warn!(gateway = %gateway_ref(&gateway), kind = error.metric_label(), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
