@@ -47,10 +47,12 @@ pub const MESSAGE_LIMIT: usize = 1024;
 /// the generation it was decided for are given when it is [`set`](Verdict::set).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
+    /// Whether the condition holds.
     pub ready: bool,
     /// The reason, as written: a value of the API's reason enum
     /// ([`status_enum!`](crate::status_enum)) or a `&'static str`.
     pub reason: Cow<'static, str>,
+    /// For people, bounded to [`MESSAGE_LIMIT`].
     pub message: String,
     /// Why the peer the object reads from is not verified (`--allow-insecure-peers`), if so:
     /// the message of the `InsecurePeer` condition ([`Verdict::set_peer`]).

@@ -39,28 +39,36 @@ use clap::{Args as ArgGroup, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "xcc-agent", version, about, long_about)]
 pub struct Args {
+    #[doc = "A command other than serving, if one is given."]
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    #[doc = "The DNS server."]
     #[command(flatten)]
     pub dns: DnsArgs,
 
+    #[doc = "The records file of standalone mode."]
     #[command(flatten)]
     pub records: RecordsArgs,
 
+    #[doc = "The cluster whose EndpointSlices feed the table."]
     #[command(flatten)]
     pub kube: KubeArgs,
 
+    #[doc = "The sync reconcilers."]
     #[command(flatten)]
     pub sync: SyncArgs,
 
+    #[doc = "The admin server and shutdown."]
     #[command(flatten)]
     pub admin: AdminArgs,
 
+    #[doc = "Logging."]
     #[command(flatten)]
     pub log: xcc_kube::logging::LogArgs,
 }
 
+/// The DNS server's flags.
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "DNS")]
 pub struct DnsArgs {
@@ -144,6 +152,7 @@ impl DnsArgs {
     }
 }
 
+/// The flags of standalone mode.
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "Records file (standalone mode)")]
 pub struct RecordsArgs {
@@ -202,6 +211,7 @@ fn share(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The flags of the cluster the agent reads.
 #[derive(Debug, ArgGroup)]
 #[command(
     next_help_heading = "Kubernetes (when --records is not given)",
@@ -214,6 +224,7 @@ pub struct KubeArgs {
     #[arg(long, env = "XCC_NAMESPACE", default_value = "xcc-dns")]
     pub namespace: String,
 
+    #[doc = "The agent's own cluster (`--kubeconfig`)."]
     #[command(flatten)]
     pub own: xcc_kube::KubeconfigArgs,
 
@@ -236,6 +247,7 @@ pub struct KubeArgs {
     pub announce: bool,
 }
 
+/// The commands of `xcc-agent` besides serving.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the CustomResourceDefinitions the agent serves, as YAML.
@@ -246,6 +258,7 @@ pub enum Command {
     },
 }
 
+/// The sync reconcilers' flags.
 #[derive(Debug, ArgGroup)]
 #[command(
     next_help_heading = "Sync reconcilers (when --records is not given)",
@@ -258,9 +271,11 @@ pub enum Command {
     ))
 )]
 pub struct SyncArgs {
+    #[doc = "Which reconcilers run."]
     #[command(flatten)]
     pub reconcilers: crate::reconcilers::ReconcilerFlags,
 
+    #[doc = "Leader election (`--leader-elect`)."]
     #[command(flatten)]
     pub leader: xcc_kube::LeaderElectArgs,
 
@@ -278,10 +293,12 @@ pub struct SyncArgs {
     )]
     pub lease_duration: Duration,
 
+    #[doc = "The trust rules for peers' kubeconfigs."]
     #[command(flatten)]
     pub trust: xcc_kube::PeerTrust,
 }
 
+/// The admin server's and shutdown's flags.
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "Admin")]
 pub struct AdminArgs {

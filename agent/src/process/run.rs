@@ -59,6 +59,7 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
+/// Runs the agent as `args` say, on a runtime of its own, until SIGTERM or a fatal error.
 pub fn main(args: Args) -> anyhow::Result<()> {
     let threads = if args.dns.threads == 0 {
         cpus()
