@@ -90,59 +90,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),
         Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
     }
-    let zones = args
-        .dns
-        .zones
-        .iter()
-        .map(|z| Zone::new(z))
-        .collect::<Result<Vec<_>, _>>()?;
-    let settings = ZoneSettings {
-        ttl: args.dns.ttl,
-        negative_ttl: args.dns.negative_ttl,
-    };
-    let table = Arc::new(RecordTable::new(zones, settings)?);
-    let zone_names: Vec<String> = table
-        .zones()
-        .iter()
-        .map(|z| z.origin().to_string())
-        .collect();
-    let metrics = Arc::new(Metrics::new(
-        &crate::feed::metrics::server_label(args.dns.listen),
-        &zone_names,
-        args.records.file.is_some(),
-    ));
+    let (table, metrics) = table_and_metrics(&args)?;
     let ready = Arc::new(AtomicBool::new(false));
     // Two stops: the sync reconcilers (and the Lease) at SIGTERM, everything that serves DNS
     // after the drain.
     let stop = CancellationToken::new();
     let sync_stop = CancellationToken::new();
     // Listening from the start: a SIGTERM during start-up is not lost.
-    let mut signals = Signals::new()?;
+    let signals = Signals::new()?;
     let shutdown_delay = args.admin.shutdown_delay(
         args.records.file.is_some(),
         std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
     );
 
-    let mut own_url = String::new();
-    let feed = match args.records.file.clone() {
-        Some(path) => {
-            let feed = RecordsFeed::new(path, table.clone(), metrics.clone())
-                .with_limit(args.records.shrink_limit())
-                .start()
-                .context("cannot start the records loader thread")?;
-            // Fail fast on a bad file at start: there is no last good table to fall back on yet.
-            feed.refresh()
-                .await
-                .context("the records loader thread failed")??;
-            ready.store(true, std::sync::atomic::Ordering::Release);
-            Feed::Records(feed)
-        }
-        None => {
-            let (client, url) = kube_client(&args.kube).await?;
-            own_url = url;
-            Feed::Slices(client)
-        }
-    };
+    let (feed, own_url) = open_feed(&args, &table, &metrics, &ready).await?;
 
     let udp_sockets = if args.dns.udp_sockets == 0 {
         cpus()
@@ -190,64 +151,170 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Feed::Records(feed) => format!("records file {}", feed.path().display()),
         Feed::Slices(_) => format!("EndpointSlices in namespace {}", args.kube.namespace),
     };
+    let sync = match &feed {
+        Feed::Slices(client) if kit::any_enabled(&args.sync.reconcilers.all()) => Some(start_sync(
+            &args, client, own_url, &metrics, &tasks, &sync_stop,
+        )),
+        _ => None,
+    };
+    let watcher = start_feed(&args, feed, slice_index, &metrics, &ready, &tasks, &stop).await;
+    // Only the features that run are named: one that is off says nothing about itself.
+    let features = match &sync {
+        Some(_) => kit::enabled_names(&args.sync.reconcilers.all()),
+        None => String::new(),
+    };
+    tracing::info!(
+        dns = %dns_addr,
+        admin = %admin_addr,
+        zones = ?args.dns.zones,
+        udp_sockets,
+        threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        %source,
+        sync = %features,
+        leader_elect = args.sync.leader.leader_elect,
+        shutdown_delay = ?shutdown_delay,
+        "xcc-agent serving"
+    );
+
+    drain(signals, &tasks, &sync_stop, sync, shutdown_delay).await;
+    stop.cancel();
+    dns.await.context("DNS server task")??;
+    admin.await.context("admin server task")??;
+    watcher.await.context("feed task")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The record table of the zones, and the process's metrics.
+fn table_and_metrics(args: &Args) -> anyhow::Result<(Arc<RecordTable>, Arc<Metrics>)> {
+    let zones = args
+        .dns
+        .zones
+        .iter()
+        .map(|z| Zone::new(z))
+        .collect::<Result<Vec<_>, _>>()?;
+    let settings = ZoneSettings {
+        ttl: args.dns.ttl,
+        negative_ttl: args.dns.negative_ttl,
+    };
+    let table = Arc::new(RecordTable::new(zones, settings)?);
+    let zone_names: Vec<String> = table
+        .zones()
+        .iter()
+        .map(|z| z.origin().to_string())
+        .collect();
+    let metrics = Arc::new(Metrics::new(
+        &crate::feed::metrics::server_label(args.dns.listen),
+        &zone_names,
+        args.records.file.is_some(),
+    ));
+    Ok((table, metrics))
+}
+
+/// Where the table's records come from, and the URL of the agent's API server (empty with a
+/// records file, which is loaded once before this returns).
+async fn open_feed(
+    args: &Args,
+    table: &Arc<RecordTable>,
+    metrics: &Arc<Metrics>,
+    ready: &Arc<AtomicBool>,
+) -> anyhow::Result<(Feed, String)> {
+    Ok(match args.records.file.clone() {
+        Some(path) => {
+            let feed = RecordsFeed::new(path, table.clone(), metrics.clone())
+                .with_limit(args.records.shrink_limit())
+                .start()
+                .context("cannot start the records loader thread")?;
+            // Fail fast on a bad file at start: there is no last good table to fall back on yet.
+            feed.refresh()
+                .await
+                .context("the records loader thread failed")??;
+            ready.store(true, std::sync::atomic::Ordering::Release);
+            (Feed::Records(feed), String::new())
+        }
+        None => {
+            let (client, url) = kube_client(&args.kube).await?;
+            (Feed::Slices(client), url)
+        }
+    })
+}
+
+/// Starts the sync reconcilers on the one core (under the Lease with `--leader-elect`), until
+/// `stop` is cancelled.
+fn start_sync(
+    args: &Args,
+    client: &kube::Client,
+    own_url: String,
+    metrics: &Metrics,
+    tasks: &CoreTasks,
+    sync_stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     // One cache of peer clients, behind one trust gate, for every reconciler of the process.
     let peers = xcc_kube::PeerClients::new(args.sync.trust);
     let leading = Arc::new(AtomicBool::new(false));
-    let sync = match &feed {
-        Feed::Slices(client) if kit::any_enabled(&args.sync.reconcilers.all()) => {
-            let reconcilers = Sync {
-                parts: CoreParts {
-                    client: client.clone(),
-                    instance: args.kube.pod_name.clone(),
-                    peers,
-                    metrics: metrics.sync.clone(),
-                },
-                env: reconcilers::Env {
-                    namespace: args.kube.namespace.clone(),
-                    kubeconfig: args.kube.own.kubeconfig.clone(),
-                    own_url: own_url.clone(),
-                },
-                reconcilers: args.sync.reconcilers.clone(),
-            };
-            Some(if args.sync.leader.leader_elect {
-                let config = xcc_kube::LeaseConfig {
-                    namespace: args.kube.namespace.clone(),
-                    name: args.sync.lease_name.clone(),
-                    identity: args
-                        .kube
-                        .pod_name
-                        .clone()
-                        .unwrap_or_else(|| format!("xcc-agent-{}", std::process::id())),
-                    duration: args.sync.lease_duration,
-                };
-                let alive = tasks.watch("sync reconcilers");
-                let elected = xcc_kube::run_while_leading(
-                    client.clone(),
-                    config,
-                    leading.clone(),
-                    kit::stop_flag(&sync_stop),
-                    move |stop| reconcilers.clone().run(stop),
-                );
-                tokio::spawn(async move {
-                    let _alive = alive;
-                    elected.await
-                })
-            } else {
-                leading.store(true, std::sync::atomic::Ordering::Release);
-                let alive = tasks.watch("sync reconcilers");
-                let running = reconcilers.run(kit::stop_flag(&sync_stop));
-                tokio::spawn(async move {
-                    let _alive = alive;
-                    running.await
-                })
-            })
-        }
-        _ => None,
+    let reconcilers = Sync {
+        parts: CoreParts {
+            client: client.clone(),
+            instance: args.kube.pod_name.clone(),
+            peers,
+            metrics: metrics.sync.clone(),
+        },
+        env: reconcilers::Env {
+            namespace: args.kube.namespace.clone(),
+            kubeconfig: args.kube.own.kubeconfig.clone(),
+            own_url,
+        },
+        reconcilers: args.sync.reconcilers.clone(),
     };
+    if args.sync.leader.leader_elect {
+        let config = xcc_kube::LeaseConfig {
+            namespace: args.kube.namespace.clone(),
+            name: args.sync.lease_name.clone(),
+            identity: args
+                .kube
+                .pod_name
+                .clone()
+                .unwrap_or_else(|| format!("xcc-agent-{}", std::process::id())),
+            duration: args.sync.lease_duration,
+        };
+        let alive = tasks.watch("sync reconcilers");
+        let elected = xcc_kube::run_while_leading(
+            client.clone(),
+            config,
+            leading.clone(),
+            kit::stop_flag(sync_stop),
+            move |stop| reconcilers.clone().run(stop),
+        );
+        tokio::spawn(async move {
+            let _alive = alive;
+            elected.await
+        })
+    } else {
+        leading.store(true, std::sync::atomic::Ordering::Release);
+        let alive = tasks.watch("sync reconcilers");
+        let running = reconcilers.run(kit::stop_flag(sync_stop));
+        tokio::spawn(async move {
+            let _alive = alive;
+            running.await
+        })
+    }
+}
+
+/// Starts the record feed (the records file, or the EndpointSlices of the agent's namespace,
+/// after the announcement), until `stop` is cancelled.
+async fn start_feed(
+    args: &Args,
+    feed: Feed,
+    slice_index: SliceIndex,
+    metrics: &Arc<Metrics>,
+    ready: &Arc<AtomicBool>,
+    tasks: &CoreTasks,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let alive = tasks.watch("record feed");
-    let watcher = match feed {
+    match feed {
         Feed::Records(feed) => {
-            let watching = feed.watch(args.records.poll_interval, kit::stop_flag(&stop));
+            let watching = feed.watch(args.records.poll_interval, kit::stop_flag(stop));
             tokio::spawn(async move {
                 let _alive = alive;
                 watching.await
@@ -281,25 +348,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             })
         }
-    };
-    // Only the features that run are named: one that is off says nothing about itself.
-    let features = match &sync {
-        Some(_) => kit::enabled_names(&args.sync.reconcilers.all()),
-        None => String::new(),
-    };
-    tracing::info!(
-        dns = %dns_addr,
-        admin = %admin_addr,
-        zones = ?args.dns.zones,
-        udp_sockets,
-        threads = tokio::runtime::Handle::current().metrics().num_workers(),
-        %source,
-        sync = %features,
-        leader_elect = args.sync.leader.leader_elect,
-        shutdown_delay = ?shutdown_delay,
-        "xcc-agent serving"
-    );
+    }
+}
 
+/// After the first signal: `/readyz` fails, the sync reconcilers stop (and release the Lease)
+/// at once, and DNS keeps answering for `shutdown_delay` (cut short by a second signal).
+async fn drain(
+    mut signals: Signals,
+    tasks: &CoreTasks,
+    sync_stop: &CancellationToken,
+    sync: Option<tokio::task::JoinHandle<()>>,
+    shutdown_delay: std::time::Duration,
+) {
     let signal = signals.next().await;
     tracing::info!(signal, "shutting down");
     // /readyz fails from here on; the sync reconcilers stop and release the Lease at once, so
@@ -330,12 +390,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     tokio::join!(sync_stopped, drained);
-    stop.cancel();
-    dns.await.context("DNS server task")??;
-    admin.await.context("admin server task")??;
-    watcher.await.context("feed task")?;
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// The sync reconcilers, on the one shared peer-client cache.
