@@ -29,7 +29,7 @@ use super::{
     api::{Cluster, ClusterReason, ClusterState, ClusterStatus, ClusterType},
 };
 use crate::{
-    sink::FIELD_MANAGER,
+    sink::{self, Counted},
     sources::{LocalSecrets, SecretChange},
 };
 use xcc_kube::{PeerClient, PeerClients};
@@ -73,6 +73,8 @@ pub struct Context {
     pub table: tokio::sync::watch::Sender<PeerTable>,
     pub clusters: Store<Cluster>,
     pub checks: Mutex<HashMap<String, Check>>,
+    /// Where status writes are counted (reconciler `clusters`).
+    pub counted: Counted,
 }
 
 /// The delay before the next check after `failures` failures in a row (0: healthy).
@@ -410,7 +412,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         }
         warn_of_trust(&ctx, &cluster, old, &status).await;
         let api = Api::<Cluster>::all(ctx.client.clone());
-        xcc_kube::status::write(&api, cluster.as_ref(), &status, FIELD_MANAGER).await?;
+        sink::write_status(&api, cluster.as_ref(), &status, &ctx.counted).await?;
     }
     let next = if local {
         CHECK_INTERVAL

@@ -166,6 +166,10 @@ pub async fn run(
         table: table_tx,
         clusters: clusters_store.clone(),
         checks: Default::default(),
+        counted: crate::sink::Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "clusters",
+        },
     });
     let stopped = {
         let mut stop = stop.clone();

@@ -17,11 +17,7 @@ use std::{
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
-    runtime::reflector::ObjectRef,
-};
+use kube::{Api, Client, ResourceExt, api::ListParams, runtime::reflector::ObjectRef};
 use serde_json::json;
 use xcc_kube::{PeerClients, Reach};
 
@@ -32,7 +28,7 @@ use super::{
     contexts::Location,
 };
 use crate::{
-    sink::{Counted, FIELD_MANAGER},
+    sink::Counted,
     sources::{LocalSecrets, SecretChange},
 };
 
@@ -393,15 +389,8 @@ impl Detector {
                         "user": one.entry.user,
                     },
                 });
-                current = Some(
-                    api.patch(
-                        &name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(desired),
-                    )
-                    .await?,
-                );
-                self.counted.wrote("apply");
+                current =
+                    Some(crate::sink::apply_whole(&api, &name, desired, &self.counted).await?);
             }
             if let Some(current) = &current
                 && crate::sink::write_status(&api, current, &one.status, &self.counted).await?
@@ -503,6 +492,15 @@ contexts:
         })
     }
 
+    /// The API server's answer to the apply of detector `body`: the detector as applied.
+    fn applied(body: &Value) -> (u16, Value) {
+        let mut written = body.clone();
+        written["metadata"]["namespace"] = "plumber-system".into();
+        written["metadata"]["uid"] = "d".into();
+        written["metadata"]["resourceVersion"] = "4".into();
+        (200, written)
+    }
+
     #[tokio::test]
     async fn every_context_gets_a_detector_with_its_reason_and_a_removed_one_goes() {
         let secret = json!({
@@ -532,17 +530,17 @@ contexts:
                          "metadata": {"resourceVersion": "5"}, "items": [detector("gone.user")]}),
             ))
             .expect("PATCH", format!("{detectors}/gone-cluster.admin"))
-            .reply((200, detector("gone-cluster.admin")))
+            .reply_with(applied)
             .expect("PATCH", format!("{detectors}/gone-cluster.admin/status"))
             .reply((200, detector("gone-cluster.admin")))
             .expect("PATCH", format!("{detectors}/gone-cluster.runner"))
-            .reply((200, detector("gone-cluster.runner")))
+            .reply_with(applied)
             .expect("PATCH", format!("{detectors}/gone-cluster.runner/status"))
             .reply((200, detector("gone-cluster.runner")))
             // No context reaches this cluster: it is registered as the primary anyway, under
             // the original's name for it.
             .expect("PATCH", format!("{detectors}/kubernetes.kubernetes-admin"))
-            .reply((200, detector("kubernetes.kubernetes-admin")))
+            .reply_with(applied)
             .expect(
                 "PATCH",
                 format!("{detectors}/kubernetes.kubernetes-admin/status"),

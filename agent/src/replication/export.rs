@@ -153,7 +153,8 @@ async fn apply(
     let verdict = grant(export, ctx).await;
     let namespace = export.namespace().unwrap_or_default();
     let name = export.name_any();
-    let reason_changed = write_status(api, export, export.status.as_ref(), &verdict).await?;
+    let reason_changed =
+        write_status(api, export, export.status.as_ref(), &verdict, &ctx.counted).await?;
     if reason_changed {
         tracing::info!(%namespace, export = %name, ready = verdict.ready, reason = %verdict.reason, message = %verdict.message, "SecretExport status");
         if verdict.reason == Reason::Conflict {

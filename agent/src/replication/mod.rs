@@ -36,10 +36,7 @@ use kube::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::{
-    sink::FIELD_MANAGER,
-    sources::{SecretChange, Typed},
-};
+use crate::sources::{SecretChange, Typed};
 use api::{Reason, ReplicationStatus, SecretExport, SecretImport};
 use xcc_kube::PeerClients;
 
@@ -166,12 +163,13 @@ fn ready_reason(status: Option<&ReplicationStatus>) -> Option<&str> {
 }
 
 /// Writes the status `verdict` gives `obj` through the one status writer (nothing when it
-/// would not change). Returns whether the Ready reason changed.
+/// would not change), counted in `counted`. Returns whether the Ready reason changed.
 pub async fn write_status<K>(
     api: &Api<K>,
     obj: &K,
     old: Option<&ReplicationStatus>,
     verdict: &Verdict,
+    counted: &crate::sink::Counted,
 ) -> Result<bool, kube::Error>
 where
     K: Resource<DynamicType = ()>
@@ -181,7 +179,7 @@ where
         + std::fmt::Debug,
 {
     let status = next_status(old, obj.meta().generation, verdict);
-    xcc_kube::status::write(api, obj, &status, FIELD_MANAGER).await?;
+    crate::sink::write_status(api, obj, &status, counted).await?;
     Ok(ready_reason(old) != Some(&*verdict.reason))
 }
 

@@ -336,6 +336,7 @@ pub async fn reconcile_binding<D: Direction>(
                         binding.as_ref(),
                         D::binding_status(&binding),
                         &verdict,
+                        &ctx.counted,
                     )
                     .await?;
                     if changed {
@@ -540,22 +541,29 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
     )
 }
 
+/// What the monitors' reconciler reads and where its status writes are counted.
+pub struct MonitorContext {
+    pub client: Client,
+    pub counted: Counted,
+}
+
 /// A monitor's own status: are its labels and paths valid?
 pub async fn reconcile_monitor<D: Direction>(
     monitor: Arc<D::Monitor>,
-    client: Arc<Client>,
+    ctx: Arc<MonitorContext>,
 ) -> Result<Action, Error> {
     let (resource, paths) = D::monitor(&monitor);
     let verdict = match validate_monitor(monitor.labels(), resource, paths) {
         Ok(()) => Verdict::ok(Reason::Valid, "labels and secretPaths are valid"),
         Err(problem) => Verdict::not(Reason::InvalidMonitor, problem),
     };
-    let api: Api<D::Monitor> = Api::all((*client).clone());
+    let api: Api<D::Monitor> = Api::all(ctx.client.clone());
     write_status(
         &api,
         monitor.as_ref(),
         D::monitor_status(&monitor),
         &verdict,
+        &ctx.counted,
     )
     .await?;
     Ok(Action::await_change())
@@ -564,7 +572,7 @@ pub async fn reconcile_monitor<D: Direction>(
 pub fn monitor_error_policy<D: Direction>(
     monitor: Arc<D::Monitor>,
     error: &Error,
-    _client: Arc<Client>,
+    _ctx: Arc<MonitorContext>,
 ) -> Action {
     tracing::warn!(monitor = %monitor.name_any(), %error, "monitor status could not be written");
     Action::requeue(Duration::from_secs(5))
@@ -622,7 +630,13 @@ pub async fn run<D: Direction>(
         .run(
             reconcile_monitor::<D>,
             monitor_error_policy::<D>,
-            Arc::new(client.clone()),
+            Arc::new(MonitorContext {
+                client: client.clone(),
+                counted: Counted {
+                    metrics: metrics.clone(),
+                    reconciler: D::RECONCILER,
+                },
+            }),
         )
         .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
     let watch = tokio::spawn(monitor_kind.run(Api::all(client.clone()), metrics));

@@ -181,7 +181,8 @@ async fn apply(
     let reason_changed = if ctx.said().get(&key) == Some(&said) {
         false
     } else {
-        let changed = write_status(api, import, import.status.as_ref(), &verdict).await?;
+        let changed =
+            write_status(api, import, import.status.as_ref(), &verdict, &ctx.counted).await?;
         ctx.said().insert(key, said);
         changed
     };
