@@ -543,7 +543,9 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
 
 /// What the monitors' reconciler reads and where its status writes are counted.
 pub struct MonitorContext {
+    /// The local cluster.
     pub client: Client,
+    /// Where the monitors' status writes are counted.
     pub counted: Counted,
 }
 
