@@ -29,8 +29,18 @@ pub mod openapi;
 pub mod request;
 pub mod upstream;
 
+mod authz;
+mod discovery;
+mod responses;
+
+use authz::Decisions;
+pub use responses::status;
+use responses::{
+    forbidden, full, json_body, not_found, read_body, status_value, unavailable, upstream_error,
+    value_answer,
+};
+
 use std::{
-    collections::BTreeMap,
     net::SocketAddr,
     sync::{Arc, Mutex, RwLock},
     time::Duration,
@@ -38,25 +48,17 @@ use std::{
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
-use k8s_openapi::api::{
-    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
-    core::v1::{ConfigMap, Namespace},
-};
-use kube::{
-    Api, ResourceExt,
-    api::{PartialObjectMeta, PostParams},
-    runtime::reflector::{ObjectRef, Store},
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::{Api, ResourceExt, api::PartialObjectMeta, runtime::reflector::Store};
 use rustls::{
     ServerConfig,
     server::{ClientHello, ResolvesServerCert},
     sign::CertifiedKey,
 };
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-use serde_json::json;
 use xcc_kube::{PeerClient, PeerClients, Reach};
 
 use super::api::{APIResourceImport, ClusterAPIGroupImport};
@@ -536,158 +538,6 @@ impl Proxy {
         Ok(Upstream { client, link: key })
     }
 
-    /// `/apis/<group>`, `/apis/<group>/<version>` or `/openapi/v3/apis/<group>/<version>`:
-    /// upstream's answer, or the last good one.
-    async fn discovery(&self, group: &str, path: &str, label: &mut Label) -> Response<Body> {
-        let Some(import) = self.import_of(group) else {
-            return not_found("the server could not find the requested resource");
-        };
-        let link = &import.spec.downstream_cluster_link_ref;
-        label.link = format!("{}/{}", link.namespace, link.name);
-        let client = self.client_of(&import);
-        self.cached_get(client, path).await
-    }
-
-    fn cached(&self, key: &str) -> Option<Bytes> {
-        self.discovery.get(key).map(|body| body.clone())
-    }
-
-    /// GET `path` (with its query) upstream as JSON; kept as the last good copy.
-    async fn cached_get(
-        &self,
-        client: Result<Upstream, Box<Response<Body>>>,
-        path: &str,
-    ) -> Response<Body> {
-        let (upstream, refusal) = match client {
-            Ok(upstream) => (Some(upstream), None),
-            Err(answer) => (None, Some(answer)),
-        };
-        match self
-            .last_good(upstream.as_ref(), path, path, MAX_BODY)
-            .await
-        {
-            Some(body) => json_body(body),
-            None => refusal.map_or_else(
-                || unavailable("the service cluster's discovery did not answer"),
-                |answer| *answer,
-            ),
-        }
-    }
-
-    /// Upstream's JSON at `path` (through `upstream`, when there is one), kept under `key` as the
-    /// last good copy; that copy when upstream gives none.
-    async fn last_good(
-        &self,
-        upstream: Option<&Upstream>,
-        path: &str,
-        key: &str,
-        limit: usize,
-    ) -> Option<Bytes> {
-        let fresh = match upstream {
-            Some(upstream) => self.upstream_json(upstream, path, limit).await,
-            None => None,
-        };
-        match fresh {
-            Some(body) => {
-                self.discovery.insert(key.to_string(), body.clone());
-                Some(body)
-            }
-            None => self.cached(key),
-        }
-    }
-
-    /// GET `path` upstream as JSON: the body of a 200 that parses, at most `limit` bytes, else
-    /// `None`.
-    async fn upstream_json(&self, upstream: &Upstream, path: &str, limit: usize) -> Option<Bytes> {
-        let request = Request::get(path)
-            .header(header::ACCEPT, "application/json")
-            .body(kube::client::Body::empty())
-            .ok()?;
-        let response = self
-            .liveness
-            .send(upstream, request, DISCOVERY_DEADLINE, &self.metrics)
-            .await
-            .ok()?;
-        if response.status() != StatusCode::OK {
-            return None;
-        }
-        let body = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .ok()?
-            .to_bytes();
-        serde_json::from_slice::<serde_json::Value>(&body).ok()?;
-        Some(body)
-    }
-
-    /// For each link with imports: its imported groups and upstream's JSON document at `path`,
-    /// or the last good copy while upstream does not give one.
-    async fn documents(&self, path: &str, limit: usize) -> Vec<(Vec<String>, serde_json::Value)> {
-        let mut by_link: BTreeMap<String, (Arc<ClusterAPIGroupImport>, Vec<String>)> =
-            BTreeMap::new();
-        for import in self.imports.state() {
-            if import.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let link = &import.spec.downstream_cluster_link_ref;
-            by_link
-                .entry(format!("{}/{}", link.namespace, link.name))
-                .or_insert_with(|| (import.clone(), Vec::new()))
-                .1
-                .push(import.spec.group.clone());
-        }
-        let mut documents = Vec::new();
-        for (link, (import, groups)) in by_link {
-            let key = format!("{path} {link}");
-            let upstream = self.client_of(&import).ok();
-            let body = self.last_good(upstream.as_ref(), path, &key, limit).await;
-            if let Some(document) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
-                documents.push((groups, document));
-            }
-        }
-        documents
-    }
-
-    /// `/openapi/v3`: the service clusters' OpenAPI v3 index, with the paths of imported groups
-    /// only (so the workload cluster's OpenAPI gains nothing else of theirs).
-    async fn openapi_index(&self) -> Response<Body> {
-        let mut paths = serde_json::Map::new();
-        for (groups, index) in self.documents("/openapi/v3", MAX_BODY).await {
-            openapi::v3_index_paths(&index, &groups, &mut paths);
-        }
-        json_body(Bytes::from(json!({ "paths": paths }).to_string()))
-    }
-
-    /// `/openapi/v2`: the imported groups' paths of the service clusters' Swagger document and
-    /// the definitions they use, with an `ETag` so that kube-aggregator's polling costs a 304
-    /// when nothing changed.
-    async fn openapi_v2(&self, if_none_match: Option<&HeaderValue>) -> Response<Body> {
-        let mut merged = openapi::v2_empty("xcc");
-        for (groups, spec) in self.documents("/openapi/v2", MAX_OPENAPI_BODY).await {
-            openapi::v2_merge(&spec, &groups, &mut merged);
-        }
-        let body = Bytes::from(merged.to_string());
-        let etag = format!("\"{:016X}\"", {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            body.hash(&mut hasher);
-            hasher.finish()
-        });
-        if if_none_match.is_some_and(|v| v.as_bytes() == etag.as_bytes()) {
-            let mut response = Response::new(full(Bytes::new()));
-            *response.status_mut() = StatusCode::NOT_MODIFIED;
-            if let Ok(value) = HeaderValue::from_str(&etag) {
-                response.headers_mut().insert(header::ETAG, value);
-            }
-            return response;
-        }
-        let mut response = json_body(body);
-        if let Ok(value) = HeaderValue::from_str(&etag) {
-            response.headers_mut().insert(header::ETAG, value);
-        }
-        response
-    }
-
     /// A resource request: imported here, allowed here, then forwarded with the link's identity.
     async fn resource(
         &self,
@@ -741,116 +591,6 @@ impl Proxy {
             Err(answer) => return *answer,
         };
         self.forward(&client, request).await
-    }
-
-    /// The refusal of a request in a namespace being deleted, if it is: its projected resources
-    /// are no longer served there (404; a create gets kube-apiserver's 403), so that deleting a
-    /// workload namespace never waits on the service cluster and never deletes anything there
-    /// (the namespace controller takes 404 as "nothing to delete"). The objects in the
-    /// same-named namespace of the service cluster are kept. A delete is checked against the API
-    /// server itself, not the watch, so that one racing the namespace's deletion cannot reach
-    /// the service cluster.
-    async fn namespace_gate(
-        &self,
-        resource: &ResourceRequest,
-        namespace: &str,
-    ) -> Option<Response<Body>> {
-        let watched = self
-            .namespaces
-            .get(&ObjectRef::new(namespace))
-            .map(|ns| ns.metadata.deletion_timestamp.is_some());
-        let terminating = match watched {
-            Some(true) => true,
-            _ if matches!(resource.verb, "delete" | "deletecollection") => {
-                match Api::<Namespace>::all(self.identity.client())
-                    .get_metadata_opt(namespace)
-                    .await
-                {
-                    Ok(Some(ns)) => ns.metadata.deletion_timestamp.is_some(),
-                    Ok(None) => true,
-                    Err(error) => {
-                        tracing::warn!(%namespace, error = %xcc_kube::bounded(&error), "cannot read the namespace before a delete");
-                        return Some(unavailable(&format!(
-                            "cannot confirm that namespace {namespace} is not being deleted"
-                        )));
-                    }
-                }
-            }
-            _ => false,
-        };
-        if !terminating {
-            return None;
-        }
-        if resource.verb == "create" {
-            let mut value = status_value(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                &format!(
-                    "{}.{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
-                    resource.resource, resource.group
-                ),
-            );
-            value["details"] = json!({"group": resource.group, "kind": resource.resource,
-                "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
-                    "message": format!("namespace {namespace} is being terminated")}]});
-            return Some(value_answer(StatusCode::FORBIDDEN, &value));
-        }
-        Some(not_found(&format!(
-            "namespace {namespace} is being deleted: {}.{} is no longer served in it here (the \
-             service cluster's objects in its namespace {namespace} are kept)",
-            resource.resource, resource.group
-        )))
-    }
-
-    /// Whether `user` may do `resource` on this cluster: a SubjectAccessReview, its answer kept
-    /// [`DECISION_TTL`] as every aggregated API server's delegating authorizer does.
-    async fn authorize(
-        &self,
-        user: &User,
-        resource: &ResourceRequest,
-    ) -> Result<bool, kube::Error> {
-        let key = (user.clone(), resource.clone());
-        if let Some(allowed) = self.decisions.get(&key) {
-            return Ok(allowed);
-        }
-        let allowed = self.review(user, resource).await?;
-        self.decisions.put(key, allowed);
-        Ok(allowed)
-    }
-
-    /// Asks this cluster whether `user` may do `resource`.
-    async fn review(&self, user: &User, resource: &ResourceRequest) -> Result<bool, kube::Error> {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.name.clone()),
-                uid: user.uid.clone(),
-                groups: Some(user.groups.clone()),
-                extra: (!user.extra.is_empty()).then(|| {
-                    user.extra
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect::<BTreeMap<_, _>>()
-                }),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(resource.verb.to_string()),
-                    group: Some(resource.group.clone()),
-                    version: Some(resource.version.clone()),
-                    resource: Some(resource.resource.clone()),
-                    subresource: resource.subresource.clone(),
-                    namespace: resource.namespace.clone(),
-                    name: resource.name.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let review = Api::<SubjectAccessReview>::all(self.identity.client())
-            .create(&PostParams::default(), &review)
-            .await?;
-        Ok(review
-            .status
-            .is_some_and(|s| s.allowed && s.denied != Some(true)))
     }
 
     /// Sends `request` upstream with the link's identity and answers with upstream's answer.
@@ -955,38 +695,6 @@ struct Label {
     verb: &'static str,
 }
 
-/// How long a SubjectAccessReview's answer is used again (kube's delegating authorizer keeps
-/// both answers 10 s by default).
-const DECISION_TTL: Duration = Duration::from_secs(10);
-/// Most answers kept: past this, expired ones are dropped, and all when none has expired.
-const MAX_DECISIONS: usize = 10_000;
-
-/// SubjectAccessReview answers by user and request, each kept [`DECISION_TTL`]. Every request
-/// reads it: a concurrent map, so that requests of different users do not queue on one lock.
-#[derive(Default)]
-struct Decisions(DashMap<(User, ResourceRequest), (bool, tokio::time::Instant)>);
-
-impl Decisions {
-    fn get(&self, key: &(User, ResourceRequest)) -> Option<bool> {
-        self.0
-            .get(key)
-            .filter(|decision| decision.1.elapsed() < DECISION_TTL)
-            .map(|decision| decision.0)
-    }
-
-    /// Keeps `allowed` for `key`. Past [`MAX_DECISIONS`], expired answers go first, and all of
-    /// them when none has expired (requests meanwhile may add a few: the bound is approximate).
-    fn put(&self, key: (User, ResourceRequest), allowed: bool) {
-        if self.0.len() >= MAX_DECISIONS {
-            self.0.retain(|_, (_, at)| at.elapsed() < DECISION_TTL);
-            if self.0.len() >= MAX_DECISIONS {
-                self.0.clear();
-            }
-        }
-        self.0.insert(key, (allowed, tokio::time::Instant::now()));
-    }
-}
-
 /// The TLS identity of a connection.
 enum Caller {
     /// A client certificate of the front proxy.
@@ -999,167 +707,12 @@ enum Caller {
     Anonymous,
 }
 
-/// Most bytes of a refused (too large) request body read and dropped, so that the client, still
-/// sending, gets the 413 rather than a reset; a larger one ends the connection.
-const MAX_DRAINED: usize = 64 * 1024 * 1024;
-/// How long reading a request body may take.
-const BODY_DEADLINE: Duration = Duration::from_secs(30);
-
-/// The whole request body, at most [`MAX_BODY`] bytes; else the answer saying why not.
-async fn read_body(mut body: Incoming) -> Result<Bytes, Box<Response<Body>>> {
-    let read = async {
-        let mut collected = bytes::BytesMut::new();
-        let mut seen = 0usize;
-        while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else {
-                return Err("the request body could not be read");
-            };
-            if let Some(data) = frame.data_ref() {
-                seen += data.len();
-                if seen <= MAX_BODY {
-                    collected.extend_from_slice(data);
-                } else if seen > MAX_DRAINED {
-                    break;
-                }
-            }
-        }
-        Ok((collected.freeze(), seen))
-    };
-    match tokio::time::timeout(BODY_DEADLINE, read).await {
-        Ok(Ok((body, seen))) if seen <= MAX_BODY => Ok(body),
-        Ok(Ok(_)) => Err(Box::new(status(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
-            &format!("the request body is larger than {MAX_BODY} bytes"),
-        ))),
-        Ok(Err(why)) => Err(Box::new(status(StatusCode::BAD_REQUEST, "BadRequest", why))),
-        Err(_) => Err(Box::new(status(
-            StatusCode::REQUEST_TIMEOUT,
-            "Timeout",
-            "the request body did not arrive in time",
-        ))),
-    }
-}
-
-fn full(bytes: Bytes) -> Body {
-    Full::new(bytes)
-        .map_err(|never| -> BoxError { match never {} })
-        .boxed_unsync()
-}
-
-fn json_body(body: Bytes) -> Response<Body> {
-    let mut response = Response::new(full(body));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// A `Status` object.
-fn status_value(code: StatusCode, reason: &str, message: &str) -> serde_json::Value {
-    json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    })
-}
-
-fn value_answer(code: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let mut response = json_body(Bytes::from(value.to_string()));
-    *response.status_mut() = code;
-    response
-}
-
-/// A `Status` answer.
-pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    value_answer(code, &status_value(code, reason, message))
-}
-
-fn not_found(message: &str) -> Response<Body> {
-    status(StatusCode::NOT_FOUND, "NotFound", message)
-}
-
-fn unavailable(message: &str) -> Response<Body> {
-    let mut response = status(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ServiceUnavailable",
-        message,
-    );
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
-    response
-}
-
-/// The 403 kube-apiserver would give.
-fn forbidden(user: &User, r: &ResourceRequest) -> Response<Body> {
-    let what = match &r.name {
-        Some(name) => format!("{}.{} {:?}", r.resource, r.group, name),
-        None => format!("{}.{}", r.resource, r.group),
-    };
-    let resource = match &r.subresource {
-        Some(sub) => format!("{}/{sub}", r.resource),
-        None => r.resource.clone(),
-    };
-    let message = format!(
-        "{what} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}",
-        user.name,
-        r.verb,
-        r.group,
-        r.namespace.clone().unwrap_or_default()
-    );
-    let mut value = status_value(StatusCode::FORBIDDEN, "Forbidden", &message);
-    value["details"] =
-        json!({"name": r.name.clone().unwrap_or_default(), "group": r.group, "kind": r.resource});
-    value_answer(StatusCode::FORBIDDEN, &value)
-}
-
-/// Upstream's error as a Status with the same code, reason and details, its message bounded;
-/// upstream's `Retry-After` kept (a 503 or 429 without one gets this server's).
-fn upstream_error(
-    code: StatusCode,
-    body: &[u8],
-    retry_after: Option<HeaderValue>,
-) -> Response<Body> {
-    let retry_after = retry_after.or_else(|| {
-        (code == StatusCode::SERVICE_UNAVAILABLE || code == StatusCode::TOO_MANY_REQUESTS)
-            .then(|| HeaderValue::from_static(RETRY_AFTER))
-    });
-    let is_status =
-        serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["kind"] == "Status");
-    let mut response = if is_status {
-        // The service cluster's own Status, byte for byte: its message (every apply conflict,
-        // one per line) is what the user must read.
-        let mut response = json_body(Bytes::copy_from_slice(body));
-        *response.status_mut() = code;
-        response
-    } else {
-        let text = String::from_utf8_lossy(body);
-        let text = match text.char_indices().nth(MAX_FOREIGN_ERROR_TEXT) {
-            Some((cut, _)) => format!("{}…", &text[..cut]),
-            None => text.into_owned(),
-        };
-        let reason = code
-            .canonical_reason()
-            .unwrap_or("Unknown")
-            .replace(' ', "");
-        status(code, &reason, &text)
-    };
-    if let Some(retry_after) = retry_after {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, retry_after);
-    }
-    response
-}
-
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+    use serde_json::json;
+
+    use super::authz::DECISION_TTL;
     use super::*;
 
     #[test]
