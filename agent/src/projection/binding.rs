@@ -9,19 +9,21 @@
 
 use std::{sync::Arc, time::Duration};
 
+use super::{
+    Error, Verdict,
+    api::{APIExportRoleBinding, ProjectionStatus, UpstreamClusterLink},
+    publish, reason_of,
+};
+use crate::sink::{self, Counted};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{controller::Action, events::Recorder},
 };
-use serde_json::json;
 
-use super::{
-    Error, Verdict,
-    api::{APIExportRoleBinding, ProjectionStatus, Reason, UpstreamClusterLink},
-    owned_by, publish, reason_of,
-};
-use crate::sink::{self, Counted};
+mod plan;
+
+use plan::{Next, Observed, Read};
 
 /// Longest wait between two reconciles (a ClusterRole created later is not watched).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -77,171 +79,61 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(5))
 }
 
+/// Reads what [`plan::next`] asks for until it has a plan, then performs it: the
+/// ClusterRoleBinding deleted (withdrawn or to be replaced) and applied. `Ready` and when to look
+/// again.
 async fn ensure(
     binding: &APIExportRoleBinding,
     uid: &str,
     ctx: &Context,
 ) -> Result<(Verdict, Duration), Error> {
     let name = cluster_role_binding_name(&binding.name_any());
-    if name.len() > 253 {
-        return Ok((
-            Verdict::not(
-                Reason::NameTooLong,
-                format!(
-                    "the name is too long for ClusterRoleBinding {name:?} (253 characters at most)"
-                ),
-            ),
-            RESYNC,
-        ));
-    }
     let crb_api: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
-    let current = crb_api.get_opt(&name).await?;
-    if let Some(crb) = &current
-        && !owned_by(&crb.metadata, uid)
-    {
-        return Ok((
-            Verdict::not(
-                Reason::Conflict,
-                format!(
-                    "ClusterRoleBinding {name} exists and is not this binding's; it is left alone"
-                ),
-            ),
-            RESYNC,
-        ));
-    }
-    // Takes back the binding while the link or role is missing, so that nothing keeps a grant
-    // its APIExportRoleBinding no longer backs.
-    let withdraw = |verdict: Verdict, requeue: Duration| {
-        let current = current.clone();
-        let crb_api = crb_api.clone();
-        let name = name.clone();
-        async move {
-            if let Some(crb) = current {
-                sink::delete_exact(&crb_api, &name, crb.uid(), None, &ctx.counted).await?;
+    let link_ref = &binding.spec.upstream_cluster_link_ref;
+    let mut seen = Observed::default();
+    let plan = loop {
+        match plan::next(binding, uid, &seen)? {
+            Next::Read(Read::ClusterRoleBinding) => {
+                seen.cluster_role_binding = Some(crb_api.get_opt(&name).await?);
             }
-            Ok::<_, Error>((verdict, requeue))
+            Next::Read(Read::Link) => {
+                let links =
+                    Api::<UpstreamClusterLink>::namespaced(ctx.client.clone(), &link_ref.namespace);
+                seen.link = Some(links.get_opt(&link_ref.name).await?);
+            }
+            Next::Read(Read::ClusterRole) => {
+                let roles = Api::<ClusterRole>::all(ctx.client.clone());
+                let role = &binding.spec.cluster_role_ref.name;
+                seen.cluster_role = Some(roles.get_opt(role).await?.is_some());
+            }
+            Next::Done(plan) => break plan,
         }
     };
-
-    let link_ref = &binding.spec.upstream_cluster_link_ref;
-    let link = Api::<UpstreamClusterLink>::namespaced(ctx.client.clone(), &link_ref.namespace)
-        .get_opt(&link_ref.name)
-        .await?;
-    let Some(link) = link else {
-        return withdraw(
-            Verdict::not(
-                Reason::UpstreamClusterLinkNotFound,
-                format!(
-                    "UpstreamClusterLink {}/{} does not exist",
-                    link_ref.namespace, link_ref.name
-                ),
-            ),
-            RESYNC,
-        )
-        .await;
-    };
-    let Some(service_account) = link
-        .status
-        .as_ref()
-        .and_then(|s| s.service_account.as_ref())
-        .map(|sa| sa.name.clone())
-    else {
-        return withdraw(
-            Verdict::not(
-                Reason::UpstreamClusterLinkNotReady,
-                format!(
-                    "UpstreamClusterLink {}/{} has no ServiceAccount yet",
-                    link_ref.namespace, link_ref.name
-                ),
-            ),
-            RESYNC,
-        )
-        .await;
-    };
-    let role = &binding.spec.cluster_role_ref.name;
-    if Api::<ClusterRole>::all(ctx.client.clone())
-        .get_opt(role)
-        .await?
-        .is_none()
-    {
-        return withdraw(
-            Verdict::not(
-                Reason::ClusterRoleNotFound,
-                format!("ClusterRole {role} does not exist"),
-            ),
-            ROLE_MISSING_REQUEUE,
-        )
-        .await;
-    }
-
-    // A roleRef cannot change: a binding to another role is deleted first.
-    if let Some(crb) = &current
-        && crb.role_ref.name != *role
+    if plan.delete
+        && let Some(Some(crb)) = &seen.cluster_role_binding
     {
         sink::delete_exact(&crb_api, &name, crb.uid(), None, &ctx.counted).await?;
     }
-    let desired = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": name,
-            "labels": { super::MANAGED_BY.0: super::MANAGED_BY.1 },
-            "ownerReferences": [serde_json::to_value(binding.controller_owner_ref(&()))?],
-        },
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role,
-        },
-        "subjects": [{
-            "kind": "ServiceAccount",
-            "name": service_account,
-            "namespace": link_ref.namespace,
-        }],
-    });
-    let up_to_date = match &current {
-        Some(crb) if crb.role_ref.name == *role => {
-            sink::up_to_date(&serde_json::to_value(crb)?, &desired)
-        }
-        _ => false,
-    };
-    if !up_to_date {
+    if let Some(desired) = plan.apply {
         match sink::apply_whole(&crb_api, &name, desired, &ctx.counted).await {
             Ok(_) => {}
             // Forbidden: the agent may not bind this role (escalation check, or RBAC narrowed).
             Err(kube::Error::Api(error)) if error.code == 403 || error.code == 422 => {
-                return Ok((
-                    Verdict::not(
-                        Reason::BindFailed,
-                        format!(
-                            "cannot bind ClusterRole {role}: {}",
-                            xcc_kube::bounded(&error)
-                        ),
-                    ),
-                    ROLE_MISSING_REQUEUE,
-                ));
+                return Ok(plan::refused(binding, &xcc_kube::bounded(&error)));
             }
             Err(error) => return Err(error.into()),
         }
     }
-    Ok((
-        Verdict::ok(
-            Reason::Bound,
-            format!(
-                "ClusterRoleBinding {name} binds ClusterRole {role} to ServiceAccount {}/{service_account}",
-                link_ref.namespace
-            ),
-        ),
-        RESYNC,
-    ))
+    Ok((plan.verdict, plan.requeue))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::projection::api::Reason;
     use crate::projection::testing::{body, lines};
     use kube::runtime::events::Reporter;
-    use serde_json::Value;
+    use serde_json::{Value, json};
     use xcc_kube::scenario::{Request, Scenario, echo, not_found, with_status};
 
     const CRB_PATH: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/xcc-apiexport-fish-sauce-cluster-1-a";

@@ -19,33 +19,32 @@
 
 use std::{net::IpAddr, sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    ByteString,
-    api::{
-        authentication::v1::SelfSubjectReview,
-        authorization::v1::{
-            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-        },
-        core::v1::{Secret, Service},
-        discovery::v1::EndpointSlice,
-    },
+use k8s_openapi::api::{
+    authentication::v1::SelfSubjectReview,
+    authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
+    core::v1::{Secret, Service},
+    discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::PostParams,
     runtime::{controller::Action, events::Recorder},
 };
-use serde_json::json;
-use xcc_kube::PeerClients;
+use xcc_kube::{PeerClient, PeerClients};
 
 use super::{
     Error, Verdict,
-    api::{DownstreamClusterLink, ProxyStatus, Reason, ServiceReference},
+    api::DownstreamClusterLink,
     owned_by,
     proxy::Proxy,
-    publish, reason_of,
+    publish,
+    write::{self, Write},
 };
 use crate::sink::{self, Counted};
+
+mod plan;
+
+use plan::{Checks, Upstream};
 
 /// How often a ready link is looked at again (the service cluster's answer, the front proxy).
 const RESYNC: Duration = Duration::from_secs(60);
@@ -82,10 +81,6 @@ pub fn server_name(link: &str, namespace: &str) -> String {
     format!("{}.{namespace}.svc", service_name(link))
 }
 
-fn labels() -> serde_json::Value {
-    json!({ super::MANAGED_BY.0: super::MANAGED_BY.1 })
-}
-
 pub async fn reconcile(
     link: Arc<DownstreamClusterLink>,
     ctx: Arc<Context>,
@@ -105,73 +100,35 @@ pub async fn reconcile(
 
     let service_account = upstream(&link, &namespace, &ctx).await;
     let (deployment, ca) = serving(&link, &namespace, &uid, &owner, &ctx).await?;
-    let config_map = match ctx.proxy.front_status() {
-        Ok(()) => Verdict::ok(
-            Reason::FrontProxySettingsRead,
-            "the aggregated API server authenticates the front proxy with ConfigMap kube-system/extension-apiserver-authentication",
-        ),
-        Err(error) => Verdict::not(Reason::FrontProxySettingsUnusable, error),
-    };
+    let config_map = plan::front_proxy(ctx.proxy.front_status());
     let proxy_account = delegates(ctx.proxy.identity()).await;
     let service = service(&name, &namespace, &uid, &owner, &ctx).await?;
-
-    let all = [
-        &service_account,
-        &deployment,
-        &service,
-        &config_map,
-        &proxy_account,
-    ];
-    let ready = match all.iter().find(|v| !v.ready) {
-        None => Verdict::ok(
-            Reason::Ready,
-            format!(
-                "APIs of {} are served through Service {}/{}",
-                link.spec.upstream.name,
-                namespace,
-                service_name(&name)
-            ),
-        ),
-        Some(first) => Verdict::not(
-            Reason::NotReady,
-            format!("{}: {}", first.reason, first.message),
-        ),
+    let checks = Checks {
+        service_account,
+        deployment,
+        service,
+        config_map,
+        proxy_account,
     };
-
     let old = link.status.clone().unwrap_or_default();
-    let mut status = old.clone();
-    for (verdict, type_) in [
-        (&ready, "Ready"),
-        (&service_account, "ServiceAccountReady"),
-        (&deployment, "ProxyDeploymentReady"),
-        (&service, "ProxyServiceReady"),
-        (&config_map, "ProxyConfigMapReady"),
-        (&proxy_account, "ProxyServiceAccountReady"),
-    ] {
-        verdict.set(&mut status.conditions, type_, generation);
-    }
-    status.proxy = Some(ProxyStatus {
-        ca_bundle: ca.map(xcc_kube::wire::encode_base64),
-        service_reference: service.ready.then(|| ServiceReference {
-            name: service_name(&name),
-            namespace: namespace.clone(),
-            port: Some(ctx.endpoint.service_port),
-        }),
-    });
-    status.observed_generation = generation;
+    let report = plan::report(
+        &name,
+        &namespace,
+        &link.spec.upstream.name,
+        &checks,
+        ca,
+        ctx.endpoint.service_port,
+        &old,
+        generation,
+    );
     let api: Api<DownstreamClusterLink> = Api::namespaced(ctx.client.clone(), &namespace);
-    sink::write_status(&api, link.as_ref(), &status, &ctx.counted).await?;
-    if reason_of(&old.conditions, "Ready") != Some(&*ready.reason)
-        || old
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .is_some_and(|c| c.message != ready.message)
-    {
+    sink::write_status(&api, link.as_ref(), &report.status, &ctx.counted).await?;
+    let ready = &report.ready;
+    if report.announce {
         tracing::info!(%namespace, link = %name, ready = ready.ready, message = %ready.message, "DownstreamClusterLink status");
-        publish(&ctx.recorder, link.as_ref(), "Link", &ready).await;
+        publish(&ctx.recorder, link.as_ref(), "Link", ready).await;
     }
-    Ok(Action::requeue(if ready.ready { RESYNC } else { RETRY }))
+    Ok(Action::requeue(report.requeue))
 }
 
 pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -186,41 +143,43 @@ pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, ctx: Arc<Co
 }
 
 /// The service cluster: a client from the kubeconfig Secret (through the trust gate), and who the
-/// service cluster says it is. Hands the client to the proxy when it is accepted.
+/// service cluster says it is. The proxy keeps, uses or drops the link's client as
+/// [`Upstream::client`] says.
 async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) -> Verdict {
     let secret_name = &link.spec.upstream.kubeconfig.secret_name;
     let name = link.name_any();
+    let (found, peer) = check_upstream(link, namespace, ctx).await;
+    match (found.client(), peer) {
+        (plan::Client::Use, Some(peer)) => ctx.proxy.set_link(namespace, &name, peer),
+        (plan::Client::Drop, _) => ctx.proxy.drop_link(namespace, &name),
+        (plan::Client::DropAndForget, _) => {
+            ctx.proxy.drop_link(namespace, &name);
+            ctx.peers.forget(namespace, secret_name);
+        }
+        _ => {}
+    }
+    found.verdict(namespace, secret_name)
+}
+
+/// Reads the kubeconfig Secret, builds its client and asks the service cluster who it is (and
+/// renews the token when due); what it found, and the client when it is accepted.
+async fn check_upstream(
+    link: &DownstreamClusterLink,
+    namespace: &str,
+    ctx: &Context,
+) -> (Upstream, Option<PeerClient>) {
+    let secret_name = &link.spec.upstream.kubeconfig.secret_name;
     let secret = match Api::<Secret>::namespaced(ctx.client.clone(), namespace)
         .get_opt(secret_name)
         .await
     {
         Ok(Some(secret)) => secret,
-        Ok(None) => {
-            ctx.proxy.drop_link(namespace, &name);
-            ctx.peers.forget(namespace, secret_name);
-            return Verdict::not(
-                Reason::KubeconfigSecretNotFound,
-                format!(
-                    "Secret {namespace}/{secret_name} (spec.upstream.kubeconfig.secretName) does not exist"
-                ),
-            );
-        }
-        Err(error) => {
-            return Verdict::not(
-                Reason::KubeconfigSecretNotFound,
-                format!(
-                    "cannot read Secret {namespace}/{secret_name}: {}",
-                    xcc_kube::bounded(&error)
-                ),
-            );
-        }
+        Ok(None) => return (Upstream::SecretMissing, None),
+        Err(error) => return (Upstream::SecretUnreadable(xcc_kube::bounded(&error)), None),
     };
     let peer = match ctx.peers.client_for(&secret).await {
         Ok(peer) => peer,
-        Err(error) => {
-            ctx.proxy.drop_link(namespace, &name);
-            return Verdict::not(Reason::KubeconfigRejected, xcc_kube::bounded(&error));
-        }
+        Err(error) => return (Upstream::Rejected(xcc_kube::bounded(&error)), None),
     };
     let review = Api::<SelfSubjectReview>::all(peer.client.clone())
         .create(&PostParams::default(), &SelfSubjectReview::default())
@@ -232,90 +191,64 @@ async fn upstream(link: &DownstreamClusterLink, namespace: &str, ctx: &Context) 
                 .and_then(|s| s.user_info)
                 .and_then(|u| u.username)
                 .unwrap_or_default();
-            let now = k8s_openapi::jiff::Timestamp::now().as_second();
-            let key = xcc_kube::trust::kubeconfig_key(&secret);
-            let link_key = format!("{namespace}/{name}");
-            let recently = ctx
-                .renewed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&link_key)
-                .is_some_and(|at| at.elapsed() < super::renew::MIN_INTERVAL);
-            let renewal = if recently {
-                Ok(None)
-            } else {
-                super::renew::renew_if_due(
-                    &secret,
-                    key,
-                    &who,
-                    &peer.client,
-                    &ctx.client,
-                    &ctx.counted,
-                    now,
-                )
-                .await
-            };
-            match renewal {
-                Ok(None) => {}
-                Ok(Some(expires)) => {
-                    ctx.renewed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(link_key, std::time::Instant::now());
-                    let message = format!(
-                        "renewed the token of Secret {secret_name} with the service cluster; it expires at {}",
-                        k8s_openapi::jiff::Timestamp::from_second(expires)
-                            .map(|t| t.to_string())
-                            .unwrap_or_default()
-                    );
-                    tracing::info!(%namespace, link = %name, %message, "DownstreamClusterLink token");
-                    publish(
-                        &ctx.recorder,
-                        link,
-                        "RenewToken",
-                        &Verdict::ok(Reason::TokenRenewed, message),
-                    )
-                    .await;
-                }
-                Err(why) => {
-                    tracing::warn!(%namespace, link = %name, %why, "DownstreamClusterLink token");
-                    publish(
-                        &ctx.recorder,
-                        link,
-                        "RenewToken",
-                        &Verdict::not(Reason::TokenNotRenewed, why),
-                    )
-                    .await;
-                }
-            }
-            ctx.proxy.set_link(namespace, &name, peer);
-            Verdict::ok(
-                Reason::Authenticated,
-                format!(
-                    "the service cluster accepts the kubeconfig of Secret {secret_name} as {}",
-                    xcc_kube::bounded(&who)
-                ),
-            )
+            renew(link, namespace, &secret, &who, &peer, ctx).await;
+            (Upstream::Accepted { who }, Some(peer))
         }
-        Err(kube::Error::Api(error)) => {
-            ctx.proxy.drop_link(namespace, &name);
-            Verdict::not(
-                Reason::UpstreamRefused,
-                format!(
-                    "the service cluster refuses the kubeconfig of Secret {secret_name}: {}",
-                    xcc_kube::bounded(&error)
-                ),
-            )
-        }
-        // Unreachable: the last client stays, so requests work again as soon as it answers.
-        Err(error) => Verdict::not(
-            Reason::UpstreamUnreachable,
-            format!(
-                "the service cluster of Secret {secret_name} does not answer: {}",
-                xcc_kube::bounded(&error)
-            ),
-        ),
+        Err(kube::Error::Api(error)) => (Upstream::Refused(xcc_kube::bounded(&error)), None),
+        Err(error) => (Upstream::Unreachable(xcc_kube::bounded(&error)), None),
     }
+}
+
+/// Renews the token of the kubeconfig Secret with the service cluster when it is due (at most
+/// once per [`super::renew::MIN_INTERVAL`]); an Event says it was renewed, or why not.
+async fn renew(
+    link: &DownstreamClusterLink,
+    namespace: &str,
+    secret: &Secret,
+    who: &str,
+    peer: &PeerClient,
+    ctx: &Context,
+) {
+    let name = link.name_any();
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let key = xcc_kube::trust::kubeconfig_key(secret);
+    let link_key = format!("{namespace}/{name}");
+    let recently = ctx
+        .renewed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&link_key)
+        .is_some_and(|at| at.elapsed() < super::renew::MIN_INTERVAL);
+    let renewal = if recently {
+        Ok(None)
+    } else {
+        super::renew::renew_if_due(
+            secret,
+            key,
+            who,
+            &peer.client,
+            &ctx.client,
+            &ctx.counted,
+            now,
+        )
+        .await
+    };
+    if let Ok(Some(_)) = renewal {
+        ctx.renewed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(link_key, std::time::Instant::now());
+    }
+    let secret_name = &link.spec.upstream.kubeconfig.secret_name;
+    let Some(verdict) = plan::renewal(&renewal, secret_name) else {
+        return;
+    };
+    if verdict.ready {
+        tracing::info!(%namespace, link = %name, message = %verdict.message, "DownstreamClusterLink token");
+    } else {
+        tracing::warn!(%namespace, link = %name, why = %verdict.message, "DownstreamClusterLink token");
+    }
+    publish(&ctx.recorder, link, "RenewToken", &verdict).await;
 }
 
 /// The serving certificate: loaded into the proxy from the TLS Secret, made first when the
@@ -331,13 +264,7 @@ async fn serving(
     let secret_name = &link.spec.proxy.tls.secret_name;
     let dns = server_name(&name, namespace);
     let Some(listening) = ctx.proxy.listening() else {
-        return Ok((
-            Verdict::not(
-                Reason::NotListening,
-                "the aggregated API server of this agent is not listening (see --projection-proxy-listen and the agent's log)",
-            ),
-            None,
-        ));
+        return Ok((plan::not_listening(true), None));
     };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = match api.get_opt(secret_name).await? {
@@ -345,70 +272,28 @@ async fn serving(
         None => {
             let generated = generate(&name, namespace)
                 .map_err(|e| Error::Certificate(xcc_kube::bounded(&e)))?;
-            let desired = json!({
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/tls",
-                "metadata": {
-                    "name": secret_name,
-                    "namespace": namespace,
-                    "labels": labels(),
-                    "ownerReferences": [owner],
-                },
-                "data": {
-                    "tls.crt": xcc_kube::wire::encode_base64(&generated.cert),
-                    "tls.key": xcc_kube::wire::encode_base64(&generated.key),
-                    "ca.crt": xcc_kube::wire::encode_base64(&generated.ca),
-                },
-            });
+            let desired = plan::tls_secret(
+                secret_name,
+                namespace,
+                owner,
+                &generated.ca,
+                &generated.cert,
+                &generated.key,
+            );
             sink::apply_whole(&api, secret_name, desired, &ctx.counted).await?
         }
     };
-    let data = |key: &str| -> Option<Vec<u8>> {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .map(|ByteString(b)| b.clone())
-            .filter(|b| !b.is_empty())
+    let (cert, key, ca) = match plan::tls_keys(&secret, uid, namespace, secret_name) {
+        Ok(keys) => keys,
+        Err(verdict) => return Ok((verdict, None)),
     };
-    let (Some(cert), Some(key)) = (data("tls.crt"), data("tls.key")) else {
-        let why = if owned_by(&secret.metadata, uid) {
-            Reason::TlsSecretInvalid
-        } else {
-            Reason::TlsSecretConflict
-        };
-        return Ok((
-            Verdict::not(
-                why,
-                format!(
-                    "Secret {namespace}/{secret_name} (spec.proxy.TLS.secretName) has no tls.crt and tls.key"
-                ),
-            ),
-            None,
-        ));
-    };
-    if let Err(error) = ctx.proxy.set_cert(&dns, &cert, &key) {
-        return Ok((
-            Verdict::not(
-                Reason::TlsSecretInvalid,
-                format!("Secret {namespace}/{secret_name}: {error}"),
-            ),
-            None,
-        ));
-    }
-    let ca = data("ca.crt").unwrap_or(cert);
-    let ca = String::from_utf8_lossy(&ca).to_string();
-    Ok((
-        Verdict::ok(
-            Reason::Serving,
-            format!(
-                "the aggregated API server of this agent listens on port {} and serves {dns} with Secret {secret_name}",
-                listening.port()
-            ),
-        ),
-        Some(ca),
-    ))
+    let loaded = ctx
+        .proxy
+        .set_cert(&dns, &cert, &key)
+        .map_err(|e| e.to_string());
+    let verdict = plan::serving(namespace, secret_name, &dns, listening.port(), loaded);
+    let ca = verdict.ready.then_some(ca);
+    Ok((verdict, ca))
 }
 
 /// A CA, and a certificate it signed for the link's Service names.
@@ -456,31 +341,12 @@ async fn delegates(identity: &super::proxy::identity::Identity) -> Verdict {
         },
         ..Default::default()
     };
-    let who = identity.describe();
-    match Api::<SelfSubjectAccessReview>::all(identity.client())
+    let allowed = Api::<SelfSubjectAccessReview>::all(identity.client())
         .create(&PostParams::default(), &review)
         .await
-    {
-        Ok(review) if review.status.as_ref().is_some_and(|s| s.allowed) => Verdict::ok(
-            Reason::MayDelegate,
-            format!(
-                "the aggregated API server acts as {who}, which may create SubjectAccessReviews (system:auth-delegator)"
-            ),
-        ),
-        Ok(_) => Verdict::not(
-            Reason::MayNotDelegate,
-            format!(
-                "the aggregated API server acts as {who}, which may not create SubjectAccessReviews: bind it to system:auth-delegator (manifests/agent/projection.yaml)"
-            ),
-        ),
-        Err(error) => Verdict::not(
-            Reason::MayNotDelegate,
-            format!(
-                "cannot check the permissions of {who}: {}",
-                xcc_kube::bounded(&error)
-            ),
-        ),
-    }
+        .map(|review| review.status.as_ref().is_some_and(|s| s.allowed))
+        .map_err(|error| xcc_kube::bounded(&error));
+    plan::delegation(&identity.describe(), allowed)
 }
 
 /// Service `<link>-proxy` and, with an address, its EndpointSlice.
@@ -493,98 +359,48 @@ async fn service(
 ) -> Result<Verdict, Error> {
     let service_name = service_name(name);
     let Some(listening) = ctx.proxy.listening() else {
-        return Ok(Verdict::not(
-            Reason::NotListening,
-            "the aggregated API server of this agent is not listening",
-        ));
+        return Ok(plan::not_listening(false));
     };
+    let port = ctx.endpoint.service_port;
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let current = api.get_opt(&service_name).await?;
     if let Some(current) = &current
         && !owned_by(&current.metadata, uid)
     {
-        return Ok(Verdict::not(
-            Reason::ServiceConflict,
-            format!(
-                "Service {namespace}/{service_name} exists and is not this link's; it is left alone"
-            ),
-        ));
+        return Ok(plan::service_conflict("Service", namespace, &service_name));
     }
-    let desired = json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": service_name,
-            "namespace": namespace,
-            "labels": labels(),
-            "ownerReferences": [owner],
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "ports": [{
-                "name": "https",
-                "protocol": "TCP",
-                "port": ctx.endpoint.service_port,
-                "targetPort": listening.port(),
-            }],
-        },
-    });
+    let desired = plan::service(name, namespace, owner, port, listening.port());
     let up_to_date = current.as_ref().is_some_and(|c| {
-        let c = serde_json::to_value(c).unwrap_or_default();
-        c["spec"]["ports"] == desired["spec"]["ports"]
-            && c["spec"]["selector"].is_null()
-            && sink::up_to_date(
-                &json!({"metadata": c["metadata"]}),
-                &json!({"metadata": desired["metadata"]}),
-            )
+        plan::service_up_to_date(&serde_json::to_value(c).unwrap_or_default(), &desired)
     });
     if !up_to_date {
         sink::apply_whole(&api, &service_name, desired, &ctx.counted).await?;
     }
-    let mut message = format!(
-        "Service {namespace}/{service_name} port {} leads to port {} of the agent",
-        ctx.endpoint.service_port,
-        listening.port()
-    );
     if let Some(address) = ctx.endpoint.address {
         let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
-        let desired = json!({
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": service_name,
-                "namespace": namespace,
-                "labels": {
-                    super::MANAGED_BY.0: super::MANAGED_BY.1,
-                    "kubernetes.io/service-name": service_name,
-                    "endpointslice.kubernetes.io/managed-by": "xcc-agent",
-                },
-                "ownerReferences": [owner],
-            },
-            "addressType": if address.is_ipv4() { "IPv4" } else { "IPv6" },
-            "endpoints": [{"addresses": [address.to_string()], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "protocol": "TCP", "port": listening.port()}],
-        });
+        let desired = plan::endpoint_slice(name, namespace, owner, address, listening.port());
         let current = slices.get_opt(&service_name).await?;
-        if let Some(current) = &current
-            && !owned_by(&current.metadata, uid)
-        {
-            return Ok(Verdict::not(
-                Reason::ServiceConflict,
-                format!(
-                    "EndpointSlice {namespace}/{service_name} exists and is not this link's; it is left alone"
-                ),
-            ));
+        match write::decide(current.as_ref(), uid, &desired)? {
+            Write::LeaveAlone => {
+                return Ok(plan::service_conflict(
+                    "EndpointSlice",
+                    namespace,
+                    &service_name,
+                ));
+            }
+            Write::Keep => {}
+            Write::Apply => {
+                sink::apply_whole(&slices, &service_name, desired, &ctx.counted).await?;
+            }
         }
-        let fresh = current.as_ref().is_some_and(|c| {
-            sink::up_to_date(&serde_json::to_value(c).unwrap_or_default(), &desired)
-        });
-        if !fresh {
-            sink::apply_whole(&slices, &service_name, desired, &ctx.counted).await?;
-        }
-        message.push_str(&format!(" at {address}"));
     }
-    Ok(Verdict::ok(Reason::ServiceApplied, message))
+    Ok(plan::service_applied(
+        name,
+        namespace,
+        port,
+        listening.port(),
+        ctx.endpoint.address,
+    ))
 }
 
 #[cfg(test)]

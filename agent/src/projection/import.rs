@@ -24,7 +24,7 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use xcc_kube::PeerClient;
 
 use super::{
@@ -32,11 +32,12 @@ use super::{
     api::{
         APIResourceImport, ClusterAPIGroupImport, DownstreamClusterLink, ProjectionStatus, Reason,
     },
-    owned_by,
     proxy::Proxy,
     publish, reason_of,
 };
 use crate::sink::{self, Counted};
+
+mod plan;
 
 /// Label on each APIService an import registers: the import's name.
 pub const IMPORT_LABEL: &str =
@@ -66,36 +67,12 @@ fn link_of(
     ctx: &Context,
 ) -> Result<(Value, String, PeerClient), Verdict> {
     let r = &import.spec.downstream_cluster_link_ref;
-    let Some(link) = ctx
+    let link = ctx
         .links
-        .get(&ObjectRef::<DownstreamClusterLink>::new(&r.name).within(&r.namespace))
-    else {
-        return Err(Verdict::not(
-            Reason::DownstreamClusterLinkNotFound,
-            format!(
-                "DownstreamClusterLink {}/{} does not exist",
-                r.namespace, r.name
-            ),
-        ));
-    };
-    let proxy = link.status.as_ref().and_then(|s| s.proxy.clone());
-    let service = proxy.as_ref().and_then(|p| p.service_reference.clone());
-    let ca = proxy.and_then(|p| p.ca_bundle);
+        .get(&ObjectRef::<DownstreamClusterLink>::new(&r.name).within(&r.namespace));
     let client = ctx.proxy.link(&r.namespace, &r.name);
-    match (service, ca, client) {
-        (Some(service), Some(ca), Some(client)) => Ok((
-            json!({"name": service.name, "namespace": service.namespace, "port": service.port.unwrap_or(443)}),
-            ca,
-            client,
-        )),
-        _ => Err(Verdict::not(
-            Reason::DownstreamClusterLinkNotReady,
-            format!(
-                "DownstreamClusterLink {}/{} has no proxy Service, CA or usable kubeconfig yet",
-                r.namespace, r.name
-            ),
-        )),
-    }
+    let (service, ca) = plan::link_target(import, link.as_deref(), client.is_some())?;
+    Ok((service, ca, client.expect("link_target checked it")))
 }
 
 /// GET `path` on the service cluster, as JSON; `Ok(None)` on 404.
@@ -150,11 +127,8 @@ async fn withdraw(
     let ours = api
         .list(&ListParams::default().labels(&format!("{IMPORT_LABEL}={}", import.name_any())))
         .await?;
-    for service in ours {
-        if owned_by(&service.metadata, &uid) && !keep.contains(&service.name_any()) {
-            sink::delete_exact(&api, &service.name_any(), service.uid(), None, &ctx.counted)
-                .await?;
-        }
+    for service in plan::to_withdraw(&ours.items, &uid, keep) {
+        sink::delete_exact(&api, &service.name_any(), service.uid(), None, &ctx.counted).await?;
     }
     Ok(())
 }
@@ -162,11 +136,7 @@ async fn withdraw(
 async fn apply_group(import: Arc<ClusterAPIGroupImport>, ctx: &Context) -> Result<Action, Error> {
     let generation = import.meta().generation;
     let (verdict, requeue) = register(&import, ctx).await?;
-    let ready = if verdict.ready {
-        Verdict::ok(Reason::Reconciled, verdict.message.clone())
-    } else {
-        verdict.clone()
-    };
+    let ready = plan::ready(&verdict, &verdict.message);
     let old = import.status.clone().unwrap_or_default();
     let mut status: ProjectionStatus = old.clone();
     ready.set(&mut status.conditions, "Ready", generation);
@@ -191,90 +161,32 @@ async fn register(
     let api: Api<APIService> = Api::all(ctx.client.clone());
     // Never take over a group this cluster serves otherwise.
     let all = api.list(&ListParams::default()).await?;
-    if let Some(other) = all.iter().find(|s| {
-        s.spec.as_ref().and_then(|s| s.group.as_deref()) == Some(group.as_str())
-            && !owned_by(&s.metadata, &uid)
-    }) {
+    if let Some(verdict) = plan::served_locally(&all.items, group, &uid) {
         // Keep nothing: whatever this import registered before is withdrawn.
         withdraw(import, &BTreeSet::new(), ctx).await?;
-        return Ok((
-            Verdict::not(
-                Reason::GroupServedLocally,
-                format!(
-                    "API group {group} is already served on this cluster (APIService {}); it is not imported",
-                    other.name_any()
-                ),
-            ),
-            RESYNC,
-        ));
+        return Ok((verdict, RESYNC));
     }
     let (service, ca, client) = match link_of(import, ctx) {
         Ok(found) => found,
-        Err(verdict) => return Ok((verdict, Duration::from_secs(5))),
+        Err(verdict) => return Ok((verdict, plan::WAIT)),
     };
-    let versions: Vec<String> = match &import.spec.version {
-        Some(version) => vec![version.clone()],
-        None => match discover(&client.client, &format!("/apis/{group}")).await {
-            Ok(Some(found)) => found["versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v["version"].as_str().map(str::to_string))
-                .collect(),
-            Ok(None) => {
-                return Ok((
-                    Verdict::not(
-                        Reason::GroupNotFoundUpstream,
-                        format!("the service cluster does not serve API group {group}"),
-                    ),
-                    Duration::from_secs(10),
-                ));
-            }
-            Err(error) => {
-                return Ok((
-                    Verdict::not(
-                        Reason::UpstreamUnreachable,
-                        format!("discovery of API group {group} upstream failed: {error}"),
-                    ),
-                    Duration::from_secs(10),
-                ));
-            }
-        },
+    let versions = match &import.spec.version {
+        Some(version) => Ok(vec![version.clone()]),
+        None => plan::versions(
+            group,
+            discover(&client.client, &format!("/apis/{group}")).await,
+        ),
     };
-    if versions.is_empty() {
-        return Ok((
-            Verdict::not(
-                Reason::GroupNotFoundUpstream,
-                format!("the service cluster serves no version of API group {group}"),
-            ),
-            Duration::from_secs(10),
-        ));
-    }
+    let versions = match versions {
+        Ok(versions) => versions,
+        Err(stop) => return Ok(stop),
+    };
     let owner = serde_json::to_value(import.controller_owner_ref(&()))?;
     let mut names = BTreeSet::new();
     let mut unavailable = Vec::new();
     for version in &versions {
         let name = api_service_name(group, version);
-        let desired = json!({
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    super::MANAGED_BY.0: super::MANAGED_BY.1,
-                    IMPORT_LABEL: import.name_any(),
-                },
-                "ownerReferences": [owner],
-            },
-            "spec": {
-                "group": group,
-                "version": version,
-                "service": service,
-                "caBundle": ca,
-                "groupPriorityMinimum": 1000,
-                "versionPriority": 15,
-            },
-        });
+        let desired = plan::api_service(&import.name_any(), group, version, &service, &ca, &owner);
         let current = all.iter().find(|s| s.name_any() == name);
         let written = match current {
             Some(current) if sink::up_to_date(&serde_json::to_value(current)?, &desired) => {
@@ -282,41 +194,11 @@ async fn register(
             }
             _ => sink::apply_whole(&api, &name, desired, &ctx.counted).await?,
         };
-        let available = written
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
-        match available {
-            Some(c) if c.status == "True" => {}
-            Some(c) => unavailable.push(format!(
-                "{name}: {}",
-                xcc_kube::bounded(
-                    &c.message
-                        .clone()
-                        .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
-                )
-            )),
-            None => unavailable.push(format!("{name}: not checked yet")),
-        }
+        unavailable.extend(plan::unavailable(&written));
         names.insert(name);
     }
     withdraw(import, &names, ctx).await?;
-    let list = names.iter().cloned().collect::<Vec<_>>().join(", ");
-    Ok(if unavailable.is_empty() {
-        (
-            Verdict::ok(
-                Reason::Available,
-                format!("APIServices {list} are available"),
-            ),
-            RESYNC,
-        )
-    } else {
-        (
-            Verdict::not(Reason::ApiServiceNotAvailable, unavailable.join("; ")),
-            RETRY,
-        )
-    })
+    Ok(plan::registered(&names, &unavailable))
 }
 
 pub async fn reconcile_resources(
@@ -331,11 +213,7 @@ pub async fn reconcile_resources(
     }
     let generation = import.meta().generation;
     let (available, requeue) = resources(&import, &ctx).await;
-    let ready = if available.ready {
-        Verdict::ok(Reason::Reconciled, "Successfully reconciled")
-    } else {
-        available.clone()
-    };
+    let ready = plan::ready(&available, "Successfully reconciled");
     let old = import.status.clone().unwrap_or_default();
     let mut status: ProjectionStatus = old.clone();
     ready.set(&mut status.conditions, "Ready", generation);
@@ -361,7 +239,7 @@ pub fn error_policy_resources(
 
 /// Whether the resources of `import` exist upstream in its group.
 async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Duration) {
-    let retry = Duration::from_secs(5);
+    let retry = plan::WAIT;
     let name = &import.spec.cluster_api_import_ref.name;
     let Some(group_import) = ctx
         .imports
@@ -375,12 +253,7 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
             retry,
         );
     };
-    let group_ready = group_import
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    if !group_ready {
+    if !plan::group_ready(&group_import) {
         return (
             Verdict::not(
                 Reason::ClusterApiGroupImportNotReady,
@@ -406,13 +279,8 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
     let version = match &group_import.spec.version {
         Some(v) => Some(v.clone()),
         None => match discover(&client.client, &format!("/apis/{group}")).await {
-            Ok(Some(found)) => found["preferredVersion"]["version"]
-                .as_str()
-                .map(str::to_string),
-            Ok(None) => None,
-            Err(error) => {
-                return (Verdict::not(Reason::UpstreamUnreachable, error), retry);
-            }
+            Ok(found) => found.as_ref().and_then(plan::preferred_version),
+            Err(error) => return (Verdict::not(Reason::UpstreamUnreachable, error), retry),
         },
     };
     let Some(version) = version else {
@@ -424,43 +292,9 @@ async fn resources(import: &APIResourceImport, ctx: &Context) -> (Verdict, Durat
             retry,
         );
     };
-    let served: BTreeSet<String> =
-        match discover(&client.client, &format!("/apis/{group}/{version}")).await {
-            Ok(Some(found)) => found["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["name"].as_str())
-                .filter(|n| !n.contains('/'))
-                .map(str::to_string)
-                .collect(),
-            Ok(None) => BTreeSet::new(),
-            Err(error) => {
-                return (Verdict::not(Reason::UpstreamUnreachable, error), retry);
-            }
-        };
-    let missing: Vec<String> = import
-        .spec
-        .resources
-        .iter()
-        .filter(|r| !served.contains(*r))
-        .map(xcc_kube::bounded)
-        .collect();
-    if missing.is_empty() {
-        (
-            Verdict::ok(Reason::ResourcesReady, "Resources Ready"),
-            RESYNC,
-        )
-    } else {
-        (
-            Verdict::not(
-                Reason::ResourcesNotFound,
-                format!(
-                    "not served by the service cluster in {group}/{version}: {}",
-                    missing.join(", ")
-                ),
-            ),
-            retry,
-        )
-    }
+    let served = match discover(&client.client, &format!("/apis/{group}/{version}")).await {
+        Ok(found) => found.as_ref().map(plan::served).unwrap_or_default(),
+        Err(error) => return (Verdict::not(Reason::UpstreamUnreachable, error), retry),
+    };
+    plan::resources(&import.spec.resources, &served, group, &version)
 }

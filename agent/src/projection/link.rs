@@ -29,11 +29,16 @@ use kube::{
 use serde_json::{Value, json};
 
 use super::{
-    Error, Verdict,
-    api::{ObjectName, Reason, UpstreamClusterLink},
+    Error,
+    api::{ObjectName, UpstreamClusterLink},
     owned_by, publish, reason_of,
+    write::{self, Write},
 };
 use crate::sink::{self, Counted};
+
+mod plan;
+
+use plan::{Finding, Names, Token};
 
 /// Lifetime asked for each token: a day.
 pub const TOKEN_SECONDS: i64 = 24 * 3600;
@@ -72,13 +77,6 @@ pub fn secret_name(link: &str) -> String {
     format!("{link}-kubeconfig")
 }
 
-/// What a reconcile decided: the two conditions and when to look again.
-struct Outcome {
-    service_account: Verdict,
-    ready: Verdict,
-    requeue: Duration,
-}
-
 pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (Some(namespace), Some(uid)) = (link.namespace(), link.uid()) else {
         return Ok(Action::await_change());
@@ -89,7 +87,9 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     }
     let name = link.name_any();
     let generation = link.meta().generation;
-    let outcome = ensure(&link, &namespace, &uid, &ctx).await?;
+    let names = Names::of(&name);
+    let finding = ensure(&link, &names, &namespace, &uid, &ctx).await?;
+    let outcome = plan::report(&finding, &names, &namespace, &ctx.advertise_url);
 
     let old = link.status.clone().unwrap_or_default();
     let mut status = old.clone();
@@ -123,125 +123,53 @@ pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, ctx: Arc<Cont
     Action::requeue(Duration::from_secs(5))
 }
 
-fn labels() -> Value {
-    json!({ super::MANAGED_BY.0: super::MANAGED_BY.1 })
-}
-
+/// Observe, decide and write in the order the decisions need them: the ServiceAccount (its UID
+/// is needed for the token), its token Role and RoleBinding, then the kubeconfig Secret. Where
+/// it stopped ([`plan::report`] says what that means for the status), or that it linked.
 async fn ensure(
     link: &UpstreamClusterLink,
+    names: &Names,
     namespace: &str,
     uid: &str,
     ctx: &Context,
-) -> Result<Outcome, Error> {
-    let name = link.name_any();
-    let sa_name = service_account_name(&name);
-    let secret_name = secret_name(&name);
-    let not = |sa: Verdict, ready: Verdict| Outcome {
-        service_account: sa,
-        ready,
-        requeue: RESYNC,
-    };
-    if sa_name.len() > 253 || secret_name.len() > 253 {
-        let verdict = Verdict::not(
-            Reason::NameTooLong,
-            format!(
-                "the link's name is too long for ServiceAccount {sa_name:?} and Secret {secret_name:?} (253 characters at most)"
-            ),
-        );
-        return Ok(not(verdict.clone(), verdict));
+) -> Result<Finding, Error> {
+    if names.too_long() {
+        return Ok(Finding::NameTooLong);
     }
     let owner = serde_json::to_value(link.controller_owner_ref(&()))?;
-
-    // The ServiceAccount.
     let sa_api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
-    let current = sa_api.get_opt(&sa_name).await?;
-    if let Some(sa) = &current
-        && !owned_by(&sa.metadata, uid)
-    {
-        let verdict = Verdict::not(
-            Reason::ServiceAccountConflict,
-            format!("ServiceAccount {sa_name} exists and is not this link's; it is left alone"),
-        );
-        return Ok(not(verdict.clone(), verdict));
-    }
-    let desired = json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": sa_name,
-            "namespace": namespace,
-            "labels": labels(),
-            "ownerReferences": [owner],
-        },
-    });
-    let sa = match current {
-        Some(sa) if sink::up_to_date(&serde_json::to_value(&sa)?, &desired) => sa,
-        _ => sink::apply_whole(&sa_api, &sa_name, desired, &ctx.counted).await?,
+    let current = sa_api.get_opt(&names.service_account).await?;
+    let desired = plan::service_account(names, namespace, &owner);
+    let sa = match (write::decide(current.as_ref(), uid, &desired)?, current) {
+        (Write::LeaveAlone, _) => return Ok(Finding::ServiceAccountConflict),
+        (Write::Keep, Some(sa)) => sa,
+        _ => sink::apply_whole(&sa_api, &names.service_account, desired, &ctx.counted).await?,
     };
     let Some(sa_uid) = sa.uid() else {
-        let verdict = Verdict::not(
-            Reason::ServiceAccountNotReady,
-            format!("ServiceAccount {sa_name} has no UID yet"),
-        );
-        return Ok(not(verdict.clone(), verdict));
+        return Ok(Finding::ServiceAccountWithoutUid);
     };
-    // The ServiceAccount may request its own tokens (and nothing more), so that a workload
-    // cluster keeps its copy of the kubeconfig alive (super::renew).
-    let token_role = format!("{sa_name}-token");
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": token_role, "namespace": namespace, "labels": labels(), "ownerReferences": [owner]},
-        "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
-            "resourceNames": [sa_name], "verbs": ["create"]}],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": token_role, "namespace": namespace, "labels": labels(), "ownerReferences": [owner]},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": token_role},
-        "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}],
-    });
-    let conflict = match apply_owned::<Role>(ctx, namespace, &token_role, uid, role).await? {
-        None => apply_owned::<RoleBinding>(ctx, namespace, &token_role, uid, binding).await?,
-        conflict => conflict,
-    };
-    if let Some(kind) = conflict {
-        let verdict = Verdict::not(
-            Reason::RoleConflict,
-            format!("{kind} {token_role} exists and is not this link's; it is left alone"),
-        );
-        return Ok(not(verdict.clone(), verdict));
+    let role = plan::token_role(names, namespace, &owner);
+    if let Some(kind) = apply_owned::<Role>(ctx, namespace, &names.token_role, uid, role).await? {
+        return Ok(Finding::RoleConflict(kind));
     }
-    let sa_ok = Verdict::ok(
-        Reason::ServiceAccountCreated,
-        format!(
-            "ServiceAccount {sa_name} is the workload cluster's identity (it may renew its own token)"
-        ),
-    );
+    let binding = plan::token_role_binding(names, namespace, &owner);
+    if let Some(kind) =
+        apply_owned::<RoleBinding>(ctx, namespace, &names.token_role, uid, binding).await?
+    {
+        return Ok(Finding::RoleConflict(kind));
+    }
 
     // The kubeconfig Secret.
     if ctx.advertise_url.is_empty() {
-        return Ok(not(
-            sa_ok,
-            Verdict::not(
-                Reason::NoServerUrl,
-                "no API server URL to advertise (--projection-advertise-url)",
-            ),
-        ));
+        return Ok(Finding::NoServerUrl);
     }
     let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let current = secret_api.get_opt(&secret_name).await?;
-    if let Some(secret) = &current
-        && !owned_by(&secret.metadata, uid)
+    let current = secret_api.get_opt(&names.secret).await?;
+    if current
+        .as_ref()
+        .is_some_and(|secret| !owned_by(&secret.metadata, uid))
     {
-        return Ok(not(
-            sa_ok,
-            Verdict::not(
-                Reason::SecretConflict,
-                format!("Secret {secret_name} exists and is not this link's; it is left alone"),
-            ),
-        ));
+        return Ok(Finding::SecretConflict);
     }
     let ca = Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
         .get_opt(ROOT_CA_CONFIGMAP)
@@ -249,127 +177,65 @@ async fn ensure(
         .and_then(|cm| cm.data?.remove("ca.crt"))
         .filter(|ca| !ca.trim().is_empty());
     let Some(ca) = ca else {
-        return Ok(not(
-            sa_ok,
-            Verdict::not(
-                Reason::ClusterCaNotFound,
-                format!("ConfigMap {ROOT_CA_CONFIGMAP} of namespace {namespace} has no ca.crt"),
-            ),
-        ));
+        return Ok(Finding::NoClusterCa);
     };
-
     let now = Timestamp::now().as_second();
     let kept = current
         .as_ref()
-        .and_then(|secret| still_valid(secret, &sa_uid, now));
+        .and_then(|secret| plan::still_valid(secret, &sa_uid, now));
     let token = match kept {
         Some(token) => token,
-        None => {
-            let request = TokenRequest {
-                spec: TokenRequestSpec {
-                    audiences: vec![],
-                    expiration_seconds: Some(ctx.token_seconds),
-                    bound_object_ref: None,
-                },
-                ..Default::default()
-            };
-            match sa_api
-                .create_token_request(&sa_name, &PostParams::default(), &request)
-                .await
-            {
-                Ok(TokenRequest {
-                    status: Some(status),
-                    ..
-                }) if !status.token.is_empty() => Token {
-                    token: status.token,
-                    issued: now,
-                    expires: status.expiration_timestamp.0.as_second(),
-                },
-                Ok(_) => {
-                    return Ok(not(
-                        sa_ok,
-                        Verdict::not(
-                            Reason::TokenRequestFailed,
-                            "the TokenRequest was answered without a token",
-                        ),
-                    ));
-                }
-                Err(kube::Error::Api(error)) => {
-                    return Ok(Outcome {
-                        requeue: MIN_REQUEUE,
-                        ..not(
-                            sa_ok,
-                            Verdict::not(
-                                Reason::TokenRequestFailed,
-                                format!(
-                                    "TokenRequest for ServiceAccount {sa_name}: {}",
-                                    xcc_kube::bounded(&error)
-                                ),
-                            ),
-                        )
-                    });
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    };
-    let config = kubeconfig(&ctx.advertise_url, &ca, &sa_name, &token.token, namespace)?;
-    let desired = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": secret_name,
-            "namespace": namespace,
-            "labels": labels(),
-            "annotations": {
-                ISSUED_ANNOTATION: ts(token.issued),
-                EXPIRES_ANNOTATION: ts(token.expires),
-                SERVICE_ACCOUNT_UID_ANNOTATION: sa_uid,
-            },
-            "ownerReferences": [owner],
+        None => match request_token(&sa_api, names, ctx.token_seconds, now).await? {
+            Ok(token) => token,
+            Err(finding) => return Ok(finding),
         },
-        "data": { KUBECONFIG_KEY: xcc_kube::wire::encode_base64(config) },
-    });
-    let fresh = match &current {
-        Some(secret) => !sink::up_to_date(&serde_json::to_value(secret)?, &desired),
-        None => true,
     };
-    if fresh {
-        sink::apply_whole(&secret_api, &secret_name, desired, &ctx.counted).await?;
+    let config = kubeconfig(
+        &ctx.advertise_url,
+        &ca,
+        &names.service_account,
+        &token.token,
+        namespace,
+    )?;
+    let desired = plan::kubeconfig_secret(names, namespace, &owner, &token, &sa_uid, &config);
+    if write::decide(current.as_ref(), uid, &desired)? == Write::Apply {
+        sink::apply_whole(&secret_api, &names.secret, desired, &ctx.counted).await?;
     }
     let renew_in = (token.renew_at() - now).max(0) as u64;
-    Ok(Outcome {
-        service_account: sa_ok,
-        ready: Verdict::ok(
-            Reason::Linked,
-            format!(
-                "Secret {secret_name} (key {KUBECONFIG_KEY}) holds a kubeconfig for ServiceAccount {sa_name} at {}",
-                ctx.advertise_url
-            ),
-        ),
-        requeue: Duration::from_secs(renew_in).clamp(MIN_REQUEUE, RESYNC),
-    })
+    Ok(Finding::Linked { renew_in })
 }
 
-/// A token and its life, in Unix seconds.
-struct Token {
-    token: String,
-    issued: i64,
-    expires: i64,
-}
-
-impl Token {
-    /// When a third of its life remains.
-    fn renew_at(&self) -> i64 {
-        self.issued + (self.expires - self.issued) * 2 / 3
+/// A token for the link's ServiceAccount, valid `seconds` from `now`; or what stopped it.
+async fn request_token(
+    sa_api: &Api<ServiceAccount>,
+    names: &Names,
+    seconds: i64,
+    now: i64,
+) -> Result<Result<Token, Finding>, Error> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(seconds),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    match sa_api
+        .create_token_request(&names.service_account, &PostParams::default(), &request)
+        .await
+    {
+        Ok(TokenRequest {
+            status: Some(status),
+            ..
+        }) if !status.token.is_empty() => Ok(Ok(Token {
+            token: status.token,
+            issued: now,
+            expires: status.expiration_timestamp.0.as_second(),
+        })),
+        Ok(_) => Ok(Err(Finding::EmptyToken)),
+        Err(kube::Error::Api(error)) => Ok(Err(Finding::TokenRefused(xcc_kube::bounded(&error)))),
+        Err(error) => Err(error.into()),
     }
-}
-
-fn ts(seconds: i64) -> String {
-    Timestamp::from_second(seconds)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
 }
 
 /// Applies `desired` as `K` `name` in `namespace` unless it is up to date; the kind's name
@@ -391,42 +257,14 @@ where
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
     let current = api.get_opt(name).await?;
-    if let Some(object) = &current {
-        if !owned_by(object.meta(), uid) {
-            return Ok(Some(<K as k8s_openapi::Resource>::KIND));
-        }
-        if sink::up_to_date(&serde_json::to_value(object)?, &desired) {
-            return Ok(None);
+    match write::decide(current.as_ref(), uid, &desired)? {
+        Write::LeaveAlone => return Ok(Some(<K as k8s_openapi::Resource>::KIND)),
+        Write::Keep => {}
+        Write::Apply => {
+            sink::apply_whole(&api, name, desired, &ctx.counted).await?;
         }
     }
-    sink::apply_whole(&api, name, desired, &ctx.counted).await?;
     Ok(None)
-}
-
-/// The token of `secret` if it was issued for ServiceAccount `sa_uid` and more than a third of its
-/// life remains.
-fn still_valid(secret: &Secret, sa_uid: &str, now: i64) -> Option<Token> {
-    let annotations = secret.metadata.annotations.as_ref()?;
-    if annotations.get(SERVICE_ACCOUNT_UID_ANNOTATION)? != sa_uid {
-        return None;
-    }
-    let time = |key: &str| {
-        annotations
-            .get(key)?
-            .parse::<Timestamp>()
-            .ok()
-            .map(|t| t.as_second())
-    };
-    let (issued, expires) = (time(ISSUED_ANNOTATION)?, time(EXPIRES_ANNOTATION)?);
-    let config = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
-    let config: Value = xcc_kube::yaml::from_slice(&config.0).ok()?;
-    let token = config["users"][0]["user"]["token"].as_str()?.to_string();
-    let token = Token {
-        token,
-        issued,
-        expires,
-    };
-    (expires > issued && token.renew_at() > now).then_some(token)
 }
 
 /// A kubeconfig for ServiceAccount `user` with `token` at `server`, trusting `ca` (PEM).
@@ -456,7 +294,9 @@ pub fn kubeconfig(
 
 #[cfg(test)]
 mod tests {
+    use super::plan::{still_valid, ts};
     use super::*;
+    use crate::projection::api::Reason;
     use crate::projection::testing::{body, lines};
     use kube::runtime::events::Reporter;
     use xcc_kube::scenario::{Scenario, echo, not_found, with_status};

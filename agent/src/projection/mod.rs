@@ -30,6 +30,7 @@ pub mod link;
 pub mod proxy;
 pub mod reconciler;
 pub mod renew;
+mod write;
 
 use std::sync::Arc;
 
