@@ -537,7 +537,9 @@ fn every_named_metric_is_in_the_reference() {
                     .chars()
                     .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
                     .collect();
-                if !name.starts_with("xcc_") || name.ends_with('_') {
+                // `xcc_kube::status` is a Rust path, not a metric.
+                let path = span[name.len()..].starts_with("::");
+                if !name.starts_with("xcc_") || name.ends_with('_') || path {
                     continue;
                 }
                 named += 1;
