@@ -10,7 +10,7 @@ use std::{
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+    api::{ApiResource, DynamicObject, ListParams},
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -448,18 +448,7 @@ async fn invalid_spec(
             tracing::debug!(error = %e, "could not publish an Event");
         }
     });
-    let patch = serde_json::json!({
-        "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
-        "kind": "GatewayDNS",
-        "status": status,
-    });
-    api.patch_status(
-        &gateway.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    status::write(api, gateway, &status).await
 }
 
 /// A deleted GatewayDNS: withdraw its slices from every cluster that can be reached.

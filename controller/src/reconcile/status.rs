@@ -359,6 +359,16 @@ pub(super) async fn update_status(
     if !changed {
         return Ok(());
     }
+    write(api, gateway, &status).await
+}
+
+/// Writes `status` as the GatewayDNS's whole status: a forced server-side apply of the status
+/// subresource under [`FIELD_MANAGER`].
+pub(super) async fn write(
+    api: &Api<GatewayDNS>,
+    gateway: &GatewayDNS,
+    status: &GatewayDNSStatus,
+) -> Result<(), Error> {
     let patch = serde_json::json!({
         "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
         "kind": "GatewayDNS",
