@@ -37,7 +37,7 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
         "a SelfSubjectReview/SubjectAccessReview is a question to the API server, nothing is stored",
     ),
     (
-        "projection/proxy/mod.rs",
+        "projection/proxy/authz.rs",
         "create",
         "review",
         "the aggregated server's access reviews: questions, nothing is stored",
