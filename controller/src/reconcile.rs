@@ -497,109 +497,50 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+    use xcc_kube::scenario::{Request, Running, Scenario, not_found, with_status};
 
-    /// The management cluster, mocked: two Cluster API Clusters (one selected), the gateway, no
-    /// kubeconfig Secret for either cluster; records every request and the status written.
-    struct Management {
-        client: Client,
-        /// `METHOD path` of every request.
-        seen: Arc<std::sync::Mutex<Vec<String>>>,
-        /// The last status written.
-        status: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    const GATEWAYS: &str =
+        "/apis/connectivity.tanzu.vmware.com/v1alpha1/namespaces/dev-team/gatewaydns";
+    const STATUS: &str = "/apis/connectivity.tanzu.vmware.com/v1alpha1/namespaces/dev-team/gatewaydns/dev-team-gateway-dns/status";
+
+    /// The management cluster: two Cluster API Clusters (one selected) and the gateway, read as
+    /// often as asked; status patches and Events accepted. A test adds what it expects once.
+    fn management(gateway: &Value) -> Scenario {
+        let cluster = |name: &str, contour: &str| {
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+                   "metadata": {"name": name, "namespace": "dev-team",
+                                "labels": {"hasContour": contour}}})
+        };
+        let patched = gateway.clone();
+        Scenario::new()
+            .always(
+                "GET",
+                "/apis/cluster.x-k8s.io/v1beta1/namespaces/dev-team/clusters",
+            )
+            .reply((
+                200,
+                json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "ClusterList",
+                       "metadata": {"resourceVersion": "5"},
+                       "items": [cluster("cluster-a", "true"), cluster("cluster-b", "false")]}),
+            ))
+            .always("GET", GATEWAYS)
+            .reply((
+                200,
+                json!({"apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
+                       "kind": "GatewayDNSList", "metadata": {"resourceVersion": "5"},
+                       "items": [gateway]}),
+            ))
+            .always("PATCH", STATUS)
+            .reply_to(move |request| with_status(patched.clone(), &request.body))
+            .always("POST", "/apis/events.k8s.io/v1/namespaces/dev-team/events")
+            .reply_to(|request| (201, request.body.clone()))
     }
 
-    fn management(gateway: serde_json::Value) -> Management {
-        use serde_json::json;
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-        let status: Arc<std::sync::Mutex<Option<serde_json::Value>>> = Default::default();
-        let (log, written) = (seen.clone(), status.clone());
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let (method, path) = (
-                    request.method().to_string(),
-                    request.uri().path().to_string(),
-                );
-                log.lock().unwrap().push(format!("{method} {path}"));
-                let body = request
-                    .into_body()
-                    .collect_bytes()
-                    .await
-                    .unwrap_or_default();
-                let cluster = |name: &str, contour: &str| {
-                    json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
-                           "metadata": {"name": name, "namespace": "dev-team",
-                                        "labels": {"hasContour": contour}}})
-                };
-                let (code, answer) = match (method.as_str(), path.as_str()) {
-                    ("GET", "/apis/cluster.x-k8s.io/v1beta1/namespaces/dev-team/clusters") => (
-                        200,
-                        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "ClusterList",
-                               "metadata": {"resourceVersion": "5"},
-                               "items": [cluster("cluster-a", "true"), cluster("cluster-b", "false")]}),
-                    ),
-                    (
-                        "GET",
-                        "/apis/connectivity.tanzu.vmware.com/v1alpha1/namespaces/dev-team/gatewaydns",
-                    ) => (
-                        200,
-                        json!({"apiVersion": "connectivity.tanzu.vmware.com/v1alpha1",
-                               "kind": "GatewayDNSList", "metadata": {"resourceVersion": "5"},
-                               "items": [gateway.clone()]}),
-                    ),
-                    ("PATCH", p) if p.ends_with("/gatewaydns/dev-team-gateway-dns/status") => {
-                        let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                        *written.lock().unwrap() = Some(patch["status"].clone());
-                        let mut object = gateway.clone();
-                        object["status"] = patch["status"].clone();
-                        (200, object)
-                    }
-                    ("POST", p) if p.ends_with("/events") => {
-                        (201, serde_json::from_slice(&body).unwrap_or(json!({})))
-                    }
-                    _ => (
-                        404,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                               "reason": "NotFound", "code": 404, "message": "not found"}),
-                    ),
-                };
-                send.send_response(
-                    http::Response::builder()
-                        .status(code)
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&answer).unwrap(),
-                        ))
-                        .unwrap(),
-                );
-            }
-        });
-        Management {
-            client: Client::new(service, "default"),
-            seen,
-            status,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_selected_cluster_without_a_kubeconfig_is_named_in_the_status_and_nothing_is_written_elsewhere()
-     {
-        let gateway = serde_json::json!({
-            "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
-            "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
-                         "generation": 3, "resourceVersion": "4", "finalizers": [FINALIZER]},
-            "spec": {"clusterSelector": {"matchLabels": {"hasContour": "true"}},
-                     "service": "projectcontour/envoy", "resolutionType": "loadBalancer"},
-        });
-        let Management {
-            client,
-            seen,
-            status,
-        } = management(gateway.clone());
+    /// A reconciler's context on the management cluster `client`.
+    fn context(client: Client) -> Arc<Context> {
         let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
-        let ctx = Arc::new(Context {
+        Arc::new(Context {
             client: client.clone(),
             zone: "xcc.test".into(),
             workloads: Workloads::new(
@@ -609,7 +550,7 @@ mod tests {
                 Duration::from_secs(30),
             ),
             recorder: Recorder::new(
-                client.clone(),
+                client,
                 kube::runtime::events::Reporter {
                     controller: "test".into(),
                     instance: None,
@@ -625,15 +566,50 @@ mod tests {
             health: Arc::default(),
             writes: crate::queue::Queues::new(8),
             details: Arc::default(),
-        });
-        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
-        reconcile(Arc::new(gateway), ctx).await.unwrap();
+        })
+    }
 
-        let status = status
-            .lock()
-            .unwrap()
-            .clone()
+    /// Reconciles `gateway` against `scenario` and returns the requests the management
+    /// cluster received and the last status written.
+    async fn reconcile_on(gateway: Value, scenario: Scenario) -> (Vec<String>, Value) {
+        let (client, server): (Client, Running) = scenario.run();
+        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
+        reconcile(Arc::new(gateway), context(client)).await.unwrap();
+        let seen = server.done().await;
+        let status = seen
+            .iter()
+            .rev()
+            .find(|r| r.method == "PATCH" && r.path == STATUS)
+            .map(|r| r.body["status"].clone())
             .expect("a status was written");
+        (seen.iter().map(Request::line).collect(), status)
+    }
+
+    #[tokio::test]
+    async fn a_selected_cluster_without_a_kubeconfig_is_named_in_the_status_and_nothing_is_written_elsewhere()
+     {
+        let gateway = json!({
+            "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
+            "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
+                         "generation": 3, "resourceVersion": "4", "finalizers": [FINALIZER]},
+            "spec": {"clusterSelector": {"matchLabels": {"hasContour": "true"}},
+                     "service": "projectcontour/envoy", "resolutionType": "loadBalancer"},
+        });
+        // Every cluster of the namespace gets the slices, so both kubeconfigs are looked for.
+        let scenario = management(&gateway)
+            .in_any_order()
+            .expect(
+                "GET",
+                "/api/v1/namespaces/dev-team/secrets/cluster-a-kubeconfig",
+            )
+            .reply(not_found())
+            .expect(
+                "GET",
+                "/api/v1/namespaces/dev-team/secrets/cluster-b-kubeconfig",
+            )
+            .reply(not_found());
+        let (seen, status) = reconcile_on(gateway, scenario).await;
+
         assert_eq!(status["observedGeneration"], 3, "{status}");
         let clusters = status["clusters"].as_array().expect("per-cluster entries");
         assert_eq!(clusters.len(), 1, "only the selected cluster: {status}");
@@ -653,7 +629,6 @@ mod tests {
             .expect("a Ready condition");
         assert_eq!(ready["status"], "False", "{status}");
         assert_eq!(ready["observedGeneration"], 3);
-        let seen = seen.lock().unwrap().clone();
         // The management cluster is only read, apart from the status and Events: no slice, no
         // Secret and no other object is written there.
         let writes: Vec<&String> = seen
@@ -672,49 +647,14 @@ mod tests {
     #[tokio::test]
     async fn a_field_the_controller_cannot_use_is_named_in_the_ready_condition_and_nothing_is_written()
      {
-        let gateway = serde_json::json!({
+        let gateway = json!({
             "apiVersion": "connectivity.tanzu.vmware.com/v1alpha1", "kind": "GatewayDNS",
             "metadata": {"name": "dev-team-gateway-dns", "namespace": "dev-team", "uid": "g-1",
                          "generation": 4, "resourceVersion": "4", "finalizers": [FINALIZER]},
             "spec": {"service": "projectcontour/envoy",
                      "staleRecords": {"withdrawAfter": "soon"}},
         });
-        let Management {
-            client,
-            seen,
-            status,
-        } = management(gateway.clone());
-        let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
-        let ctx = Arc::new(Context {
-            client: client.clone(),
-            zone: "xcc.test".into(),
-            workloads: Workloads::new(
-                client.clone(),
-                xcc_kube::PeerClients::default(),
-                trigger,
-                Duration::from_secs(30),
-            ),
-            recorder: Recorder::new(
-                client.clone(),
-                kube::runtime::events::Reporter {
-                    controller: "test".into(),
-                    instance: None,
-                },
-            ),
-            clusters: ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "cluster.x-k8s.io",
-                "v1beta1",
-                "Cluster",
-            )),
-            resync: Duration::from_secs(300),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            health: Arc::default(),
-            writes: crate::queue::Queues::new(8),
-            details: Arc::default(),
-        });
-        let gateway: GatewayDNS = serde_json::from_value(gateway).unwrap();
-        reconcile(Arc::new(gateway), ctx).await.unwrap();
-        let status = status.lock().unwrap().clone().expect("a status");
+        let (seen, status) = reconcile_on(gateway.clone(), management(&gateway)).await;
         let ready = status["conditions"]
             .as_array()
             .unwrap()
@@ -731,7 +671,6 @@ mod tests {
             "{message}"
         );
         // Not even the clusters were listed: nothing is decided on a spec that cannot be read.
-        let seen = seen.lock().unwrap().clone();
         assert!(!seen.iter().any(|r| r.contains("/clusters")), "{seen:?}");
     }
 }

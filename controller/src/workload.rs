@@ -872,34 +872,10 @@ impl Workloads {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::sync::atomic::AtomicUsize;
+    use xcc_kube::scenario::{self, Scenario};
 
-    /// A mocked API server answering every request with `answer(method, path)`; counts them.
-    fn api(answer: fn(&str, &str) -> (u16, serde_json::Value)) -> (Client, Arc<AtomicUsize>) {
-        let (service, mut handle) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
-        let asked = Arc::new(AtomicUsize::new(0));
-        let count = asked.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                let (code, body) = answer(request.method().as_str(), request.uri().path());
-                send.send_response(
-                    http::Response::builder()
-                        .status(code)
-                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        (Client::new(service, "default"), asked)
-    }
-
-    fn status(code: u16, reason: &str) -> serde_json::Value {
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-               "code": code, "message": format!("{reason} by the test")})
+    fn status(code: u16, reason: &str) -> (u16, serde_json::Value) {
+        scenario::status(code, reason, &format!("{reason} by the test"))
     }
 
     fn workloads(client: Client, ttl: Duration) -> Workloads {
@@ -954,50 +930,56 @@ mod tests {
 
     #[tokio::test]
     async fn an_announcement_is_read_once_per_ttl_and_a_refused_read_is_cached_too() {
-        let (client, asked) = api(|method, path| match (method, path) {
-            ("GET", "/api/v1/namespaces/xcc-dns/configmaps/xcc-agent") => (
+        const ANNOUNCEMENT: &str = "/api/v1/namespaces/xcc-dns/configmaps/xcc-agent";
+        let (client, server) = Scenario::new()
+            .always("GET", ANNOUNCEMENT)
+            .reply((
                 200,
                 json!({"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"name": "xcc-agent", "namespace": "xcc-dns"}}),
-            ),
-            _ => (404, status(404, "NotFound")),
-        });
+            ))
+            .run();
+        let asked = || server.count(|r| r.method == "GET" && r.path == ANNOUNCEMENT);
         let cached = workloads(client.clone(), Duration::from_secs(3600));
         assert!(cached.cached_announcement("ns", "a").is_none());
         let first = cached.announcement("ns", "a", &client).await;
         assert!(matches!(first, Ok(Some(_))), "{first:?}");
         let again = cached.announcement("ns", "a", &client).await;
         assert!(matches!(again, Ok(Some(_))), "{again:?}");
-        assert_eq!(asked.load(Ordering::SeqCst), 1, "one read within the TTL");
+        assert_eq!(asked(), 1, "one read within the TTL");
         assert!(matches!(
             cached.cached_announcement("ns", "a"),
             Some(Ok(Some(_)))
         ));
         // Another cluster is another read.
         cached.announcement("ns", "b", &client).await.unwrap();
-        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        assert_eq!(asked(), 2);
         // With no TTL every call reads.
         let uncached = workloads(client.clone(), Duration::ZERO);
         uncached.announcement("ns", "a", &client).await.unwrap();
         uncached.announcement("ns", "a", &client).await.unwrap();
-        assert_eq!(asked.load(Ordering::SeqCst), 4);
+        assert_eq!(asked(), 4);
+        server.done().await;
 
-        let (refusing, asked) = api(|_, _| (403, status(403, "Forbidden")));
+        let (refusing, server) = Scenario::new()
+            .always("GET", ANNOUNCEMENT)
+            .reply(status(403, "Forbidden"))
+            .run();
         let cached = workloads(refusing.clone(), Duration::from_secs(3600));
         let error = cached.announcement("ns", "a", &refusing).await.unwrap_err();
         assert!(error.contains("xcc-dns/xcc-agent"), "{error}");
         assert!(cached.announcement("ns", "a", &refusing).await.is_err());
-        assert_eq!(
-            asked.load(Ordering::SeqCst),
-            1,
-            "a refusal is cached as well"
-        );
+        assert_eq!(server.done().await.len(), 1, "a refusal is cached as well");
     }
 
     #[tokio::test]
     async fn slices_of_a_cluster_without_a_client_entry_are_listed_and_not_from_a_store() {
-        let (client, asked) = api(|method, path| match (method, path) {
-            ("GET", "/apis/discovery.k8s.io/v1/namespaces/xcc-dns/endpointslices") => (
+        let (client, server) = Scenario::new()
+            .expect(
+                "GET",
+                "/apis/discovery.k8s.io/v1/namespaces/xcc-dns/endpointslices",
+            )
+            .reply((
                 200,
                 json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
                        "metadata": {"resourceVersion": "7"},
@@ -1005,9 +987,8 @@ mod tests {
                                                "namespace": "xcc-dns"},
                                   "addressType": "IPv4",
                                   "endpoints": [{"addresses": ["10.0.0.1"]}]}]}),
-            ),
-            _ => (404, status(404, "NotFound")),
-        });
+            ))
+            .run();
         let workloads = workloads(client.clone(), Duration::ZERO);
         let (generation, names) = workloads
             .with_slices("dev-team", "a", &client, |slices| {
@@ -1017,7 +998,7 @@ mod tests {
             .unwrap();
         assert_eq!(generation, None, "no store: read by a LIST");
         assert_eq!(names, ["dev-team-a-gateway"]);
-        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        assert_eq!(server.done().await.len(), 1);
         assert_eq!(workloads.slice_generation("dev-team", "a"), None);
         assert_eq!(workloads.ready_endpoints("dev-team", "a", "ns/svc"), None);
     }
