@@ -697,34 +697,17 @@ mod tests {
 
     mod api {
         use super::*;
-        use http::{Request, Response};
-        use kube::client::Body;
+        use serde_json::{Value, json};
+        use xcc_kube::scenario::{Running, Scenario, not_found};
 
-        type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
-
-        fn target(context: &str) -> (Target, Handle) {
-            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        fn target(context: &str, scenario: Scenario) -> (Target, Running) {
+            let (client, server) = scenario.run();
             let target = Target {
                 context: context.into(),
-                client: kube::Client::new(service, "default"),
+                client,
                 server: "https://a".into(),
             };
-            (target, handle)
-        }
-
-        fn json(code: u16, value: serde_json::Value) -> Response<Body> {
-            Response::builder()
-                .status(code)
-                .body(Body::from(serde_json::to_vec(&value).unwrap()))
-                .unwrap()
-        }
-
-        fn not_found() -> Response<Body> {
-            json(
-                404,
-                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "message": "not found", "reason": "NotFound", "code": 404}),
-            )
+            (target, server)
         }
 
         fn registry() -> RegistryArgs {
@@ -736,76 +719,69 @@ mod tests {
         }
 
         /// Serves kube-system, then `clusters` for the Cluster list; then expects nothing more
-        /// than the reads of `rest` (paths), answered by `answer`.
-        async fn serve(
-            mut handle: Handle,
-            clusters: Response<Body>,
-            rest: Vec<(&'static str, Response<Body>)>,
-        ) {
-            let (request, respond) = handle.next_request().await.unwrap();
-            assert_eq!(request.uri().path(), "/api/v1/namespaces/kube-system");
-            respond.send_response(json(
-                200,
-                serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": "kube-system", "uid": "uid-a"}}),
-            ));
-            let (request, respond) = handle.next_request().await.unwrap();
-            assert_eq!(
-                request.uri().path(),
-                "/apis/clusterregistry.k8s.cisco.com/v1alpha1/clusters"
-            );
-            respond.send_response(clusters);
-            for (path, response) in rest {
-                let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.method(), "GET", "only reads before the first write");
-                assert_eq!(request.uri().path(), path);
-                respond.send_response(response);
+        /// than the reads of `rest` (paths), answered as given: a write before them, or any
+        /// other request, fails the scenario.
+        fn reads(clusters: (u16, Value), rest: Vec<(&str, (u16, Value))>) -> Scenario {
+            let mut scenario = Scenario::new()
+                .expect("GET", "/api/v1/namespaces/kube-system")
+                .reply((
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "kube-system", "uid": "uid-a"}}),
+                ))
+                .expect(
+                    "GET",
+                    "/apis/clusterregistry.k8s.cisco.com/v1alpha1/clusters",
+                )
+                .reply(clusters);
+            for (path, answer) in rest {
+                scenario = scenario.expect("GET", path).reply(answer);
             }
+            scenario
         }
 
         #[tokio::test]
         async fn a_cluster_without_the_crd_is_refused_after_reads_only() {
-            let (target, handle) = target("a");
-            let server = tokio::spawn(serve(handle, not_found(), vec![]));
+            let (target, server) = target("a", reads(not_found(), vec![]));
             let e = inspect_target(target, "https://a".into(), None, &registry())
                 .await
                 .err()
                 .unwrap();
             assert!(e.to_string().contains("is not installed"), "{e}");
             assert_eq!(e.exit_code(), crate::exit::ERROR);
-            server.await.unwrap();
+            server.done().await;
         }
 
         #[tokio::test]
         async fn a_cluster_without_the_reader_is_refused_after_reads_only() {
-            let (target, handle) = target("a");
-            let list = json(
+            let list = (
                 200,
-                serde_json::json!({"apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
+                json!({"apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
                     "kind": "ClusterList", "metadata": {}, "items": []}),
             );
-            let server = tokio::spawn(serve(
-                handle,
-                list,
-                vec![(
-                    "/api/v1/namespaces/xcc-dns/serviceaccounts/xcc-cluster-reader",
-                    not_found(),
-                )],
-            ));
+            let (target, server) = target(
+                "a",
+                reads(
+                    list,
+                    vec![(
+                        "/api/v1/namespaces/xcc-dns/serviceaccounts/xcc-cluster-reader",
+                        not_found(),
+                    )],
+                ),
+            );
             let e = inspect_target(target, "https://a".into(), None, &registry())
                 .await
                 .err()
                 .unwrap();
             assert!(e.to_string().contains("cluster-registry.yaml"), "{e}");
-            server.await.unwrap();
+            server.done().await;
         }
 
         #[tokio::test]
         async fn its_own_cluster_gives_the_name() {
-            let (target, handle) = target("ctx-a");
-            let list = json(
+            let list = (
                 200,
-                serde_json::json!({"apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
+                json!({"apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1",
                 "kind": "ClusterList", "metadata": {}, "items": [
                     {"apiVersion": "clusterregistry.k8s.cisco.com/v1alpha1", "kind": "Cluster",
                      "metadata": {"name": "peer"}, "spec": {"clusterID": "uid-b"}},
@@ -813,25 +789,27 @@ mod tests {
                      "metadata": {"name": "alpha"}, "spec": {"clusterID": "uid-a"}}
                 ]}),
             );
-            let account = json(
+            let account = (
                 200,
-                serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
                     "metadata": {"name": "xcc-cluster-reader", "namespace": "xcc-dns"}}),
             );
-            let server = tokio::spawn(serve(
-                handle,
-                list,
-                vec![
-                    (
-                        "/api/v1/namespaces/xcc-dns/serviceaccounts/xcc-cluster-reader",
-                        account,
-                    ),
-                    (
-                        "/api/v1/namespaces/cluster-registry/secrets/alpha",
-                        not_found(),
-                    ),
-                ],
-            ));
+            let (target, server) = target(
+                "ctx-a",
+                reads(
+                    list,
+                    vec![
+                        (
+                            "/api/v1/namespaces/xcc-dns/serviceaccounts/xcc-cluster-reader",
+                            account,
+                        ),
+                        (
+                            "/api/v1/namespaces/cluster-registry/secrets/alpha",
+                            not_found(),
+                        ),
+                    ],
+                ),
+            );
             let member = inspect_target(target, "https://a".into(), None, &registry())
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -841,7 +819,7 @@ mod tests {
             let kubeconfig = reader_kubeconfig(&member, "t0ken");
             xcc_kube::trust::check(kubeconfig.as_bytes(), "reader", PeerTrust::default()).unwrap();
             assert!(kubeconfig.contains("token: t0ken"), "{kubeconfig}");
-            server.await.unwrap();
+            server.done().await;
         }
     }
 }

@@ -699,109 +699,70 @@ mod tests {
 
     mod api {
         use super::*;
-        use http::{Request, Response};
-        use kube::client::Body;
+        use serde_json::Value;
+        use xcc_kube::scenario::{Running, Scenario, not_found, status};
 
-        type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+        const SECRET: &str = "/api/v1/namespaces/kubeconfig/secrets/config";
 
-        fn primary() -> (Target, Handle) {
-            let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        fn primary(scenario: Scenario) -> (Target, Running) {
+            let (client, server) = scenario.run();
             let target = Target {
                 context: "primary".into(),
-                client: kube::Client::new(service, "default"),
+                client,
                 server: "https://primary".into(),
             };
-            (target, handle)
+            (target, server)
         }
 
-        fn json(code: u16, value: serde_json::Value) -> Response<Body> {
-            Response::builder()
-                .status(code)
-                .body(Body::from(serde_json::to_vec(&value).unwrap()))
-                .unwrap()
-        }
-
-        fn status(code: u16, reason: &str) -> Response<Body> {
-            json(
-                code,
-                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "message": reason, "reason": reason, "code": code}),
+        fn stored() -> Mapping {
+            merge(
+                None,
+                &contexts::extract(&kubeconfig(), "first").unwrap(),
+                "first",
             )
-        }
-
-        async fn body(request: Request<Body>) -> serde_json::Value {
-            let bytes = request.into_body().collect_bytes().await.unwrap();
-            serde_json::from_slice(&bytes).unwrap()
+            .unwrap()
         }
 
         #[tokio::test]
         async fn a_first_add_creates_the_namespace_and_applies_the_secret() {
-            let (target, mut handle) = primary();
-            let stored = merge(
-                None,
-                &contexts::extract(&kubeconfig(), "first").unwrap(),
-                "first",
-            )
-            .unwrap();
-            let server = tokio::spawn(async move {
-                let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.uri().path(), "/api/v1/namespaces/kubeconfig");
-                respond.send_response(status(404, "NotFound"));
-                let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.method(), "POST");
-                assert_eq!(request.uri().path(), "/api/v1/namespaces");
-                respond.send_response(json(201, body(request).await));
-                let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.method(), "PATCH");
-                assert_eq!(
-                    request.uri().path(),
-                    "/api/v1/namespaces/kubeconfig/secrets/config"
-                );
-                assert!(
-                    request
-                        .uri()
-                        .query()
-                        .unwrap()
-                        .contains("fieldManager=kubectl-xcc"),
-                    "{:?}",
-                    request.uri()
-                );
-                let sent = body(request).await;
-                assert!(sent["metadata"].get("resourceVersion").is_none(), "{sent}");
-                let data = sent["data"]["config"].as_str().unwrap();
-                let text = xcc_kube::wire::decode_base64(data).unwrap();
-                let text = String::from_utf8(text).unwrap();
-                assert!(text.contains("token: secret-token"), "{text}");
-                respond.send_response(json(200, sent));
-            });
-            write(&target, &stored, None).await.unwrap();
-            server.await.unwrap();
+            let (target, server) = primary(
+                Scenario::new()
+                    .expect("GET", "/api/v1/namespaces/kubeconfig")
+                    .reply(not_found())
+                    .expect("POST", "/api/v1/namespaces")
+                    .reply_with(|body| (201, body.clone()))
+                    // An apply by this tool: a request without the field manager is unexpected.
+                    .expect("PATCH", SECRET)
+                    .when(|r| r.param("fieldManager") == Some("kubectl-xcc"))
+                    .check(|sent: &Value| {
+                        assert!(sent["metadata"].get("resourceVersion").is_none(), "{sent}");
+                        let data = sent["data"]["config"].as_str().unwrap();
+                        let text = xcc_kube::wire::decode_base64(data).unwrap();
+                        let text = String::from_utf8(text).unwrap();
+                        assert!(text.contains("token: secret-token"), "{text}");
+                    })
+                    .reply_with(|sent| (200, sent.clone())),
+            );
+            write(&target, &stored(), None).await.unwrap();
+            server.done().await;
         }
 
         #[tokio::test]
         async fn a_secret_changed_meanwhile_is_not_overwritten() {
-            let (target, mut handle) = primary();
-            let stored = merge(
-                None,
-                &contexts::extract(&kubeconfig(), "first").unwrap(),
-                "first",
-            )
-            .unwrap();
-            let server = tokio::spawn(async move {
-                let (request, respond) = handle.next_request().await.unwrap();
-                assert_eq!(request.method(), "PATCH");
-                let sent = body(request).await;
-                assert_eq!(sent["metadata"]["resourceVersion"], "41");
-                respond.send_response(status(409, "Conflict"));
-            });
-            let e = write(&target, &stored, Some("41".into()))
+            let (target, server) = primary(
+                Scenario::new()
+                    .expect("PATCH", SECRET)
+                    .check(|sent| assert_eq!(sent["metadata"]["resourceVersion"], "41"))
+                    .reply(status(409, "Conflict", "Conflict")),
+            );
+            let e = write(&target, &stored(), Some("41".into()))
                 .await
                 .unwrap_err();
             assert!(
                 e.to_string().contains("changed while this command ran"),
                 "{e}"
             );
-            server.await.unwrap();
+            server.done().await;
         }
     }
 }
