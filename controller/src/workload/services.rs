@@ -1,0 +1,177 @@
+//! One watch per gateway Service of a workload cluster (and of its EndpointSlices), shared by
+//! every GatewayDNS that names it, which wakes them the moment the Service changes.
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    sync::{Arc, Mutex, atomic::Ordering},
+};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{reflector::ObjectRef, watcher},
+};
+
+use xcc_kube::bounded;
+
+use super::{
+    CALL_TIMEOUT, ClientError, Workloads,
+    watched::{Watched, watch},
+};
+use crate::{desired::Observation, gatewaydns::GatewayDNS};
+
+/// The gateway Service of one cluster, its EndpointSlices (whether it has ready endpoints),
+/// and who wants to hear of their changes.
+pub(super) struct ServiceWatch {
+    service: Watched<Service>,
+    endpoints: Watched<EndpointSlice>,
+    pub(super) subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>>,
+}
+
+/// Ready endpoints in `slices`; an endpoint whose `ready` is unset counts as ready, as the API
+/// asks consumers to read it.
+pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) -> u32 {
+    let ready = slices
+        .into_iter()
+        .flat_map(|slice| slice.endpoints.iter())
+        .filter(|endpoint| {
+            endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true)
+        })
+        .count();
+    u32::try_from(ready).unwrap_or(u32::MAX)
+}
+
+impl Workloads {
+    /// What the gateway Service `service` (`ns/name`) of `cluster` looks like now, for `gateway`,
+    /// which is subscribed to its changes from here on. `client` is the cluster's client as
+    /// this reconcile found it (one kubeconfig read per cluster and reconcile).
+    pub async fn observe(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        service: &str,
+        gateway: &ObjectRef<GatewayDNS>,
+        client: Result<Client, ClientError>,
+    ) -> Observation {
+        let client = match client {
+            Ok(client) => client,
+            Err(error) => return error.into(),
+        };
+        let Some((svc_ns, svc_name)) = service.split_once('/') else {
+            return Observation::ServiceNotFound;
+        };
+        let (store, health) = {
+            let Some(mut entry) = self
+                .clusters
+                .get_mut(&(namespace.to_string(), cluster.to_string()))
+            else {
+                return Observation::Unreachable("client was replaced; retrying".into());
+            };
+            let watch = entry
+                .services
+                .entry(service.to_string())
+                .or_insert_with(|| self.start_watch(client.clone(), svc_ns, svc_name, cluster));
+            watch
+                .subscribers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(gateway.clone());
+            (watch.service.store.clone(), watch.service.health.clone())
+        };
+        if health.healthy.load(Ordering::Acquire) {
+            let found = store.state().into_iter().find(|s| s.name_any() == svc_name);
+            return crate::desired::observe(found.as_deref());
+        }
+        if let Some(error) = health.error() {
+            return Observation::Unreachable(error);
+        }
+        // The watch has not listed yet: ask directly.
+        let api: Api<Service> = Api::namespaced(client, svc_ns);
+        match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
+            Ok(Ok(found)) => crate::desired::observe(found.as_ref()),
+            Ok(Err(e)) => {
+                Observation::Unreachable(format!("cannot read Service {service}: {}", bounded(&e)))
+            }
+            Err(_) => Observation::Unreachable(format!("timed out reading Service {service}")),
+        }
+    }
+
+    fn start_watch(
+        &self,
+        client: Client,
+        svc_ns: &str,
+        svc_name: &str,
+        cluster: &str,
+    ) -> ServiceWatch {
+        let subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>> = Arc::default();
+        let (task_subscribers, trigger) = (subscribers.clone(), self.trigger.clone());
+        let wake = Arc::new(move || {
+            let subscribers = task_subscribers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for gateway in subscribers {
+                let _ = trigger.send(gateway);
+            }
+        });
+        let wake_too = wake.clone();
+        let service = watch(
+            Api::namespaced(client.clone(), svc_ns),
+            watcher::Config::default().fields(&format!("metadata.name={svc_name}")),
+            format!("Service {svc_ns}/{svc_name} on cluster {cluster}"),
+            move || wake(),
+        );
+        let endpoints = watch(
+            Api::namespaced(client, svc_ns),
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={svc_name}")),
+            format!("EndpointSlices of Service {svc_ns}/{svc_name} on cluster {cluster}"),
+            move || wake_too(),
+        );
+        ServiceWatch {
+            service,
+            endpoints,
+            subscribers,
+        }
+    }
+
+    /// Ready endpoints behind `service` on `cluster`, once its EndpointSlice watch has listed.
+    pub fn ready_endpoints(&self, namespace: &str, cluster: &str, service: &str) -> Option<u32> {
+        let entry = self
+            .clusters
+            .get(&(namespace.to_string(), cluster.to_string()))?;
+        let watch = entry.services.get(service)?;
+        watch
+            .endpoints
+            .health
+            .healthy
+            .load(Ordering::Acquire)
+            .then(|| ready_endpoints(watch.endpoints.store.state().iter().map(|s| &**s)))
+    }
+
+    /// Forgets `gateway`'s interest in every Service except those in `keep` (cluster, service),
+    /// and stops watches nobody needs any more.
+    pub fn retain(
+        &self,
+        namespace: &str,
+        gateway: &ObjectRef<GatewayDNS>,
+        keep: &BTreeSet<(String, String)>,
+    ) {
+        for mut entry in self.clusters.iter_mut() {
+            let ((ns, cluster), entry) = entry.pair_mut();
+            if ns != namespace {
+                continue;
+            }
+            entry.services.retain(|service, watch| {
+                let mut subscribers = watch.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+                if !keep.contains(&(cluster.clone(), service.clone())) {
+                    subscribers.remove(gateway);
+                }
+                !subscribers.is_empty()
+            });
+        }
+    }
+}

@@ -1,0 +1,137 @@
+use super::{
+    clients::kubeconfig_secret_name, services::ready_endpoints, slices::next_generation, *,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::json;
+use xcc_kube::scenario::{self, Scenario};
+
+use crate::desired::{Observation, SLICE_NAMESPACE};
+
+fn status(code: u16, reason: &str) -> (u16, serde_json::Value) {
+    scenario::status(code, reason, &format!("{reason} by the test"))
+}
+
+fn workloads(client: Client, ttl: Duration) -> Workloads {
+    let (trigger, _) = tokio::sync::mpsc::unbounded_channel();
+    Workloads::new(
+        client,
+        PeerClients::new(xcc_kube::PeerTrust::default()),
+        trigger,
+        ttl,
+    )
+}
+
+fn slice(name: &str, ready: &[Option<bool>]) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": SLICE_NAMESPACE},
+        "addressType": "IPv4",
+        "endpoints": ready.iter().enumerate().map(|(i, ready)| json!({
+            "addresses": [format!("10.0.0.{i}")],
+            "conditions": {"ready": ready},
+        })).collect::<Vec<_>>(),
+    }))
+    .unwrap()
+}
+
+#[test]
+fn ready_endpoints_count_an_unset_ready_as_ready_over_every_slice() {
+    let slices = [
+        slice("a", &[Some(true), None, Some(false)]),
+        slice("b", &[Some(false)]),
+        slice("c", &[None]),
+    ];
+    assert_eq!(ready_endpoints(&slices), 3);
+    assert_eq!(ready_endpoints(&slices[1..2]), 0);
+    assert_eq!(ready_endpoints(&[]), 0);
+}
+
+#[test]
+fn a_refused_kubeconfig_and_an_unavailable_one_are_told_apart() {
+    assert_eq!(kubeconfig_secret_name("cluster-a"), "cluster-a-kubeconfig");
+    let rejected = ClientError::Rejected("exec is refused".into());
+    assert_eq!(rejected.to_string(), "exec is refused");
+    assert_eq!(
+        Observation::from(rejected),
+        Observation::KubeconfigRejected("exec is refused".into())
+    );
+    assert_eq!(
+        Observation::from(ClientError::Unavailable("no Secret".into())),
+        Observation::Unreachable("no Secret".into())
+    );
+    assert_ne!(next_generation(), next_generation());
+}
+
+#[tokio::test]
+async fn an_announcement_is_read_once_per_ttl_and_a_refused_read_is_cached_too() {
+    const ANNOUNCEMENT: &str = "/api/v1/namespaces/xcc-dns/configmaps/xcc-agent";
+    let (client, server) = Scenario::new()
+        .always("GET", ANNOUNCEMENT)
+        .reply((
+            200,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "xcc-agent", "namespace": "xcc-dns"}}),
+        ))
+        .run();
+    let asked = || server.count(|r| r.method == "GET" && r.path == ANNOUNCEMENT);
+    let cached = workloads(client.clone(), Duration::from_secs(3600));
+    assert!(cached.cached_announcement("ns", "a").is_none());
+    let first = cached.announcement("ns", "a", &client).await;
+    assert!(matches!(first, Ok(Some(_))), "{first:?}");
+    let again = cached.announcement("ns", "a", &client).await;
+    assert!(matches!(again, Ok(Some(_))), "{again:?}");
+    assert_eq!(asked(), 1, "one read within the TTL");
+    assert!(matches!(
+        cached.cached_announcement("ns", "a"),
+        Some(Ok(Some(_)))
+    ));
+    // Another cluster is another read.
+    cached.announcement("ns", "b", &client).await.unwrap();
+    assert_eq!(asked(), 2);
+    // With no TTL every call reads.
+    let uncached = workloads(client.clone(), Duration::ZERO);
+    uncached.announcement("ns", "a", &client).await.unwrap();
+    uncached.announcement("ns", "a", &client).await.unwrap();
+    assert_eq!(asked(), 4);
+    server.done().await;
+
+    let (refusing, server) = Scenario::new()
+        .always("GET", ANNOUNCEMENT)
+        .reply(status(403, "Forbidden"))
+        .run();
+    let cached = workloads(refusing.clone(), Duration::from_secs(3600));
+    let error = cached.announcement("ns", "a", &refusing).await.unwrap_err();
+    assert!(error.contains("xcc-dns/xcc-agent"), "{error}");
+    assert!(cached.announcement("ns", "a", &refusing).await.is_err());
+    assert_eq!(server.done().await.len(), 1, "a refusal is cached as well");
+}
+
+#[tokio::test]
+async fn slices_of_a_cluster_without_a_client_entry_are_listed_and_not_from_a_store() {
+    let (client, server) = Scenario::new()
+        .expect(
+            "GET",
+            "/apis/discovery.k8s.io/v1/namespaces/xcc-dns/endpointslices",
+        )
+        .reply((
+            200,
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
+                   "metadata": {"resourceVersion": "7"},
+                   "items": [{"metadata": {"name": "dev-team-a-gateway",
+                                           "namespace": "xcc-dns"},
+                              "addressType": "IPv4",
+                              "endpoints": [{"addresses": ["10.0.0.1"]}]}]}),
+        ))
+        .run();
+    let workloads = workloads(client.clone(), Duration::ZERO);
+    let (generation, names) = workloads
+        .with_slices("dev-team", "a", &client, |slices| {
+            slices.keys().cloned().collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(generation, None, "no store: read by a LIST");
+    assert_eq!(names, ["dev-team-a-gateway"]);
+    assert_eq!(server.done().await.len(), 1);
+    assert_eq!(workloads.slice_generation("dev-team", "a"), None);
+    assert_eq!(workloads.ready_endpoints("dev-team", "a", "ns/svc"), None);
+}
