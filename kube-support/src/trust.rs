@@ -270,6 +270,20 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
     let root = root
         .as_object()
         .ok_or_else(|| Refusal::Invalid("not a YAML mapping".into()))?;
+    let (context, cluster_name, user_name) = selected_context(root)?;
+    let (cluster, tls) = screen_cluster(root, cluster_name, trust)?;
+    let user = screen_user(root, user_name)?;
+
+    let out = accepted_kubeconfig(context, cluster, user);
+    let fingerprint = fingerprint(&out, tls);
+    let kubeconfig = serde_json::from_value(out)
+        .map_err(|e| Refusal::Invalid(format!("a field has the wrong type: {e}")))?;
+    Ok((kubeconfig, tls, fingerprint))
+}
+
+/// The context `current-context` names (or the only one), with the names of its cluster and
+/// its user.
+fn selected_context(root: &Mapping) -> Result<(&Mapping, &str, Option<&str>), Refusal> {
     let contexts = named_entries(root, "contexts", "context")?;
     let current = str_field(root, "current-context").filter(|c| !c.is_empty());
     let (context_name, context) = match current {
@@ -296,8 +310,16 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
     )?;
     let cluster_name = str_field(context, "cluster")
         .ok_or_else(|| Refusal::Invalid(format!("{where_} names no cluster")))?;
-    let user_name = str_field(context, "user");
+    Ok((context, cluster_name, str_field(context, "user")))
+}
 
+/// The cluster entry `cluster_name`, checked against the trust rules, and the TLS mode its
+/// server is reached with.
+fn screen_cluster<'a>(
+    root: &'a Mapping,
+    cluster_name: &str,
+    trust: PeerTrust,
+) -> Result<(&'a Mapping, PeerTls), Refusal> {
     let clusters = named_entries(root, "clusters", "cluster")?;
     let (_, cluster) = clusters
         .iter()
@@ -325,29 +347,7 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
             _ => None,
         },
     )?;
-    let mut tls = PeerTls::Verified;
-    let server = str_field(cluster, "server")
-        .ok_or_else(|| Refusal::Invalid(format!("{where_} has no server")))?;
-    let scheme = server
-        .split_once("://")
-        .map(|(s, _)| s.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("https") => {}
-        Some("http") if trust.allow_insecure_peers => tls = PeerTls::Unverified,
-        Some("http") => {
-            return Err(field(
-                format!("{where_} server"),
-                "is plain http://: credentials would travel unencrypted to an unverified peer; \
-                 use https (or start with --allow-insecure-peers)",
-            ));
-        }
-        _ => {
-            return Err(field(
-                format!("{where_} server"),
-                format!("{server:?} is not an https:// URL"),
-            ));
-        }
-    }
+    let mut tls = server_tls(cluster, &where_, trust)?;
     if let Some(insecure) = cluster.get("insecure-skip-tls-verify") {
         match insecure.as_bool() {
             Some(false) => {}
@@ -374,52 +374,81 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
              (or start with --allow-peer-proxy)",
         ));
     }
+    Ok((cluster, tls))
+}
 
-    let users = named_entries(root, "users", "user")?;
-    let user = match user_name {
-        Some(user_name) => Some(
-            users
-                .iter()
-                .find(|(n, _)| *n == user_name)
-                .map(|(_, u)| *u)
-                .ok_or_else(|| Refusal::Invalid(format!("user {user_name:?} is not in users")))?,
-        ),
-        None => None,
-    };
-    if let Some(user) = user {
-        let where_ = format!("user {:?}", user_name.unwrap_or_default());
-        check_keys(
-            user,
-            &where_,
-            &[
-                "token",
-                "client-certificate-data",
-                "client-key-data",
-                "extensions",
-            ],
-            |key| {
-                let why = match key {
-                    "exec" => "would run a program inside this process",
-                    "auth-provider" => "would run an authentication plugin inside this process",
-                    "tokenFile" | "client-certificate" | "client-key" => {
-                        "is a file path, which would be read from this pod (and its content sent \
-                         to the server)"
-                    }
-                    "username" | "password" => "is basic authentication",
-                    "as" | "as-uid" | "as-groups" | "as-user-extra" => "is impersonation",
-                    _ => return None,
-                };
-                Some(format!("{why}; {INLINE_ONLY}"))
-            },
-        )?;
-        if user.contains_key("client-certificate-data") != user.contains_key("client-key-data") {
-            return Err(Refusal::Invalid(format!(
-                "{where_} needs both client-certificate-data and client-key-data, or neither"
-            )));
-        }
+/// The TLS mode the scheme of the cluster's `server` URL allows.
+fn server_tls(cluster: &Mapping, where_: &str, trust: PeerTrust) -> Result<PeerTls, Refusal> {
+    let server = str_field(cluster, "server")
+        .ok_or_else(|| Refusal::Invalid(format!("{where_} has no server")))?;
+    let scheme = server
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("https") => Ok(PeerTls::Verified),
+        Some("http") if trust.allow_insecure_peers => Ok(PeerTls::Unverified),
+        Some("http") => Err(field(
+            format!("{where_} server"),
+            "is plain http://: credentials would travel unencrypted to an unverified peer; \
+             use https (or start with --allow-insecure-peers)",
+        )),
+        _ => Err(field(
+            format!("{where_} server"),
+            format!("{server:?} is not an https:// URL"),
+        )),
     }
+}
 
-    // A fresh kubeconfig with the accepted fields only: nothing else reaches the client library.
+/// The user entry `user_name` (none when the context names none), checked: inline credentials
+/// only.
+fn screen_user<'a>(
+    root: &'a Mapping,
+    user_name: Option<&str>,
+) -> Result<Option<&'a Mapping>, Refusal> {
+    let users = named_entries(root, "users", "user")?;
+    let Some(user_name) = user_name else {
+        return Ok(None);
+    };
+    let user = users
+        .iter()
+        .find(|(n, _)| *n == user_name)
+        .map(|(_, u)| *u)
+        .ok_or_else(|| Refusal::Invalid(format!("user {user_name:?} is not in users")))?;
+    let where_ = format!("user {user_name:?}");
+    check_keys(
+        user,
+        &where_,
+        &[
+            "token",
+            "client-certificate-data",
+            "client-key-data",
+            "extensions",
+        ],
+        |key| {
+            let why = match key {
+                "exec" => "would run a program inside this process",
+                "auth-provider" => "would run an authentication plugin inside this process",
+                "tokenFile" | "client-certificate" | "client-key" => {
+                    "is a file path, which would be read from this pod (and its content sent \
+                     to the server)"
+                }
+                "username" | "password" => "is basic authentication",
+                "as" | "as-uid" | "as-groups" | "as-user-extra" => "is impersonation",
+                _ => return None,
+            };
+            Some(format!("{why}; {INLINE_ONLY}"))
+        },
+    )?;
+    if user.contains_key("client-certificate-data") != user.contains_key("client-key-data") {
+        return Err(Refusal::Invalid(format!(
+            "{where_} needs both client-certificate-data and client-key-data, or neither"
+        )));
+    }
+    Ok(Some(user))
+}
+
+/// A fresh kubeconfig with the accepted fields only: nothing else reaches the client library.
+fn accepted_kubeconfig(context: &Mapping, cluster: &Mapping, user: Option<&Mapping>) -> Value {
     let keep = |from: &Mapping, keys: &[&str]| -> Mapping {
         keys.iter()
             .filter_map(|k| Some((k.to_string(), from.get(*k)?.clone())))
@@ -458,11 +487,7 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
     out.insert("users".into(), entry("user", user_out));
     out.insert("contexts".into(), entry("context", context_out));
     out.insert("current-context".into(), "peer".into());
-    let out = Value::Object(out);
-    let fingerprint = fingerprint(&out, tls);
-    let kubeconfig = serde_json::from_value(out)
-        .map_err(|e| Refusal::Invalid(format!("a field has the wrong type: {e}")))?;
-    Ok((kubeconfig, tls, fingerprint))
+    Value::Object(out)
 }
 
 /// A hash of the fields a client is built from (the screened kubeconfig holds nothing else):
