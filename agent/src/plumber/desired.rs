@@ -229,177 +229,217 @@ pub fn objects(
             json!({"data": spec.config_map_data.clone().unwrap_or_default()}),
         ));
     }
-    let app = spec.deployment_name.clone();
-    if let Some(deployment) = &app {
-        let mut dspec = spec.deployment_spec.clone().unwrap_or_else(|| json!({}));
-        if !dspec.is_object() {
-            return Err("spec.deploymentSpec is not an object".into());
-        }
-        let selector = selector_labels(replicator);
-        dspec["selector"] = json!({ "matchLabels": selector });
-        if !dspec["template"].is_object() {
-            dspec["template"] = json!({});
-        }
-        if !dspec["template"]["metadata"].is_object() {
-            dspec["template"]["metadata"] = json!({});
-        }
-        if !dspec["template"]["metadata"]["labels"].is_object() {
-            dspec["template"]["metadata"]["labels"] = json!({});
-        }
-        for (k, v) in selector {
-            dspec["template"]["metadata"]["labels"][k] = v;
-        }
-        out.push(object::<Deployment>(
-            true,
-            deployment,
-            ns,
-            &origin,
-            &[],
-            json!({"spec": dspec}),
-        ));
+    if let Some(deployment) = &spec.deployment_name {
+        out.push(deployment_object(replicator, deployment, &origin)?);
     }
     if let Some(service) = &spec.service_name {
-        let mut sspec = spec.service_spec.clone().unwrap_or_else(|| json!({}));
-        if !sspec.is_object() {
-            return Err("spec.serviceSpec is not an object".into());
-        }
-        if app.is_some() {
-            sspec["selector"] = Value::Object(selector_labels(replicator));
-        }
-        out.push(object::<Service>(
-            true,
-            service,
-            ns,
-            &origin,
-            &[],
-            json!({"spec": sspec}),
-        ));
+        out.push(service_object(replicator, service, &origin)?);
     }
     if let Some(bundle) = certs.filter(|_| secure(replicator)) {
-        out.push(object::<Secret>(
+        out.extend(cert_secrets(bundle, ns, &origin));
+    }
+    if let Some(ingress) = &spec.ingress_name {
+        out.push(ingress_object(replicator, ingress, &origin)?);
+    }
+    for (i, manifest) in spec.resources.iter().enumerate() {
+        out.push(manifest_object(
+            &manifest.0,
+            &format!("spec.resources[{i}]"),
+            ns,
+            &origin,
+            kinds,
+        )?);
+    }
+    Ok(out)
+}
+
+/// The Deployment `deployment`: `spec.deploymentSpec` with the selector labels on its selector
+/// and its pod template.
+fn deployment_object(
+    replicator: &Replicator,
+    deployment: &str,
+    origin: &str,
+) -> Result<Object, String> {
+    let spec = &replicator.spec;
+    let mut dspec = spec.deployment_spec.clone().unwrap_or_else(|| json!({}));
+    if !dspec.is_object() {
+        return Err("spec.deploymentSpec is not an object".into());
+    }
+    let selector = selector_labels(replicator);
+    dspec["selector"] = json!({ "matchLabels": selector });
+    if !dspec["template"].is_object() {
+        dspec["template"] = json!({});
+    }
+    if !dspec["template"]["metadata"].is_object() {
+        dspec["template"]["metadata"] = json!({});
+    }
+    if !dspec["template"]["metadata"]["labels"].is_object() {
+        dspec["template"]["metadata"]["labels"] = json!({});
+    }
+    for (k, v) in selector {
+        dspec["template"]["metadata"]["labels"][k] = v;
+    }
+    Ok(object::<Deployment>(
+        true,
+        deployment,
+        &spec.replication_namespace,
+        origin,
+        &[],
+        json!({"spec": dspec}),
+    ))
+}
+
+/// The Service `service`: `spec.serviceSpec`, selecting the Deployment's pods when there is one.
+fn service_object(replicator: &Replicator, service: &str, origin: &str) -> Result<Object, String> {
+    let spec = &replicator.spec;
+    let mut sspec = spec.service_spec.clone().unwrap_or_else(|| json!({}));
+    if !sspec.is_object() {
+        return Err("spec.serviceSpec is not an object".into());
+    }
+    if spec.deployment_name.is_some() {
+        sspec["selector"] = Value::Object(selector_labels(replicator));
+    }
+    Ok(object::<Service>(
+        true,
+        service,
+        &spec.replication_namespace,
+        origin,
+        &[],
+        json!({"spec": sspec}),
+    ))
+}
+
+/// The CA Secret (annotated with the hosts and expiry of `bundle`) and the client Secret.
+fn cert_secrets(bundle: &Bundle, ns: &str, origin: &str) -> [Object; 2] {
+    [
+        object::<Secret>(
             true,
             certs::CA_SECRET,
             ns,
-            &origin,
+            origin,
             &[
                 (certs::HOSTS_ANNOTATION, bundle.hosts.join(",")),
                 (certs::NOT_AFTER_ANNOTATION, bundle.not_after.to_string()),
             ],
             json!({"type": "Opaque", "data": encoded(&bundle.ca)}),
-        ));
-        out.push(object::<Secret>(
+        ),
+        object::<Secret>(
             true,
             certs::CLIENT_SECRET,
             ns,
-            &origin,
+            origin,
             &[],
             json!({"type": "Opaque", "data": encoded(&bundle.client)}),
+        ),
+    ]
+}
+
+/// The Ingress `ingress`: `spec.ingressSpec` with the original's class by default, and, when
+/// secure, TLS with client certificates verified against the CA Secret.
+fn ingress_object(replicator: &Replicator, ingress: &str, origin: &str) -> Result<Object, String> {
+    let spec = &replicator.spec;
+    let ns = spec.replication_namespace.as_str();
+    let mut ispec = spec.ingress_spec.clone().unwrap_or_else(|| json!({}));
+    if !ispec.is_object() {
+        return Err("spec.ingressSpec is not an object".into());
+    }
+    if ispec["ingressClassName"]
+        .as_str()
+        .is_none_or(|class| class.is_empty())
+    {
+        ispec["ingressClassName"] = json!(ORIGINAL_INGRESS_CLASS);
+    }
+    let mut extra = Vec::new();
+    if secure(replicator) {
+        ispec["tls"] = json!([{"hosts": hosts(replicator), "secretName": certs::CA_SECRET}]);
+        extra = vec![
+            (
+                "nginx.ingress.kubernetes.io/auth-tls-secret",
+                format!("{ns}/{}", certs::CA_SECRET),
+            ),
+            (
+                "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+                "on".into(),
+            ),
+            ("nginx.ingress.kubernetes.io/rewrite-target", "/".into()),
+        ];
+    }
+    Ok(object::<Ingress>(
+        true,
+        ingress,
+        ns,
+        origin,
+        &extra,
+        json!({"spec": ispec}),
+    ))
+}
+
+/// One manifest of `spec.resources[]` (`at` names it in errors), checked against `kinds` and
+/// placed in `ns`, without its status and the fields the API server owns.
+fn manifest_object(
+    manifest: &Value,
+    at: &str,
+    ns: &str,
+    origin: &str,
+    kinds: &Kinds,
+) -> Result<Object, String> {
+    let text = |k: &str| manifest.get(k).and_then(Value::as_str).map(str::to_string);
+    let (Some(api_version), Some(kind)) = (text("apiVersion"), text("kind")) else {
+        return Err(format!("{at} needs apiVersion and kind"));
+    };
+    let Some(name) = manifest
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    else {
+        return Err(format!("{at} needs metadata.name"));
+    };
+    let Some((resource, namespaced)) = kinds.get(&(api_version.clone(), kind.clone())) else {
+        return Err(format!(
+            "{at}: kind {kind} of {api_version} is not served here"
+        ));
+    };
+    if let Some(other) = manifest
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        && *namespaced
+        && other != ns
+    {
+        return Err(format!(
+            "{at}: metadata.namespace {other:?} is not spec.replicationNamespace {ns:?}"
         ));
     }
-    if let Some(ingress) = &spec.ingress_name {
-        let mut ispec = spec.ingress_spec.clone().unwrap_or_else(|| json!({}));
-        if !ispec.is_object() {
-            return Err("spec.ingressSpec is not an object".into());
-        }
-        if ispec["ingressClassName"]
-            .as_str()
-            .is_none_or(|class| class.is_empty())
-        {
-            ispec["ingressClassName"] = json!(ORIGINAL_INGRESS_CLASS);
-        }
-        let mut extra = Vec::new();
-        if secure(replicator) {
-            ispec["tls"] = json!([{"hosts": hosts(replicator), "secretName": certs::CA_SECRET}]);
-            extra = vec![
-                (
-                    "nginx.ingress.kubernetes.io/auth-tls-secret",
-                    format!("{ns}/{}", certs::CA_SECRET),
-                ),
-                (
-                    "nginx.ingress.kubernetes.io/auth-tls-verify-client",
-                    "on".into(),
-                ),
-                ("nginx.ingress.kubernetes.io/rewrite-target", "/".into()),
-            ];
-        }
-        out.push(object::<Ingress>(
-            true,
-            ingress,
-            ns,
-            &origin,
-            &extra,
-            json!({"spec": ispec}),
-        ));
+    let mut body = manifest.clone();
+    body.as_object_mut()
+        .map(|b| b.remove("status"))
+        .unwrap_or_default();
+    let meta = &mut body["metadata"];
+    if *namespaced {
+        meta["namespace"] = json!(ns);
+    } else if let Some(m) = meta.as_object_mut() {
+        m.remove("namespace");
     }
-    for (i, manifest) in spec.resources.iter().enumerate() {
-        let at = format!("spec.resources[{i}]");
-        let text = |k: &str| {
-            manifest
-                .0
-                .get(k)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let (Some(api_version), Some(kind)) = (text("apiVersion"), text("kind")) else {
-            return Err(format!("{at} needs apiVersion and kind"));
-        };
-        let Some(name) = manifest
-            .0
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        else {
-            return Err(format!("{at} needs metadata.name"));
-        };
-        let Some((resource, namespaced)) = kinds.get(&(api_version.clone(), kind.clone())) else {
-            return Err(format!(
-                "{at}: kind {kind} of {api_version} is not served here"
-            ));
-        };
-        if let Some(other) = manifest
-            .0
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            && *namespaced
-            && other != ns
-        {
-            return Err(format!(
-                "{at}: metadata.namespace {other:?} is not spec.replicationNamespace {ns:?}"
-            ));
+    for field in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+    ] {
+        if let Some(m) = meta.as_object_mut() {
+            m.remove(field);
         }
-        let mut body = manifest.0.clone();
-        body.as_object_mut()
-            .map(|b| b.remove("status"))
-            .unwrap_or_default();
-        let meta = &mut body["metadata"];
-        if *namespaced {
-            meta["namespace"] = json!(ns);
-        } else if let Some(m) = meta.as_object_mut() {
-            m.remove("namespace");
-        }
-        for field in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-        ] {
-            if let Some(m) = meta.as_object_mut() {
-                m.remove(field);
-            }
-        }
-        if !meta["annotations"].is_object() {
-            meta["annotations"] = json!({});
-        }
-        meta["annotations"][ORIGIN_ANNOTATION] = json!(origin);
-        out.push(Object {
-            resource: resource.clone(),
-            namespaced: *namespaced,
-            name: name.to_string(),
-            body,
-        });
     }
-    Ok(out)
+    if !meta["annotations"].is_object() {
+        meta["annotations"] = json!({});
+    }
+    meta["annotations"][ORIGIN_ANNOTATION] = json!(origin);
+    Ok(Object {
+        resource: resource.clone(),
+        namespaced: *namespaced,
+        name: name.to_string(),
+        body,
+    })
 }
 
 /// Whether `current` holds everything `desired` sets: maps as subsets, lists element by
