@@ -178,11 +178,43 @@ impl Detector {
         let original = self.read(local, Location::Original).await?;
         let legacy = self.read(local, Location::Legacy).await?;
         let any_secret = original.is_some() || legacy.is_some();
-        // Every context with the Secret it comes from; the original's location first, so a
-        // context in both is taken from there.
+        let Some(entries) = self.entries([original, legacy]) else {
+            return Ok(());
+        };
+        if self.local_uid.is_none() {
+            let namespaces: Api<Namespace> = Api::all(self.client.clone());
+            self.local_uid = namespaces
+                .get_opt("kube-system")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| n.uid());
+        }
+        let checks = self.check(&entries).await;
+        let Assessed {
+            mut targets,
+            mut found,
+            in_use,
+            verified_elsewhere,
+        } = self.assess(checks);
+        self.forget_unused(&targets, in_use);
+        if any_secret && self.local_uid.is_some() {
+            mark_local(&mut found, &mut targets, &verified_elsewhere);
+        }
+        if let Some(local) = found.iter().find(|f| f.primary) {
+            self.registry.set_local(local.entry.detector());
+        }
+        self.registry.set(targets);
+        self.write(&found).await
+    }
+
+    /// Every context with the Secret it comes from; the original's location first, so a
+    /// context in both is taken from there. None (logged once) when a Secret is unusable: the
+    /// detectors then stay as they are, as a broken edit must not remove them all.
+    fn entries(&mut self, secrets: [Option<Secret>; 2]) -> Option<Vec<(contexts::Entry, Secret)>> {
         let mut entries: Vec<(contexts::Entry, Secret)> = Vec::new();
         let mut shadowed = Vec::new();
-        for secret in [original, legacy].into_iter().flatten() {
+        for secret in secrets.into_iter().flatten() {
             match contexts::entries(&secret) {
                 Ok(list) => {
                     for entry in list {
@@ -194,13 +226,12 @@ impl Detector {
                     }
                 }
                 Err(error) => {
-                    // Keep the detectors as they are: a broken edit must not remove them all.
                     let text = error.to_string();
                     if self.said.as_ref() != Some(&text) {
                         tracing::warn!(namespace = %self.namespace, error = %text, "plumber kubeconfig Secret unusable");
                         self.said = Some(text);
                     }
-                    return Ok(());
+                    return None;
                 }
             }
         }
@@ -217,22 +248,15 @@ impl Detector {
             self.said_shadowed = shadowed;
         }
         self.said = None;
-        if self.local_uid.is_none() {
-            let namespaces: Api<Namespace> = Api::all(self.client.clone());
-            self.local_uid = namespaces
-                .get_opt("kube-system")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|n| n.uid());
-        }
-        let mut targets = Vec::new();
-        let mut found = Vec::new();
-        let mut in_use = BTreeSet::new();
-        let this = &*self;
+        Some(entries)
+    }
+
+    /// Each context's client through the trust gate and, when it has one, its cluster's
+    /// kube-system UID (remembered by client identity), all at once.
+    async fn check(&self, entries: &[(contexts::Entry, Secret)]) -> Vec<Check> {
         let checks = entries.iter().map(|(entry, secret)| async move {
             let client = match contexts::for_context(secret, &entry.context) {
-                Ok(one) => this
+                Ok(one) => self
                     .peers
                     .client_for(&one)
                     .await
@@ -240,7 +264,7 @@ impl Detector {
                 Err(e) => Err(xcc_kube::bounded(&e)),
             };
             let uid = match &client {
-                Ok(peer) => match this.uids.get(&peer.identity) {
+                Ok(peer) => match self.uids.get(&peer.identity) {
                     Some(uid) => Some(Ok(uid.clone())),
                     None => Some(kube_system_uid(&peer.client).await),
                 },
@@ -250,11 +274,27 @@ impl Detector {
                 secret.namespace().unwrap_or_default(),
                 contexts::client_key(&secret.name_any(), &entry.context),
             );
-            (entry.clone(), key, client, uid)
+            Check {
+                entry: entry.clone(),
+                key,
+                client,
+                uid,
+            }
         });
-        let mut verified_elsewhere = BTreeSet::new();
-        for (entry, key, client, uid) in futures::future::join_all(checks).await {
-            in_use.insert(key);
+        futures::future::join_all(checks).await
+    }
+
+    /// The health, role and target of each checked context; remembers the UIDs found.
+    fn assess(&mut self, checks: Vec<Check>) -> Assessed {
+        let mut out = Assessed::default();
+        for Check {
+            entry,
+            key,
+            client,
+            uid,
+        } in checks
+        {
+            out.in_use.insert(key);
             let status = match (&client, &uid) {
                 (Err(why), _) => down(why.clone()),
                 (Ok(peer), uid) => match self.peers.reach(&peer.server) {
@@ -273,21 +313,25 @@ impl Detector {
             }
             let primary = matches!((&uid, &self.local_uid), (Some(Ok(u)), Some(l)) if u == l);
             if matches!((&uid, &self.local_uid), (Some(Ok(u)), Some(l)) if u != l) {
-                verified_elsewhere.insert(entry.detector());
+                out.verified_elsewhere.insert(entry.detector());
             }
-            targets.push(Target {
+            out.targets.push(Target {
                 detector: entry.detector(),
                 context: entry.context.clone(),
                 primary,
-                client: client.clone(),
+                client,
             });
-            found.push(Found {
+            out.found.push(Found {
                 entry,
                 primary,
                 status,
             });
         }
-        // UIDs of clients no longer in use are dropped with them.
+        out
+    }
+
+    /// Drops the UIDs and the cached clients no longer in use.
+    fn forget_unused(&mut self, targets: &[Target], in_use: BTreeSet<(String, String)>) {
         let identities: BTreeSet<String> = targets
             .iter()
             .filter_map(|t| t.client.as_ref().ok().map(|p| p.identity.clone()))
@@ -298,40 +342,6 @@ impl Detector {
             self.peers.forget(namespace, gone);
         }
         self.in_use = in_use;
-        // The original registers the cluster it runs in itself, as context `primary`
-        // (`kubernetes.kubernetes-admin`, with the in-cluster address and no credentials the
-        // agent could use); `plumberctl` (and `kubectl xcc plumber`) add only the secondaries.
-        // When no context is shown (by its kube-system UID) to reach this cluster, the
-        // original's primary context is this cluster unless shown to reach another one, and
-        // without one the agent registers this cluster under the original's name itself.
-        if any_secret && self.local_uid.is_some() && !found.iter().any(|f| f.primary) {
-            let local = local_entry();
-            match found
-                .iter()
-                .position(|f| f.entry.detector() == local.detector())
-            {
-                Some(at) if !verified_elsewhere.contains(&local.detector()) => {
-                    found[at].primary = true;
-                    found[at].status = up();
-                    targets[at].primary = true;
-                }
-                Some(_) => found.push(Found {
-                    entry: fallback_local_entry(),
-                    primary: true,
-                    status: up(),
-                }),
-                None => found.push(Found {
-                    entry: local,
-                    primary: true,
-                    status: up(),
-                }),
-            }
-        }
-        if let Some(local) = found.iter().find(|f| f.primary) {
-            self.registry.set_local(local.entry.detector());
-        }
-        self.registry.set(targets);
-        self.write(&found).await
     }
 
     /// Makes the detectors what `found` says; deletes ours that are not in it.
@@ -412,6 +422,65 @@ impl Detector {
             }
         }
         Ok(())
+    }
+}
+
+/// One context of the Secrets, checked: its client key, its client (or why it has none) and its
+/// cluster's kube-system UID (none without a client).
+struct Check {
+    entry: contexts::Entry,
+    key: (String, String),
+    client: Result<xcc_kube::PeerClient, String>,
+    uid: Option<Result<String, String>>,
+}
+
+/// What the checks found: the registry's targets and the detectors, in the same order.
+#[derive(Default)]
+struct Assessed {
+    targets: Vec<Target>,
+    found: Vec<Found>,
+    /// `(namespace, client key)` of the clients in use.
+    in_use: BTreeSet<(String, String)>,
+    /// The detectors whose cluster is shown (by its kube-system UID) not to be this one.
+    verified_elsewhere: BTreeSet<String>,
+}
+
+/// Marks the cluster this agent runs in when no context is shown to reach it.
+///
+/// The original registers the cluster it runs in itself, as context `primary`
+/// (`kubernetes.kubernetes-admin`, with the in-cluster address and no credentials the agent
+/// could use); `plumberctl` (and `kubectl xcc plumber`) add only the secondaries. When no context
+/// is shown (by its kube-system UID) to reach this cluster, the original's primary context is
+/// this cluster unless shown to reach another one, and without one the agent registers this
+/// cluster under the original's name itself.
+fn mark_local(
+    found: &mut Vec<Found>,
+    targets: &mut [Target],
+    verified_elsewhere: &BTreeSet<String>,
+) {
+    if found.iter().any(|f| f.primary) {
+        return;
+    }
+    let local = local_entry();
+    match found
+        .iter()
+        .position(|f| f.entry.detector() == local.detector())
+    {
+        Some(at) if !verified_elsewhere.contains(&local.detector()) => {
+            found[at].primary = true;
+            found[at].status = up();
+            targets[at].primary = true;
+        }
+        Some(_) => found.push(Found {
+            entry: fallback_local_entry(),
+            primary: true,
+            status: up(),
+        }),
+        None => found.push(Found {
+            entry: local,
+            primary: true,
+            status: up(),
+        }),
     }
 }
 
