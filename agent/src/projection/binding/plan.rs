@@ -102,40 +102,12 @@ pub fn next(
         ));
     }
     let withdraw = current.is_some();
-    let link_ref = &binding.spec.upstream_cluster_link_ref;
     let Some(link) = &seen.link else {
         return Ok(Next::Read(Read::Link));
     };
-    let Some(link) = link else {
-        return Ok(done(
-            withdraw,
-            Verdict::not(
-                Reason::UpstreamClusterLinkNotFound,
-                format!(
-                    "UpstreamClusterLink {}/{} does not exist",
-                    link_ref.namespace, link_ref.name
-                ),
-            ),
-            RESYNC,
-        ));
-    };
-    let Some(service_account) = link
-        .status
-        .as_ref()
-        .and_then(|s| s.service_account.as_ref())
-        .map(|sa| sa.name.clone())
-    else {
-        return Ok(done(
-            withdraw,
-            Verdict::not(
-                Reason::UpstreamClusterLinkNotReady,
-                format!(
-                    "UpstreamClusterLink {}/{} has no ServiceAccount yet",
-                    link_ref.namespace, link_ref.name
-                ),
-            ),
-            RESYNC,
-        ));
+    let service_account = match linked_service_account(binding, link.as_ref()) {
+        Ok(service_account) => service_account,
+        Err(verdict) => return Ok(done(withdraw, verdict, RESYNC)),
     };
     let role = &binding.spec.cluster_role_ref.name;
     let Some(role_exists) = seen.cluster_role else {
@@ -151,6 +123,49 @@ pub fn next(
             ROLE_MISSING_REQUEUE,
         ));
     }
+    bound(binding, &name, current.as_ref(), &service_account)
+}
+
+/// The ServiceAccount of `link` the ClusterRoleBinding binds, or why there is none yet.
+fn linked_service_account(
+    binding: &APIExportRoleBinding,
+    link: Option<&UpstreamClusterLink>,
+) -> Result<String, Verdict> {
+    let link_ref = &binding.spec.upstream_cluster_link_ref;
+    let Some(link) = link else {
+        return Err(Verdict::not(
+            Reason::UpstreamClusterLinkNotFound,
+            format!(
+                "UpstreamClusterLink {}/{} does not exist",
+                link_ref.namespace, link_ref.name
+            ),
+        ));
+    };
+    link.status
+        .as_ref()
+        .and_then(|s| s.service_account.as_ref())
+        .map(|sa| sa.name.clone())
+        .ok_or_else(|| {
+            Verdict::not(
+                Reason::UpstreamClusterLinkNotReady,
+                format!(
+                    "UpstreamClusterLink {}/{} has no ServiceAccount yet",
+                    link_ref.namespace, link_ref.name
+                ),
+            )
+        })
+}
+
+/// The plan once the link and the role are there: the ClusterRoleBinding `name` (`current`, ours
+/// if any) binds the role to `service_account`; replaced when it names another role.
+fn bound(
+    binding: &APIExportRoleBinding,
+    name: &str,
+    current: Option<&ClusterRoleBinding>,
+    service_account: &str,
+) -> Result<Next, serde_json::Error> {
+    let role = &binding.spec.cluster_role_ref.name;
+    let link_ref = &binding.spec.upstream_cluster_link_ref;
     let desired = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
