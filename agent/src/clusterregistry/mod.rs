@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
     api::{ApiResource, GroupVersionKind},
-    runtime::Controller,
+    runtime::{Controller, reflector::ObjectRef},
 };
 
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
@@ -171,47 +171,7 @@ pub async fn run(
             reconciler: "clusters",
         },
     });
-    let stopped = {
-        let mut stop = stop.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    };
-    let clusters = controller
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(secrets)
-        .graceful_shutdown_on(stopped)
-        .run(
-            {
-                // Counted like the engine's reconciles: a live agent checks every peer every
-                // few seconds, so the count shows it is working even when nothing is written.
-                let metrics = core.metrics.clone();
-                move |cluster, ctx| {
-                    let metrics = metrics.clone();
-                    async move {
-                        let started = std::time::Instant::now();
-                        let result = clusters::reconcile(cluster, ctx).await;
-                        metrics.reconciled("clusters", result.is_ok(), started.elapsed());
-                        if let Err(error) = &result {
-                            use xcc_sync::kit::ReconcileError as _;
-                            metrics.reconcile_failed("clusters", error.metric_label());
-                        }
-                        result
-                    }
-                }
-            },
-            clusters::error_policy,
-            ctx,
-        )
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(cluster = %object.name, %error, "reconcile failed; retrying")
-                }
-                Err(error) => tracing::debug!(%error, "Cluster controller"),
-            }
-        });
+    let clusters = run_clusters(controller, secrets, ctx, core.metrics.clone(), stop.clone());
     let engine = engine::Engine::new(
         &core,
         local_id.clone(),
@@ -238,4 +198,50 @@ pub async fn run(
         let _ = published.await;
     }
     clusters_feed.abort();
+}
+
+/// The Cluster reconciler, woken by `secrets` too, until `stop` is raised. Its reconciles are
+/// counted like the engine's: a live agent checks every peer every few seconds, so the count
+/// shows it is working even when nothing is written.
+async fn run_clusters(
+    controller: Controller<Cluster>,
+    secrets: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
+    ctx: Arc<clusters::Context>,
+    metrics: xcc_sync::metrics::SyncMetrics,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    controller
+        .trigger_backoff(xcc_kube::Backoff::local())
+        .reconcile_on(secrets)
+        .graceful_shutdown_on(stopped)
+        .run(
+            move |cluster, ctx| {
+                let metrics = metrics.clone();
+                async move {
+                    let started = std::time::Instant::now();
+                    let result = clusters::reconcile(cluster, ctx).await;
+                    metrics.reconciled("clusters", result.is_ok(), started.elapsed());
+                    if let Err(error) = &result {
+                        use xcc_sync::kit::ReconcileError as _;
+                        metrics.reconcile_failed("clusters", error.metric_label());
+                    }
+                    result
+                }
+            },
+            clusters::error_policy,
+            ctx,
+        )
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::warn!(cluster = %object.name, %error, "reconcile failed; retrying")
+                }
+                Err(error) => tracing::debug!(%error, "Cluster controller"),
+            }
+        })
+        .await;
 }

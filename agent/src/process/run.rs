@@ -105,21 +105,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let (feed, own_url) = open_feed(&args, &table, &metrics, &ready).await?;
 
-    let udp_sockets = if args.dns.udp_sockets == 0 {
-        cpus()
-    } else {
-        args.dns.udp_sockets
-    };
-    let sockets = Sockets::bind_with(args.dns.listen, udp_sockets, args.dns.udp_recv_buffer)?;
+    let (sockets, udp_sockets, admin_listener) = bind(&args).await?;
     let dns_addr = sockets.local_addr()?;
-    let admin_listener = tokio::net::TcpListener::bind(args.admin.admin_listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot bind the admin server on {}",
-                args.admin.admin_listen
-            )
-        })?;
     let admin_addr = admin_listener.local_addr()?;
 
     let handler = Handler::new(table.clone(), metrics.clone());
@@ -183,6 +170,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     watcher.await.context("feed task")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The DNS sockets (with how many of them are UDP) and the admin listener, bound as `args` say.
+async fn bind(args: &Args) -> anyhow::Result<(Sockets, usize, tokio::net::TcpListener)> {
+    let udp_sockets = if args.dns.udp_sockets == 0 {
+        cpus()
+    } else {
+        args.dns.udp_sockets
+    };
+    let sockets = Sockets::bind_with(args.dns.listen, udp_sockets, args.dns.udp_recv_buffer)?;
+    let admin_listener = tokio::net::TcpListener::bind(args.admin.admin_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot bind the admin server on {}",
+                args.admin.admin_listen
+            )
+        })?;
+    Ok((sockets, udp_sockets, admin_listener))
 }
 
 /// The record table of the zones, and the process's metrics.

@@ -196,22 +196,7 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "xcc-agent".into(),
-            instance,
-        },
-    );
-    if let Err(kube::Error::Api(s)) = Api::<SecretImport>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-        && s.code == 404
-    {
-        tracing::warn!(
-            "the replication CRDs are not installed (manifests/crds); secret replication waits for them"
-        );
-    }
+    warn_if_no_crds(&client).await;
     let (import_tx, import_rx) = tokio::sync::mpsc::unbounded_channel();
     let (export_tx, export_rx) = tokio::sync::mpsc::unbounded_channel();
 
@@ -219,12 +204,7 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     let import_kind = Typed::<SecretImport>::new();
     let export_kind = Typed::<SecretExport>::new();
     let imports = Controller::for_shared_stream(import_kind.subscribe(), import_kind.store());
-    let exports = Controller::for_shared_stream(export_kind.subscribe(), export_kind.store())
-        .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
-        .owns(
-            Api::<RoleBinding>::all(client.clone()),
-            watcher::Config::default(),
-        );
+    let exports = export_controller(&export_kind, &client);
     let secret_wakes = tokio::spawn(local_secret_triggers(
         local_secrets.changes(),
         imports.store(),
@@ -238,31 +218,14 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
         imports.store(),
         import_tx.clone(),
     ));
-    let import_ctx = Arc::new(import::Context {
-        client: client.clone(),
+    let (import_ctx, export_ctx) = contexts(
+        &client,
         peers,
-        recorder: recorder.clone(),
-        remote: crate::wakers::Wakers::new(import_tx),
-        seen: Default::default(),
-        list_first: Default::default(),
-        finalizer_asked: Default::default(),
-        local: local_secrets.store(),
-        written: Default::default(),
-        local_listed: local_secrets.listed(),
-        said: Default::default(),
-        counted: crate::sink::Counted {
-            metrics: metrics.clone(),
-            reconciler: "secret-import",
-        },
-    });
-    let export_ctx = Arc::new(export::Context {
-        client: client.clone(),
-        recorder,
-        counted: crate::sink::Counted {
-            metrics: metrics.clone(),
-            reconciler: "secret-export",
-        },
-    });
+        instance,
+        &local_secrets,
+        &metrics,
+        import_tx,
+    );
     let imports = imports
         .with_config(controller_config())
         .trigger_backoff(xcc_kube::Backoff::local())
@@ -301,6 +264,78 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     }
     secret_wakes.abort();
     reach_wakes.abort();
+}
+
+/// The SecretExport controller, on the shared watch of the kind, woken by the Roles and
+/// RoleBindings it owns too.
+fn export_controller(
+    kind: &Typed<SecretExport>,
+    client: &kube::Client,
+) -> Controller<SecretExport> {
+    Controller::for_shared_stream(kind.subscribe(), kind.store())
+        .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
+        .owns(
+            Api::<RoleBinding>::all(client.clone()),
+            watcher::Config::default(),
+        )
+}
+
+/// Says when the replication CRDs are not installed: the reconcilers wait for them.
+async fn warn_if_no_crds(client: &kube::Client) {
+    if let Err(kube::Error::Api(s)) = Api::<SecretImport>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        && s.code == 404
+    {
+        tracing::warn!(
+            "the replication CRDs are not installed (manifests/crds); secret replication waits for them"
+        );
+    }
+}
+
+/// The contexts of the two reconcilers; imports are woken for remote changes through
+/// `import_tx`.
+fn contexts(
+    client: &kube::Client,
+    peers: PeerClients,
+    instance: Option<String>,
+    local_secrets: &crate::sources::LocalSecrets,
+    metrics: &xcc_sync::metrics::SyncMetrics,
+    import_tx: UnboundedSender<ObjectRef<SecretImport>>,
+) -> (Arc<import::Context>, Arc<export::Context>) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "xcc-agent".into(),
+            instance,
+        },
+    );
+    let import_ctx = Arc::new(import::Context {
+        client: client.clone(),
+        peers,
+        recorder: recorder.clone(),
+        remote: crate::wakers::Wakers::new(import_tx),
+        seen: Default::default(),
+        list_first: Default::default(),
+        finalizer_asked: Default::default(),
+        local: local_secrets.store(),
+        written: Default::default(),
+        local_listed: local_secrets.listed(),
+        said: Default::default(),
+        counted: crate::sink::Counted {
+            metrics: metrics.clone(),
+            reconciler: "secret-import",
+        },
+    });
+    let export_ctx = Arc::new(export::Context {
+        client: client.clone(),
+        recorder,
+        counted: crate::sink::Counted {
+            metrics: metrics.clone(),
+            reconciler: "secret-export",
+        },
+    });
+    (import_ctx, export_ctx)
 }
 
 /// Wakes every import whose service cluster's API server turned silent or answers again: a
