@@ -161,41 +161,9 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         );
         return (Found::peer(ClusterState::Disabled, message), None);
     }
-    let Some(secret_ref) = cluster
-        .spec
-        .auth_info
-        .as_ref()
-        .and_then(|a| a.secret_ref.as_ref())
-        .filter(|r| !r.name.is_empty())
-    else {
-        let message = format!(
-            "spec.authInfo.secretRef is not set: name a Secret of type {SECRET_TYPE} whose key kubeconfig reads cluster {name}"
-        );
-        return (Found::peer(ClusterState::MissingAuthInfo, message), None);
-    };
-    let namespace = secret_ref
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.to_string());
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let secret = match secrets.get_opt(&secret_ref.name).await {
-        Ok(Some(secret)) => secret,
-        Ok(None) => {
-            ctx.peers.forget(&namespace, &secret_ref.name);
-            let message = format!(
-                "Secret {namespace}/{} not found: copy it from cluster {name} (it holds a kubeconfig that reads that cluster)",
-                secret_ref.name
-            );
-            return (Found::peer(ClusterState::MissingAuthInfo, message), None);
-        }
-        Err(error) => {
-            let message = format!(
-                "cannot read Secret {namespace}/{}: {error}",
-                secret_ref.name
-            );
-            return (Found::peer(ClusterState::MissingAuthInfo, message), None);
-        }
+    let (secret, at) = match peer_secret(cluster, &name, ctx).await {
+        Ok(found) => found,
+        Err(found) => return (found, None),
     };
     let peer = match ctx.peers.client_for(&secret).await {
         Ok(peer) => peer,
@@ -210,8 +178,7 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         }
         Err(error) => {
             let message = format!(
-                "Secret {namespace}/{}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig",
-                secret_ref.name
+                "Secret {at}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig"
             );
             return (Found::peer(ClusterState::InvalidAuthInfo, message), None);
         }
@@ -220,25 +187,21 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
         Ok(uid) if uid == cluster.spec.cluster_id => (
             Found::peer(
                 ClusterState::Ready,
-                format!(
-                    "reachable with the kubeconfig of Secret {namespace}/{}",
-                    secret_ref.name
-                ),
+                format!("reachable with the kubeconfig of Secret {at}"),
             )
             .through(&peer),
             Some(peer),
         ),
         Ok(uid) => {
             let message = format!(
-                "the kubeconfig of Secret {namespace}/{} reaches the cluster with ID {uid}, not spec.clusterID {}: fix the Secret or the Cluster",
-                secret_ref.name, cluster.spec.cluster_id
+                "the kubeconfig of Secret {at} reaches the cluster with ID {uid}, not spec.clusterID {}: fix the Secret or the Cluster",
+                cluster.spec.cluster_id
             );
             (Found::peer(ClusterState::InvalidAuthInfo, message), None)
         }
         Err(error) => {
             let message = format!(
-                "cannot reach the API server with the kubeconfig of Secret {namespace}/{}: {error}; retrying with backoff",
-                secret_ref.name
+                "cannot reach the API server with the kubeconfig of Secret {at}: {error}; retrying with backoff"
             );
             (
                 Found::peer(ClusterState::Failed, message).through(&peer),
@@ -248,34 +211,65 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
     }
 }
 
-/// The status `found` gives a Cluster whose status was `old`.
-pub fn next_status(
-    old: Option<&ClusterStatus>,
-    generation: Option<i64>,
+/// The kubeconfig Secret of peer Cluster `name` and its `namespace/name`, or what is wrong
+/// with its reference.
+async fn peer_secret(
+    cluster: &Cluster,
+    name: &str,
+    ctx: &Context,
+) -> Result<(Secret, String), Found> {
+    let Some(secret_ref) = cluster
+        .spec
+        .auth_info
+        .as_ref()
+        .and_then(|a| a.secret_ref.as_ref())
+        .filter(|r| !r.name.is_empty())
+    else {
+        let message = format!(
+            "spec.authInfo.secretRef is not set: name a Secret of type {SECRET_TYPE} whose key kubeconfig reads cluster {name}"
+        );
+        return Err(Found::peer(ClusterState::MissingAuthInfo, message));
+    };
+    let namespace = secret_ref
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.to_string());
+    let at = format!("{namespace}/{}", secret_ref.name);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    match secrets.get_opt(&secret_ref.name).await {
+        Ok(Some(secret)) => Ok((secret, at)),
+        Ok(None) => {
+            ctx.peers.forget(&namespace, &secret_ref.name);
+            let message = format!(
+                "Secret {at} not found: copy it from cluster {name} (it holds a kubeconfig that reads that cluster)"
+            );
+            Err(Found::peer(ClusterState::MissingAuthInfo, message))
+        }
+        Err(error) => {
+            let message = format!("cannot read Secret {at}: {error}");
+            Err(Found::peer(ClusterState::MissingAuthInfo, message))
+        }
+    }
+}
+
+/// Condition status `True` for `b`, else `False`.
+fn truth(b: bool) -> ConditionStatus {
+    if b {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    }
+}
+
+/// Conditions `LocalCluster` and, on the local Cluster, `LocalConflict` (`conflict`: more than
+/// one Cluster has this cluster's ID).
+fn set_role_conditions(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
     found: &Found,
     conflict: bool,
-    synced: bool,
-) -> ClusterStatus {
-    let mut status = old.cloned().unwrap_or_default();
-    status.state = Some(found.state.to_string());
-    status.type_ = Some(
-        if found.local {
-            ClusterType::Local
-        } else {
-            ClusterType::Peer
-        }
-        .to_string(),
-    );
-    status.message = Some(found.message.clone());
-    status.observed_generation = generation;
-    let truth = |b: bool| {
-        if b {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        }
-    };
-    let conditions = &mut status.conditions;
+    generation: Option<i64>,
+) {
     set_condition(
         conditions,
         "LocalCluster",
@@ -308,6 +302,30 @@ pub fn next_status(
             generation,
         );
     }
+}
+
+/// The status `found` gives a Cluster whose status was `old`.
+pub fn next_status(
+    old: Option<&ClusterStatus>,
+    generation: Option<i64>,
+    found: &Found,
+    conflict: bool,
+    synced: bool,
+) -> ClusterStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.state = Some(found.state.to_string());
+    status.type_ = Some(
+        if found.local {
+            ClusterType::Local
+        } else {
+            ClusterType::Peer
+        }
+        .to_string(),
+    );
+    status.message = Some(found.message.clone());
+    status.observed_generation = generation;
+    let conditions = &mut status.conditions;
+    set_role_conditions(conditions, found, conflict, generation);
     set_condition(
         conditions,
         "Ready",

@@ -221,6 +221,35 @@ fn place(desired: &mut Value, key: &Key, namespaced: bool) -> Result<Key, String
     Ok(target)
 }
 
+/// The peers' objects of the key that a rule reads, with that rule; `.0` says whether the object
+/// is a copy. Originals first, then by cluster name: every cluster picks the same source.
+fn sources<'p, 'a>(
+    local_id: &str,
+    peers: &'p [PeerView<'a>],
+    rules: &'p [RuleSet],
+    namespaced: bool,
+) -> Vec<(bool, &'p PeerView<'a>, &'a Value, &'p RuleSet, &'p Rule)> {
+    let live_owner = |id: &str| peers.iter().any(|p| p.live && p.id == id);
+    let mut candidates = Vec::new();
+    for peer in peers.iter().filter(|p| p.live && p.listed) {
+        let Some(object) = peer.object else { continue };
+        let owner = owner(object, peer.id);
+        if sync_disabled(object) || owner == local_id || (owner != peer.id && live_owner(owner)) {
+            continue;
+        }
+        let rule = rules
+            .iter()
+            .filter(|r| r.reads_from(peer.features))
+            .find_map(|r| Some((r, r.matching(object, namespaced)?)));
+        if let Some((set, rule)) = rule {
+            candidates.push((owner != peer.id, peer, object, set, rule));
+        }
+    }
+    candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
+    candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
+    candidates
+}
+
 /// `clusters` are the Cluster objects, which templates in overrides refer to.
 pub fn decide(
     local_id: &str,
@@ -243,25 +272,7 @@ pub fn decide(
         .chain(local.moved)
         .filter(|c| is_copy_of_key(c) && !sync_disabled(c))
         .collect();
-    let live_owner = |id: &str| peers.iter().any(|p| p.live && p.id == id);
-    let namespaced = (local.namespaced)(&key.gvk);
-    let mut candidates: Vec<(bool, &PeerView<'_>, &Value, &RuleSet, &Rule)> = Vec::new();
-    for peer in peers.iter().filter(|p| p.live && p.listed) {
-        let Some(object) = peer.object else { continue };
-        let owner = owner(object, peer.id);
-        if sync_disabled(object) || owner == local_id || (owner != peer.id && live_owner(owner)) {
-            continue;
-        }
-        let rule = rules
-            .iter()
-            .filter(|r| r.reads_from(peer.features))
-            .find_map(|r| Some((r, r.matching(object, namespaced)?)));
-        if let Some((set, rule)) = rule {
-            candidates.push((owner != peer.id, peer, object, set, rule));
-        }
-    }
-    // Originals first, then by cluster name: every cluster picks the same source.
-    candidates.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
+    let candidates = sources(local_id, peers, rules, (local.namespaced)(&key.gvk));
     let Some((is_copy, peer, object, set, rule)) = candidates.first() else {
         return gone(local_id, local, &copies, peers);
     };
