@@ -320,10 +320,49 @@ async fn join(args: JoinArgs) -> Result<(), Error> {
         contexts::require(&kubeconfig, context)?;
     }
     // Read and check everything before the first write.
+    let members = read_members(&kubeconfig, &names, &args).await?;
+    let mut readers = Vec::new();
+    for member in &members {
+        let token = mint(member, &args.registry, args.token_ttl).await?;
+        let text = reader_kubeconfig(member, &token);
+        xcc_kube::trust::check(
+            text.as_bytes(),
+            &format!(
+                "the reader kubeconfig of context {:?}",
+                member.target.context
+            ),
+            PeerTrust::default(),
+        )?;
+        readers.push(text);
+    }
+    write_pairs(&members, &readers, &args.registry).await?;
+    for member in &members {
+        let peers: Vec<&str> = members
+            .iter()
+            .filter(|m| m.id != member.id)
+            .map(|m| m.name.as_str())
+            .collect();
+        println!(
+            "cluster {} (context {}) joined: its Cluster and Secret are on {}",
+            member.name,
+            member.target.context,
+            peers.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Inspects each of the sorted, distinct context `names`, and refuses two contexts of one
+/// cluster or two clusters that would have the same Cluster name. Reads only.
+async fn read_members(
+    kubeconfig: &Kubeconfig,
+    names: &[String],
+    args: &JoinArgs,
+) -> Result<Vec<Member>, Error> {
     let mut members: Vec<Member> = Vec::new();
     for context in names.iter().filter(|c| args.contexts.contains(c)) {
         let member = inspect(
-            &kubeconfig,
+            kubeconfig,
             context,
             &args.registry,
             args.kube.request_timeout(),
@@ -344,58 +383,33 @@ async fn join(args: JoinArgs) -> Result<(), Error> {
         }
         members.push(member);
     }
-    let mut readers = Vec::new();
-    for member in &members {
-        let token = mint(member, &args.registry, args.token_ttl).await?;
-        let text = reader_kubeconfig(member, &token);
-        xcc_kube::trust::check(
-            text.as_bytes(),
-            &format!(
-                "the reader kubeconfig of context {:?}",
-                member.target.context
-            ),
-            PeerTrust::default(),
-        )?;
-        readers.push(text);
-    }
+    Ok(members)
+}
+
+/// Applies every member's Cluster and Secret (with its reader kubeconfig `readers[i]`) on
+/// itself, marked as created by join where it had none, and on every other member.
+async fn write_pairs(
+    members: &[Member],
+    readers: &[String],
+    registry: &RegistryArgs,
+) -> Result<(), Error> {
     for (i, member) in members.iter().enumerate() {
-        ensure_namespace(&member.target, &args.registry.registry_namespace).await?;
+        ensure_namespace(&member.target, &registry.registry_namespace).await?;
         apply_pair(
             &member.target,
             member,
             &readers[i],
-            &args.registry,
+            registry,
             !member.own_cluster,
             !member.own_secret,
         )
         .await?;
         for (j, peer) in members.iter().enumerate() {
             if i != j {
-                ensure_namespace(&peer.target, &args.registry.registry_namespace).await?;
-                apply_pair(
-                    &peer.target,
-                    member,
-                    &readers[i],
-                    &args.registry,
-                    false,
-                    false,
-                )
-                .await?;
+                ensure_namespace(&peer.target, &registry.registry_namespace).await?;
+                apply_pair(&peer.target, member, &readers[i], registry, false, false).await?;
             }
         }
-    }
-    for member in &members {
-        let peers: Vec<&str> = members
-            .iter()
-            .filter(|m| m.id != member.id)
-            .map(|m| m.name.as_str())
-            .collect();
-        println!(
-            "cluster {} (context {}) joined: its Cluster and Secret are on {}",
-            member.name,
-            member.target.context,
-            peers.join(", ")
-        );
     }
     Ok(())
 }
@@ -551,63 +565,94 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
         .iter()
         .filter(|c| cluster_id_of(c) != Some(id.as_str()))
     {
-        let name = peer.name_any();
-        let secret_name = peer.data["spec"]["authInfo"]["secretRef"]["name"]
-            .as_str()
-            .unwrap_or(&name)
-            .to_string();
-        let secret = secrets
-            .get_opt(&secret_name)
-            .await
-            .map_err(reach_error(&target))?;
-        let server = secret.as_ref().and_then(server_in).ok_or_else(|| {
-            Error::Failed(format!(
-                "peer Cluster {name} on {}: its Secret {}/{secret_name} holds no kubeconfig, so \
-                 its server is unknown; nothing was changed",
-                args.context, args.registry.registry_namespace
-            ))
-        })?;
-        // Every context with that server may reach the peer; the one named like it first.
-        let mut candidates: Vec<String> = contexts::context_names(&kubeconfig)
-            .into_iter()
-            .filter(|c| {
-                contexts::server_and_ca(&kubeconfig, c).is_ok_and(|(s, _)| same_server(&s, &server))
-            })
-            .collect();
-        candidates.sort_by_key(|c| *c != name);
-        let mut reached = Err(Error::Usage(format!(
-            "peer Cluster {name} ({server}) has no context in your kubeconfig: add one, then run \
-             leave again; nothing was changed"
-        )));
-        for context in &candidates {
-            reached = async {
-                let peer =
-                    contexts::client(&kubeconfig, context, args.kube.request_timeout()).await?;
-                cluster_id(&peer).await?;
-                Ok::<Target, Error>(peer)
-            }
-            .await;
-            if reached.is_ok() {
-                break;
-            }
-        }
-        let peer_target = reached?;
-        peers.push((name, peer_target));
+        let peer_target = reach_peer(&kubeconfig, &args, &target, &secrets, peer).await?;
+        peers.push((peer.name_any(), peer_target));
     }
     let own_secret = secrets
         .get_opt(&own_name)
         .await
         .map_err(reach_error(&target))?;
-    let created = |annotations: &BTreeMap<String, String>| {
-        annotations.get(CREATED_BY).map(String::as_str) == Some(CREATED_BY_VALUE)
-    };
     // First nobody may read the leaving cluster any more: its reader ServiceAccount is
     // recreated, which invalidates every token minted for it. Otherwise the agents of the group,
     // which copy each other's Clusters and peer Secrets, would copy its objects back as fast as
     // they are deleted.
     revoke_reader(&target, &args.registry).await?;
+    delete_from_group(&target, &own_name, &peers, &args.registry).await?;
+    delete_own(&target, own, own_secret.as_ref(), &secrets).await?;
+    let names: Vec<&str> = peers.iter().map(|(n, _)| n.as_str()).collect();
+    if names.is_empty() {
+        println!("cluster {own_name} (context {}) had no peers", args.context);
+    } else {
+        println!(
+            "cluster {own_name} (context {}) left its group: removed from {} and they from it",
+            args.context,
+            names.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// A client of the peer Cluster `peer` of the leaving cluster `target`: the server its Secret
+/// names, through a context of the user's kubeconfig with that server that answers (the one
+/// named like the peer first).
+async fn reach_peer(
+    kubeconfig: &Kubeconfig,
+    args: &LeaveArgs,
+    target: &Target,
+    secrets: &Api<Secret>,
+    peer: &DynamicObject,
+) -> Result<Target, Error> {
+    let name = peer.name_any();
+    let secret_name = peer.data["spec"]["authInfo"]["secretRef"]["name"]
+        .as_str()
+        .unwrap_or(&name)
+        .to_string();
+    let secret = secrets
+        .get_opt(&secret_name)
+        .await
+        .map_err(reach_error(target))?;
+    let server = secret.as_ref().and_then(server_in).ok_or_else(|| {
+        Error::Failed(format!(
+            "peer Cluster {name} on {}: its Secret {}/{secret_name} holds no kubeconfig, so \
+             its server is unknown; nothing was changed",
+            args.context, args.registry.registry_namespace
+        ))
+    })?;
+    // Every context with that server may reach the peer; the one named like it first.
+    let mut candidates: Vec<String> = contexts::context_names(kubeconfig)
+        .into_iter()
+        .filter(|c| {
+            contexts::server_and_ca(kubeconfig, c).is_ok_and(|(s, _)| same_server(&s, &server))
+        })
+        .collect();
+    candidates.sort_by_key(|c| *c != name);
+    let mut reached = Err(Error::Usage(format!(
+        "peer Cluster {name} ({server}) has no context in your kubeconfig: add one, then run \
+         leave again; nothing was changed"
+    )));
+    for context in &candidates {
+        reached = async {
+            let peer = contexts::client(kubeconfig, context, args.kube.request_timeout()).await?;
+            cluster_id(&peer).await?;
+            Ok::<Target, Error>(peer)
+        }
+        .await;
+        if reached.is_ok() {
+            break;
+        }
+    }
+    reached
+}
+
+/// Deletes `own_name`'s Cluster and Secret from every peer and the peers' from `target`, in
+/// rounds until none comes back (the group's agents may still copy them for a while).
+async fn delete_from_group(
+    target: &Target,
+    own_name: &str,
+    peers: &[(String, Target)],
+    registry: &RegistryArgs,
+) -> Result<(), Error> {
     let peer_names: Vec<String> = peers.iter().map(|(n, _)| n.clone()).collect();
-    let mut settled = false;
     for round in 0..LEAVE_ROUNDS {
         if round > 0 {
             // Staggered, so that this round does not meet the agents' next copy in step.
@@ -616,12 +661,12 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
         // All at once: the group's agents copy each other's copies, so an object deleted on
         // one member while another still holds it comes straight back.
         let mut deletions = tokio::task::JoinSet::new();
-        for (_, peer) in &peers {
-            let (peer, name, registry) = (peer.clone(), own_name.clone(), args.registry.clone());
+        for (_, peer) in peers {
+            let (peer, name, registry) = (peer.clone(), own_name.to_string(), registry.clone());
             deletions.spawn(async move { delete_pair(&peer, &name, &registry).await });
         }
         for name in &peer_names {
-            let (target, name, registry) = (target.clone(), name.clone(), args.registry.clone());
+            let (target, name, registry) = (target.clone(), name.clone(), registry.clone());
             deletions.spawn(async move { delete_pair(&target, &name, &registry).await });
         }
         while let Some(done) = deletions.join_next().await {
@@ -630,23 +675,33 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
         // Copies an agent made while this ran: look again.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut left = false;
-        for (_, peer) in &peers {
-            left |= holds_pair(peer, &own_name, &args.registry).await?;
+        for (_, peer) in peers {
+            left |= holds_pair(peer, own_name, registry).await?;
         }
         for name in &peer_names {
-            left |= holds_pair(&target, name, &args.registry).await?;
+            left |= holds_pair(target, name, registry).await?;
         }
         if !left {
-            settled = true;
-            break;
+            return Ok(());
         }
     }
-    if !settled {
-        return Err(Error::Failed(format!(
-            "after {LEAVE_ROUNDS} rounds the group's agents still copy {own_name}'s Cluster and \
-             Secret back; run leave again"
-        )));
-    }
+    Err(Error::Failed(format!(
+        "after {LEAVE_ROUNDS} rounds the group's agents still copy {own_name}'s Cluster and \
+         Secret back; run leave again"
+    )))
+}
+
+/// Deletes the leaving cluster's own Cluster and Secret, each only if join created it.
+async fn delete_own(
+    target: &Target,
+    own: &DynamicObject,
+    own_secret: Option<&Secret>,
+    secrets: &Api<Secret>,
+) -> Result<(), Error> {
+    let own_name = own.name_any();
+    let created = |annotations: &BTreeMap<String, String>| {
+        annotations.get(CREATED_BY).map(String::as_str) == Some(CREATED_BY_VALUE)
+    };
     if created(own.annotations()) {
         match clusters(&target.client)
             .delete(&own_name, &DeleteParams::default())
@@ -665,16 +720,6 @@ async fn leave(args: LeaveArgs) -> Result<(), Error> {
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(Error::api(format!("cannot delete Secret {own_name}"))(e)),
         }
-    }
-    let names: Vec<&str> = peers.iter().map(|(n, _)| n.as_str()).collect();
-    if names.is_empty() {
-        println!("cluster {own_name} (context {}) had no peers", args.context);
-    } else {
-        println!(
-            "cluster {own_name} (context {}) left its group: removed from {} and they from it",
-            args.context,
-            names.join(", ")
-        );
     }
     Ok(())
 }

@@ -226,6 +226,84 @@ fn values(command: &Command, arg: &Arg, typed: &str, prefix: &str, line: &Line) 
     }
 }
 
+/// Where the words before the one completed leave the command line.
+struct Walk<'c, 'w> {
+    /// The (sub)command they name.
+    current: &'c Command,
+    /// A flag whose value is the next word.
+    pending: Option<&'c Arg>,
+    /// How many positionals of `current` they hold.
+    positionals: usize,
+    /// After `--`: only positionals follow.
+    only_positionals: bool,
+    line: Line<'w>,
+}
+
+/// Reads `done` (the words before the one completed) on `command`: the subcommands they name,
+/// the flags that take a value, and the positionals.
+fn walk<'c, 'w>(command: &'c Command, done: &'w [String]) -> Walk<'c, 'w> {
+    let mut walk = Walk {
+        current: command,
+        pending: None,
+        positionals: 0,
+        only_positionals: false,
+        line: Line::default(),
+    };
+    for word in done {
+        if let Some(arg) = walk.pending.take() {
+            walk.line.remember(arg.get_long(), word.as_str());
+            continue;
+        }
+        if walk.only_positionals {
+            walk.positionals += 1;
+        } else if word == "--" {
+            walk.only_positionals = true;
+        } else if let Some(flag) = word.strip_prefix("--") {
+            let (name, value) = match flag.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (flag, None),
+            };
+            if let Some(arg) = long(walk.current, name).filter(|a| takes_value(a)) {
+                match value {
+                    None => walk.pending = Some(arg),
+                    Some(value) => walk.line.remember(Some(name), value),
+                }
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-abc`: flags, up to one that takes a value (the rest of the word, or the next).
+            for (i, c) in shorts.char_indices() {
+                if let Some(arg) = short(walk.current, c).filter(|a| takes_value(a)) {
+                    if i + c.len_utf8() == shorts.len() {
+                        walk.pending = Some(arg);
+                    }
+                    break;
+                }
+            }
+        } else if let Some(sub) = walk
+            .current
+            .get_subcommands()
+            .find(|s| s.get_name() == word || s.get_all_aliases().any(|a| a == word))
+        {
+            walk.current = sub;
+            walk.positionals = 0;
+        } else {
+            walk.positionals += 1;
+        }
+    }
+    walk
+}
+
+impl<'a> Line<'a> {
+    /// Keeps the value of a flag that values of later flags depend on.
+    fn remember(&mut self, name: Option<&str>, value: &'a str) {
+        match name {
+            Some("kubeconfig") => self.kubeconfig = Some(value),
+            Some("context") => self.context = Some(value),
+            _ => {}
+        }
+    }
+}
+
 /// What the last of `words` (the words after the plugin's name) can be, on `command` (the
 /// CLI's, unbuilt).
 pub fn complete(mut command: Command, words: &[String]) -> Completion {
@@ -234,83 +312,15 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
         Some((typed, done)) => (typed.as_str(), done),
         None => ("", &[][..]),
     };
-    let mut current = &command;
-    // A flag whose value is the next word.
-    let mut pending: Option<&Arg> = None;
-    let mut positionals = 0;
-    let mut only_positionals = false;
-    let mut line = Line::default();
-    let mut remember = |name: Option<&str>, value| match name {
-        Some("kubeconfig") => line.kubeconfig = Some(value),
-        Some("context") => line.context = Some(value),
-        _ => {}
-    };
-    for word in done {
-        if let Some(arg) = pending.take() {
-            remember(arg.get_long(), word.as_str());
-            continue;
-        }
-        if only_positionals {
-            positionals += 1;
-        } else if word == "--" {
-            only_positionals = true;
-        } else if let Some(flag) = word.strip_prefix("--") {
-            let (name, value) = match flag.split_once('=') {
-                Some((name, value)) => (name, Some(value)),
-                None => (flag, None),
-            };
-            if let Some(arg) = long(current, name).filter(|a| takes_value(a)) {
-                match value {
-                    None => pending = Some(arg),
-                    Some(value) => remember(Some(name), value),
-                }
-            }
-        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
-            // `-abc`: flags, up to one that takes a value (the rest of the word, or the next).
-            for (i, c) in shorts.char_indices() {
-                if let Some(arg) = short(current, c).filter(|a| takes_value(a)) {
-                    if i + c.len_utf8() == shorts.len() {
-                        pending = Some(arg);
-                    }
-                    break;
-                }
-            }
-        } else if let Some(sub) = current
-            .get_subcommands()
-            .find(|s| s.get_name() == word || s.get_all_aliases().any(|a| a == word))
-        {
-            current = sub;
-            positionals = 0;
-        } else {
-            positionals += 1;
-        }
+    let walk = walk(&command, done);
+    let (current, line) = (walk.current, &walk.line);
+    if let Some(arg) = walk.pending {
+        return values(current, arg, typed, "", line);
     }
-    if let Some(arg) = pending {
-        return values(current, arg, typed, "", &line);
+    if !walk.only_positionals && typed.starts_with('-') {
+        return flags(current, typed, line);
     }
-    if !only_positionals && typed.starts_with('-') {
-        if let Some((name, value)) = typed.strip_prefix("--").and_then(|f| f.split_once('=')) {
-            return match long(current, name).filter(|a| takes_value(a)) {
-                Some(arg) => values(current, arg, value, &format!("--{name}="), &line),
-                None => Completion::none(directive::NO_FILE_COMP),
-            };
-        }
-        let candidates = current
-            .get_arguments()
-            .filter(|a| !a.is_hide_set() && !a.is_positional())
-            .filter_map(|a| {
-                let long = format!("--{}", a.get_long()?);
-                long.starts_with(typed)
-                    .then(|| (long, summary(a.get_help())))
-            })
-            .collect();
-        return Completion {
-            candidates,
-            directive: directive::NO_FILE_COMP,
-            namespaces: None,
-        };
-    }
-    let mut candidates: Vec<(String, String)> = if only_positionals {
+    let mut candidates: Vec<(String, String)> = if walk.only_positionals {
         Vec::new()
     } else {
         current
@@ -319,13 +329,38 @@ pub fn complete(mut command: Command, words: &[String]) -> Completion {
             .map(|s| (s.get_name().to_string(), summary(s.get_about())))
             .collect()
     };
-    if let Some(arg) = current.get_positionals().nth(positionals) {
-        let more = values(current, arg, typed, "", &line);
+    if let Some(arg) = current.get_positionals().nth(walk.positionals) {
+        let more = values(current, arg, typed, "", line);
         if candidates.is_empty() && more.directive == directive::DEFAULT {
             return more;
         }
         candidates.extend(more.candidates);
     }
+    Completion {
+        candidates,
+        directive: directive::NO_FILE_COMP,
+        namespaces: None,
+    }
+}
+
+/// Candidates for `typed`, a flag of `current` being written: its long names, or the values
+/// of `--name=`.
+fn flags(current: &Command, typed: &str, line: &Line) -> Completion {
+    if let Some((name, value)) = typed.strip_prefix("--").and_then(|f| f.split_once('=')) {
+        return match long(current, name).filter(|a| takes_value(a)) {
+            Some(arg) => values(current, arg, value, &format!("--{name}="), line),
+            None => Completion::none(directive::NO_FILE_COMP),
+        };
+    }
+    let candidates = current
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional())
+        .filter_map(|a| {
+            let long = format!("--{}", a.get_long()?);
+            long.starts_with(typed)
+                .then(|| (long, summary(a.get_help())))
+        })
+        .collect();
     Completion {
         candidates,
         directive: directive::NO_FILE_COMP,
