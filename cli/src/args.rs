@@ -146,17 +146,29 @@ mod examples {
     version,
     after_help = examples::root!(),
     after_long_help = concat!(examples::root!(), "\n\n", exit_codes!()),
+    // The logging flags of every xcc binary, after any subcommand too, and quiet by default: a
+    // command's outcome is its output on stdout and one line on stderr.
+    mut_arg("level", |arg| arg.global(true).help(
+        "Diagnostics on stderr: a level (error, warn, info, debug, trace) or a RUST_LOG-style \
+         filter such as `warn,kube=debug`. Default: $RUST_LOG, else warnings only; a failed \
+         command says why in one line on stderr either way"
+    )),
+    mut_arg("format", |arg| arg.global(true)),
 )]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 
-    /// Log filter for diagnostics on stderr (tracing syntax, e.g. `debug`); off by default:
-    /// errors are reported on one line either way.
-    #[arg(long, env = "XCC_LOG", default_value = "off", global = true)]
-    pub log: String,
+    /// Diagnostics on stderr (`--log-level`, `--log-format`), as every xcc binary takes them.
+    #[command(flatten)]
+    pub log: xcc_kube::logging::LogArgs,
 }
+
+/// The filter of diagnostics when neither the flags nor the environment name one: warnings, but
+/// not the client's own line for each failed request, which the command's error line already
+/// says (so that a failure stays one line).
+pub const DEFAULT_LOG: &str = "warn,kube_client::client::builder=off";
 
 /// The subcommands of `kubectl xcc`.
 #[derive(Debug, Subcommand)]

@@ -544,9 +544,12 @@ mod tests {
             values_of(&["status", "-o", "json", "--a"]).0,
             ["--all-namespaces"]
         );
-        // Global flags and hidden ones: --log everywhere, the former --timeout nowhere.
+        // Global flags and hidden ones: the logging flags everywhere, the former --timeout
+        // nowhere.
         let flags = values_of(&["plumber", "view", "--"]).0;
-        assert!(flags.contains(&"--log".to_string()), "{flags:?}");
+        for global in ["--log-level", "--log-format"] {
+            assert!(flags.contains(&global.to_string()), "{flags:?}");
+        }
         assert!(
             flags.contains(&"--request-timeout".to_string()),
             "{flags:?}"

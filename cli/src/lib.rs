@@ -31,7 +31,7 @@ mod output;
 mod plumber;
 mod status;
 
-pub use args::{Cli, Command};
+pub use args::{Cli, Command, DEFAULT_LOG};
 pub use error::{Error, exit, one_line, usage_line};
 
 /// Runs one command.

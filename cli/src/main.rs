@@ -60,13 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    xcc_kube::logging::init(&cli.log, kubectl_xcc::DEFAULT_LOG);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -47,3 +47,80 @@ fn typos_get_clap_s_suggestion_and_exit_2() {
     ]);
     assert!(line.contains("0 for none"), "{line}");
 }
+
+/// A kubeconfig whose only context points where nothing listens.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("config");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster: {server: \
+         'https://127.0.0.1:1'}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: \
+         gone\n  context: {cluster: gone, user: u}\ncurrent-context: gone\n",
+    )
+    .unwrap();
+    path
+}
+
+/// `kubectl xcc status` on an unreachable cluster with `env` set: (exit code, stderr lines).
+fn failed_status(env: &[(&str, &str)], args: &[&str]) -> (Option<i32>, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(PLUGIN);
+    for (var, _) in std::env::vars() {
+        if var.starts_with("XCC_") || var == "RUST_LOG" {
+            command.env_remove(var);
+        }
+    }
+    let out = command
+        .arg("status")
+        .args(args)
+        .env("KUBECONFIG", unreachable_kubeconfig(dir.path()))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty(), "stdout holds only output: {out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    (
+        out.status.code(),
+        stderr.lines().map(String::from).collect(),
+    )
+}
+
+#[test]
+fn diagnostics_are_quiet_by_default_and_text_or_json_on_request() {
+    let (code, lines) = failed_status(&[], &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(lines.len(), 1, "only the error line: {lines:?}");
+    assert!(lines[0].starts_with("error: cannot list"), "{lines:?}");
+
+    // As the flags or the variables every xcc binary reads.
+    for (env, args) in [
+        (vec![], vec!["-v", "debug", "--log-format", "json"]),
+        (
+            vec![("XCC_LOG_LEVEL", "debug"), ("XCC_LOG_FORMAT", "json")],
+            vec![],
+        ),
+    ] {
+        let (code, lines) = failed_status(&env, &args);
+        assert_eq!(code, Some(1));
+        let (error, logs) = lines.split_last().unwrap();
+        assert!(error.starts_with("error: cannot list"), "{lines:?}");
+        let logs: Vec<serde_json::Value> = logs
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect();
+        assert!(
+            logs.iter()
+                .any(|l| l["level"] == "DEBUG" && l["target"] == "kube_client::client::builder"),
+            "{lines:#?}"
+        );
+    }
+
+    let (_, lines) = failed_status(&[("RUST_LOG", "debug")], &["--log", "warn"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" ERROR ") && !l.starts_with('{')),
+        "the flag wins over RUST_LOG, as text: {lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains(" DEBUG ")), "{lines:#?}");
+}

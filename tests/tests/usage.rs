@@ -89,6 +89,17 @@ fn flag_typos_and_bad_values_are_usage_errors_in_every_binary() {
         usage_error(bin, &["--log-format", "yaml"], &["json"]);
         usage_error(bin, &["--kubeconfg", "x"], &["tip:", "--kubeconfig"]);
     }
+    // The CLI takes the same logging flags, after any subcommand.
+    usage_error(
+        "kubectl-xcc",
+        &["status", "--log-level", "loud"],
+        &["expected a level"],
+    );
+    usage_error(
+        "kubectl-xcc",
+        &["status", "--log-format", "yaml"],
+        &["json"],
+    );
     usage_error(
         "xcc-controller",
         &["--leader-elect=maybe"],
