@@ -40,7 +40,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
     gatewaydns::{
-        ClusterGatewayStatus, GatewayDNS, GatewayHealth, GatewayState, GlobalStrategy, NoneHealthy,
+        ClusterGatewayStatus, GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState,
+        GlobalStrategy, NoneHealthy,
     },
     settings::Global,
 };
@@ -301,34 +302,73 @@ pub fn plan_with_health(
     mut observe: impl FnMut(&str) -> Observation,
     mut health: impl FnMut(&str) -> HealthView,
 ) -> Plan {
-    let namespace = gateway.namespace().unwrap_or_default();
-    let reference = gateway_ref(gateway);
-    let mut out = Plan::default();
-    // Per selected cluster that could answer the global name: healthy or not, and its
-    // addresses (v4, v6, host name).
-    let mut candidates: Vec<(String, bool, [Vec<String>; 3])> = Vec::new();
-    let old_status = gateway.status.clone().unwrap_or_default();
+    let mut planner = Planner {
+        gateway,
+        namespace: gateway.namespace().unwrap_or_default(),
+        reference: gateway_ref(gateway),
+        zone,
+        old_status: gateway.status.clone().unwrap_or_default(),
+        out: Plan::default(),
+        candidates: Vec::new(),
+    };
     let mut selected: Vec<&ClusterInfo> = clusters
         .iter()
         .filter(|c| selects(&gateway.spec.cluster_selector, &c.labels))
         .collect();
     selected.sort_by(|a, b| a.name.cmp(&b.name));
     for cluster in selected {
-        let host = hostname(&cluster.name, &namespace, zone);
-        let names = slice_names(&namespace, &cluster.name);
+        let status = planner.cluster(cluster, all, &mut observe, &mut health);
+        planner.out.clusters.push(status);
+    }
+    let Planner {
+        namespace,
+        reference,
+        mut out,
+        candidates,
+        ..
+    } = planner;
+    plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    out.seal();
+    out
+}
+
+/// A selected cluster that could answer the global name: its name, whether it is healthy,
+/// and its addresses (v4, v6, host name).
+type Candidate = (String, bool, [Vec<String>; 3]);
+
+/// The plan of one GatewayDNS while its clusters are gone through.
+struct Planner<'a> {
+    gateway: &'a GatewayDNS,
+    namespace: String,
+    reference: String,
+    zone: &'a str,
+    old_status: GatewayDNSStatus,
+    out: Plan,
+    candidates: Vec<Candidate>,
+}
+
+impl Planner<'_> {
+    /// Plans the slices of one selected cluster; gives its status entry.
+    fn cluster(
+        &mut self,
+        cluster: &ClusterInfo,
+        all: &[GatewayDNS],
+        observe: &mut impl FnMut(&str) -> Observation,
+        health: &mut impl FnMut(&str) -> HealthView,
+    ) -> ClusterGatewayStatus {
+        let namespace = &self.namespace;
         let mut status = ClusterGatewayStatus {
             cluster: cluster.name.clone(),
-            hostname: host.clone(),
+            hostname: hostname(&cluster.name, namespace, self.zone),
             ..Default::default()
         };
-        if let Some(owner) = owns_cluster(gateway, all, cluster) {
+        if let Some(owner) = owns_cluster(self.gateway, all, cluster) {
             status.state = GatewayState::Conflict;
             status.message = format!(
                 "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
                 cluster.name
             );
-            out.clusters.push(status);
-            continue;
+            return status;
         }
         let view = health(&cluster.name);
         status.health = view.health;
@@ -341,111 +381,119 @@ pub fn plan_with_health(
                 "cluster {}: its records are withdrawn from every cluster: {}",
                 cluster.name, view.withdrawn_because
             );
-            out.clusters.push(status);
-            continue;
+            return status;
         }
+        let healthy = view.health == Some(GatewayHealth::Healthy);
+        let service = &self.gateway.spec.service;
         match observe(&cluster.name) {
             Observation::Addresses { ips, hostnames } => {
-                let v4: Vec<String> = ips
-                    .iter()
-                    .filter(|i| i.is_ipv4())
-                    .map(|i| i.to_string())
-                    .collect();
-                let v6: Vec<String> = ips
-                    .iter()
-                    .filter(|i| i.is_ipv6())
-                    .map(|i| i.to_string())
-                    .collect();
-                let fqdn: Vec<String> = hostnames.iter().take(1).cloned().collect();
-                let addresses = [v4, v6, fqdn];
-                push_slices(
-                    &mut out,
-                    &names,
-                    &addresses,
-                    &host,
-                    &reference,
-                    &cluster.name,
-                );
-                status.state = GatewayState::Published;
-                status.addresses = addresses.iter().flatten().cloned().collect();
-                candidates.push((
-                    cluster.name.clone(),
-                    view.health == Some(GatewayHealth::Healthy),
-                    addresses,
-                ));
-                if hostnames.len() > 1 {
-                    status.message = format!(
-                        "the load balancer gives {} host names; a DNS name can alias only one, {} is published",
-                        hostnames.len(),
-                        hostnames[0]
-                    );
-                }
-            }
-            Observation::ServiceNotFound => {
-                status.state = GatewayState::ServiceNotFound;
-                status.message = format!(
-                    "Service {} not found on cluster {}",
-                    gateway.spec.service, cluster.name
-                );
-            }
-            Observation::NotLoadBalancer(kind) => {
-                status.state = GatewayState::NotLoadBalancer;
-                status.message = format!(
-                    "Service {} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
-                    gateway.spec.service, cluster.name
-                );
-            }
-            Observation::NoAddress => {
-                status.state = GatewayState::NoAddress;
-                status.message = format!(
-                    "Service {} on cluster {} has no load-balancer address yet",
-                    gateway.spec.service, cluster.name
-                );
+                self.publish(&mut status, healthy, &ips, &hostnames);
             }
             Observation::Unreachable(why) => {
                 // Its last addresses may still answer the global name when no cluster is
                 // healthy (`serveAll`).
-                if let Some(before) = old_status
-                    .clusters
-                    .iter()
-                    .find(|c| c.cluster == cluster.name)
-                {
-                    status.addresses = before.addresses.clone();
-                    let last = split(&before.addresses);
-                    push_slices(&mut out, &names, &last, &host, &reference, &cluster.name);
-                    candidates.push((cluster.name.clone(), false, last));
-                }
+                self.keep_last(&mut status);
                 status.state = GatewayState::Unreachable;
                 status.message = format!(
                     "cluster {} is unreachable, its last records are kept: {why}",
                     cluster.name
                 );
-                out.keep.extend(names);
             }
             Observation::KubeconfigRejected(why) => {
-                if let Some(before) = old_status
-                    .clusters
-                    .iter()
-                    .find(|c| c.cluster == cluster.name)
-                {
-                    status.addresses = before.addresses.clone();
-                    let last = split(&before.addresses);
-                    push_slices(&mut out, &names, &last, &host, &reference, &cluster.name);
-                    candidates.push((cluster.name.clone(), false, last));
-                }
+                self.keep_last(&mut status);
                 status.state = GatewayState::KubeconfigRejected;
                 status.message = format!(
                     "cluster {} is not asked, its last records are kept: {why}",
                     cluster.name
                 );
-                out.keep.extend(names);
+            }
+            Observation::ServiceNotFound => {
+                status.state = GatewayState::ServiceNotFound;
+                status.message = format!("Service {service} not found on cluster {}", cluster.name);
+            }
+            Observation::NotLoadBalancer(kind) => {
+                status.state = GatewayState::NotLoadBalancer;
+                status.message = format!(
+                    "Service {service} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
+                    cluster.name
+                );
+            }
+            Observation::NoAddress => {
+                status.state = GatewayState::NoAddress;
+                status.message = format!(
+                    "Service {service} on cluster {} has no load-balancer address yet",
+                    cluster.name
+                );
             }
         }
-        out.clusters.push(status);
+        status
     }
-    plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
-    out.seal();
-    out
+
+    /// Publishes the addresses of the Service on `status`'s cluster.
+    fn publish(
+        &mut self,
+        status: &mut ClusterGatewayStatus,
+        healthy: bool,
+        ips: &[IpAddr],
+        hostnames: &[String],
+    ) {
+        let v4: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(|i| i.to_string())
+            .collect();
+        let v6: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv6())
+            .map(|i| i.to_string())
+            .collect();
+        let fqdn: Vec<String> = hostnames.iter().take(1).cloned().collect();
+        let addresses = [v4, v6, fqdn];
+        push_slices(
+            &mut self.out,
+            &slice_names(&self.namespace, &status.cluster),
+            &addresses,
+            &status.hostname,
+            &self.reference,
+            &status.cluster,
+        );
+        status.state = GatewayState::Published;
+        status.addresses = addresses.iter().flatten().cloned().collect();
+        self.candidates
+            .push((status.cluster.clone(), healthy, addresses));
+        if hostnames.len() > 1 {
+            status.message = format!(
+                "the load balancer gives {} host names; a DNS name can alias only one, {} is published",
+                hostnames.len(),
+                hostnames[0]
+            );
+        }
+    }
+
+    /// Keeps the slices of `status`'s cluster as they are, and its last addresses (from the
+    /// old status) as its records and an unhealthy candidate for the global name.
+    fn keep_last(&mut self, status: &mut ClusterGatewayStatus) {
+        let names = slice_names(&self.namespace, &status.cluster);
+        if let Some(before) = self
+            .old_status
+            .clusters
+            .iter()
+            .find(|c| c.cluster == status.cluster)
+        {
+            status.addresses = before.addresses.clone();
+            let last = split(&before.addresses);
+            push_slices(
+                &mut self.out,
+                &names,
+                &last,
+                &status.hostname,
+                &self.reference,
+                &status.cluster,
+            );
+            self.candidates.push((status.cluster.clone(), false, last));
+        }
+        self.out.keep.extend(names);
+    }
 }
 
 impl Plan {
@@ -692,7 +740,7 @@ fn plan_global(
     reference: &str,
     zone: &str,
     global: &Global,
-    candidates: &[(String, bool, [Vec<String>; 3])],
+    candidates: &[Candidate],
 ) {
     let host = global_hostname(namespace, zone);
     let healthy: Vec<String> = candidates

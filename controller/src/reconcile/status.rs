@@ -5,6 +5,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use dashmap::DashMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -203,6 +204,9 @@ pub(super) struct WriteReport {
     pub(super) mixed: MixedFleet,
 }
 
+/// Publishes what `plan` and the writes in `report` came to: the cluster-state metrics, the
+/// Events of what changed, the entries the bounded status leaves out, and the status itself
+/// when it changed.
 pub(super) async fn update_status(
     api: &Api<GatewayDNS>,
     gateway: &GatewayDNS,
@@ -211,12 +215,6 @@ pub(super) async fn update_status(
     report: &WriteReport,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let WriteReport {
-        problems,
-        pending,
-        insecure,
-        mixed,
-    } = report;
     ctx.metrics.cluster_states(
         &gateway_ref(gateway),
         Some(
@@ -226,22 +224,73 @@ pub(super) async fn update_status(
         ),
     );
     let old = gateway.status.clone().unwrap_or_default();
+    let mut status = next_status(gateway, &old, plan, report);
+    let changed = status != old;
+    let mut every = plan.clusters.clone();
+    if changed {
+        // Written anyway: every reachable cluster's last-seen time is brought up to date.
+        let namespace = gateway.namespace().unwrap_or_default();
+        refresh_last_seen(
+            ctx,
+            &namespace,
+            every.iter_mut().chain(status.clusters.iter_mut()),
+        );
+    }
+    // Events from every entry, listed in the status or not.
+    announce(ctx, gateway, (previous, &old), (&every, &status));
+    ctx.details.put(gateway, every);
+    if !changed {
+        return Ok(());
+    }
+    write(api, gateway, &status).await
+}
+
+/// The status `plan` and `report` call for, starting from the conditions of `old`.
+fn next_status(
+    gateway: &GatewayDNS,
+    old: &GatewayDNSStatus,
+    plan: &Plan,
+    report: &WriteReport,
+) -> GatewayDNSStatus {
+    let generation = gateway.metadata.generation;
     let (listed, cluster_counts, clusters_not_listed) = bounded_entries(&plan.clusters);
-    let mut status = GatewayDNSStatus {
-        observed_generation: gateway.metadata.generation,
-        conditions: old.conditions.clone(),
-        summary: None,
-        clusters: listed,
-        cluster_counts,
-        clusters_not_listed,
-    };
-    let selected = plan.clusters.len();
     let published = plan
         .clusters
         .iter()
         .filter(|c| c.state == GatewayState::Published)
         .count();
-    status.summary = Some(format!("{published}/{selected} published"));
+    let mut status = GatewayDNSStatus {
+        observed_generation: generation,
+        conditions: old.conditions.clone(),
+        summary: Some(format!("{published}/{} published", plan.clusters.len())),
+        clusters: listed,
+        cluster_counts,
+        clusters_not_listed,
+    };
+    let conditions = &mut status.conditions;
+    let (ready, reason, message) = ready_condition(plan, report, published);
+    set_condition(conditions, "Ready", ready, &reason, message, generation);
+    let (written, reason, message) = records_written(report);
+    set_condition(
+        conditions,
+        "RecordsWritten",
+        written,
+        reason,
+        message,
+        generation,
+    );
+    set_fleet_conditions(conditions, report, generation);
+    status
+}
+
+/// Condition `Ready`: (status, reason, message).
+fn ready_condition(
+    plan: &Plan,
+    WriteReport {
+        problems, pending, ..
+    }: &WriteReport,
+    published: usize,
+) -> (ConditionStatus, String, String) {
     // A refused kubeconfig is named first: it needs a person, the other states may pass.
     let failing = plan
         .clusters
@@ -252,7 +301,7 @@ pub(super) async fn update_status(
                 .iter()
                 .find(|c| c.state != GatewayState::Published)
         });
-    let (ready, reason, message) = if selected == 0 {
+    if plan.clusters.is_empty() {
         (
             ConditionStatus::False,
             "NoClustersSelected".to_string(),
@@ -282,16 +331,16 @@ pub(super) async fn update_status(
             "Published".to_string(),
             format!("{published} gateway(s) published on every cluster of the namespace"),
         )
-    };
-    set_condition(
-        &mut status.conditions,
-        "Ready",
-        ready,
-        &reason,
-        message.clone(),
-        gateway.metadata.generation,
-    );
-    let writes = if !problems.is_empty() {
+    }
+}
+
+/// Condition `RecordsWritten`: (status, reason, message).
+fn records_written(
+    WriteReport {
+        problems, pending, ..
+    }: &WriteReport,
+) -> (ConditionStatus, &'static str, String) {
+    if !problems.is_empty() {
         (ConditionStatus::False, "WriteFailed", some_of(problems))
     } else if !pending.is_empty() {
         (
@@ -301,65 +350,61 @@ pub(super) async fn update_status(
         )
     } else {
         (ConditionStatus::True, "Written", String::new())
-    };
-    set_condition(
-        &mut status.conditions,
-        "RecordsWritten",
-        writes.0,
-        writes.1,
-        writes.2,
-        gateway.metadata.generation,
-    );
-    if insecure.is_empty() {
-        remove_condition(&mut status.conditions, INSECURE_PEER_CONDITION);
-    } else {
-        set_condition(
-            &mut status.conditions,
-            INSECURE_PEER_CONDITION,
-            ConditionStatus::True,
-            INSECURE_PEER_REASON,
-            insecure.join("; "),
-            gateway.metadata.generation,
-        );
     }
+}
+
+/// The conditions that are there only while they hold: a client that does not verify its peer,
+/// gateways withheld from clusters with no agent announced, records kept for the original.
+fn set_fleet_conditions(
+    conditions: &mut Vec<Condition>,
+    WriteReport {
+        insecure, mixed, ..
+    }: &WriteReport,
+    generation: Option<i64>,
+) {
+    let insecure = (!insecure.is_empty()).then(|| insecure.join("; "));
     for (type_, reason, message) in [
-        (WITHHELD_CONDITION, "NoAgentAnnounced", &mixed.withheld),
-        (KEPT_CONDITION, "OriginalMayRun", &mixed.kept),
+        (INSECURE_PEER_CONDITION, INSECURE_PEER_REASON, insecure),
+        (
+            WITHHELD_CONDITION,
+            "NoAgentAnnounced",
+            mixed.withheld.as_ref().map(|m| truncate(m.clone(), 4000)),
+        ),
+        (
+            KEPT_CONDITION,
+            "OriginalMayRun",
+            mixed.kept.as_ref().map(|m| truncate(m.clone(), 4000)),
+        ),
     ] {
         match message {
             Some(message) => set_condition(
-                &mut status.conditions,
+                conditions,
                 type_,
                 ConditionStatus::True,
                 reason,
-                truncate(message.clone(), 4000),
-                gateway.metadata.generation,
+                message,
+                generation,
             ),
-            None => remove_condition(&mut status.conditions, type_),
+            None => remove_condition(conditions, type_),
         }
     }
-    let changed = status != old;
-    let mut every = plan.clusters.clone();
-    if changed {
-        // Written anyway: every reachable cluster's last-seen time is brought up to date.
-        let namespace = gateway.namespace().unwrap_or_default();
-        for entry in every.iter_mut().chain(status.clusters.iter_mut()) {
-            if entry
-                .health
-                .is_some_and(|h| h != GatewayHealth::Unreachable)
-                && let Some(seen) = ctx.health.get(&namespace, &entry.cluster).last_seen
-            {
-                entry.last_seen = Some(time(seen));
-            }
+}
+
+/// Brings the last-seen time of every reachable cluster among `entries` up to date.
+fn refresh_last_seen<'a>(
+    ctx: &Context,
+    namespace: &str,
+    entries: impl Iterator<Item = &'a mut ClusterGatewayStatus>,
+) {
+    for entry in entries {
+        if entry
+            .health
+            .is_some_and(|h| h != GatewayHealth::Unreachable)
+            && let Some(seen) = ctx.health.get(namespace, &entry.cluster).last_seen
+        {
+            entry.last_seen = Some(time(seen));
         }
     }
-    // Events from every entry, listed in the status or not.
-    announce(ctx, gateway, (previous, &old), (&every, &status));
-    ctx.details.put(gateway, every);
-    if !changed {
-        return Ok(());
-    }
-    write(api, gateway, &status).await
 }
 
 /// Writes `status` as the GatewayDNS's whole status: a forced server-side apply of the status
@@ -383,6 +428,9 @@ pub(super) async fn write(
     Ok(())
 }
 
+/// An Event to publish: (type, reason, note).
+type Announced = (EventType, String, String);
+
 /// Events for what changed: a cluster published, withdrawn or failing, and write problems.
 fn announce(
     ctx: &Context,
@@ -390,6 +438,34 @@ fn announce(
     (old_entries, old): (&[ClusterGatewayStatus], &GatewayDNSStatus),
     (new_entries, new): (&[ClusterGatewayStatus], &GatewayDNSStatus),
 ) {
+    let mut events = cluster_events(old_entries, new_entries);
+    events.extend(condition_events(old, new));
+    if events.is_empty() {
+        return;
+    }
+    // Off the reconcile's path: the next change of this GatewayDNS need not wait for them.
+    let (reference, recorder) = (gateway.object_ref(&()), ctx.recorder.clone());
+    tokio::spawn(async move {
+        for (type_, reason, note) in events {
+            let event = KubeEvent {
+                type_,
+                reason,
+                note: Some(truncate(note, 1000)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "could not publish an Event");
+            }
+        }
+    });
+}
+
+/// A cluster whose entry changed, published or not, and one no longer selected.
+fn cluster_events(
+    old_entries: &[ClusterGatewayStatus],
+    new_entries: &[ClusterGatewayStatus],
+) -> Vec<Announced> {
     let mut events = Vec::new();
     let before: HashMap<&str, &ClusterGatewayStatus> = old_entries
         .iter()
@@ -424,59 +500,37 @@ fn announce(
             ));
         }
     }
-    let find = |s: &GatewayDNSStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == "RecordsWritten")
-            .map(|c| c.message.clone())
-    };
-    if let Some(msg) = find(new).filter(|m| !m.is_empty() && Some(m) != find(old).as_ref()) {
-        events.push((EventType::Warning, "WriteFailed".to_string(), msg));
-    }
-    let insecure = |s: &GatewayDNSStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == INSECURE_PEER_CONDITION)
-            .map(|c| c.message.clone())
-    };
-    if let Some(msg) = insecure(new).filter(|m| Some(m) != insecure(old).as_ref()) {
-        events.push((EventType::Warning, INSECURE_PEER_CONDITION.to_string(), msg));
-    }
+    events
+}
+
+/// A condition whose message changed: write problems, an insecure peer, a mixed fleet.
+fn condition_events(old: &GatewayDNSStatus, new: &GatewayDNSStatus) -> Vec<Announced> {
     let message_of = |s: &GatewayDNSStatus, type_: &str| {
         s.conditions
             .iter()
             .find(|c| c.type_ == type_)
             .map(|c| c.message.clone())
     };
-    for (type_, kind) in [
-        (WITHHELD_CONDITION, EventType::Normal),
-        (KEPT_CONDITION, EventType::Warning),
+    let mut events = Vec::new();
+    for (type_, kind, reason) in [
+        ("RecordsWritten", EventType::Warning, "WriteFailed"),
+        (
+            INSECURE_PEER_CONDITION,
+            EventType::Warning,
+            INSECURE_PEER_CONDITION,
+        ),
+        (WITHHELD_CONDITION, EventType::Normal, WITHHELD_CONDITION),
+        (KEPT_CONDITION, EventType::Warning, KEPT_CONDITION),
     ] {
-        if let Some(msg) =
-            message_of(new, type_).filter(|m| Some(m) != message_of(old, type_).as_ref())
+        // RecordsWritten's message is empty while every write went through.
+        let records = type_ == "RecordsWritten";
+        if let Some(msg) = message_of(new, type_)
+            .filter(|m| !(records && m.is_empty()) && Some(m) != message_of(old, type_).as_ref())
         {
-            events.push((kind, type_.to_string(), msg));
+            events.push((kind, reason.to_string(), msg));
         }
     }
-    if events.is_empty() {
-        return;
-    }
-    // Off the reconcile's path: the next change of this GatewayDNS need not wait for them.
-    let (reference, recorder) = (gateway.object_ref(&()), ctx.recorder.clone());
-    tokio::spawn(async move {
-        for (type_, reason, note) in events {
-            let event = KubeEvent {
-                type_,
-                reason,
-                note: Some(truncate(note, 1000)),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, "could not publish an Event");
-            }
-        }
-    });
+    events
 }
 
 pub(super) fn truncate(mut s: String, max: usize) -> String {
