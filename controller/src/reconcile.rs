@@ -163,7 +163,6 @@ async fn list_clusters(ctx: &Context, namespace: &str) -> Result<Vec<ClusterInfo
 async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
     let reference = gateway_ref(gateway);
-    let me = ObjectRef::from_obj(gateway);
     let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
     let settings = match settings::read(&gateway.spec) {
         Ok(settings) => settings,
@@ -173,76 +172,26 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
             return Ok(Action::requeue(ctx.resync));
         }
     };
-    // Every selected cluster's entry as the last reconcile here left it, or as the status
-    // lists it (after a restart; a long list is bounded there).
-    let remembered = ctx.details.of(gateway);
-    let restarted = remembered.is_none();
-    let previous: Arc<Vec<ClusterGatewayStatus>> = remembered.unwrap_or_else(|| {
-        Arc::new(
-            gateway
-                .status
-                .as_ref()
-                .map(|s| s.clusters.clone())
-                .unwrap_or_default(),
-        )
-    });
+    let (previous, restarted) = previous_entries(gateway, ctx);
     let mut view = gateway.clone();
     view.status.get_or_insert_default().clusters = previous.to_vec();
-    let gateway_before = gateway;
     let (clusters, all) = tokio::try_join!(list_clusters(ctx, &namespace), async {
         // From the watch cache, as the Clusters: a GatewayDNS created or changed wakes this one.
         Ok(api.list(&ListParams::default().match_any()).await?.items)
     })?;
-    // One client per cluster of the namespace for the whole reconcile: the kubeconfig Secret is
-    // read once, and every cluster's at once.
-    let peers: HashMap<String, Result<Client, ClientError>> =
-        futures::future::join_all(clusters.iter().map(|cluster| async {
-            (
-                cluster.name.clone(),
-                ctx.workloads.client(&namespace, &cluster.name).await,
-            )
-        }))
-        .await
-        .into_iter()
-        .collect();
-    let peer = |cluster: &str| {
-        peers.get(cluster).cloned().unwrap_or_else(|| {
-            Err(ClientError::Unavailable(format!(
-                "cluster {cluster} is not known"
-            )))
-        })
-    };
-
-    // The reconcile is on the path of every address change: independent calls go out together.
+    let peers = workload_clients(ctx, &namespace, &clusters).await;
     let selected: Vec<&ClusterInfo> = clusters
         .iter()
         .filter(|c| desired::selects(&gateway.spec.cluster_selector, &c.labels))
         .collect();
-    let seen = futures::future::join_all(selected.iter().map(|cluster| {
-        ctx.workloads.observe(
-            &namespace,
-            &cluster.name,
-            &gateway.spec.service,
-            &me,
-            peer(&cluster.name),
-        )
-    }))
-    .await;
-    let mut observations = HashMap::new();
-    let mut used = BTreeSet::new();
-    for (cluster, seen) in selected.iter().zip(seen) {
-        observations.insert(cluster.name.clone(), seen);
-        used.insert((cluster.name.clone(), gateway.spec.service.clone()));
-    }
-    ctx.workloads.retain(&namespace, &me, &used);
+    let observations = observe_selected(ctx, gateway, &selected, &peers).await;
     if restarted {
         let entries = &mut view.status.get_or_insert_default().clusters;
         recover_last_addresses(entries, &observations, &peers, &namespace, &reference).await;
     }
-    let gateway = &view;
-    let (views, recheck) = health_views(gateway, &namespace, &settings, &observations, ctx);
+    let (views, recheck) = health_views(&view, &namespace, &settings, &observations, ctx);
     let plan = desired::plan_with_health(
-        gateway,
+        &view,
         &all,
         &clusters,
         &ctx.zone,
@@ -255,40 +204,8 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         },
         |name| views.get(name).cloned().unwrap_or_default(),
     );
-
-    // Every cluster at once, each in its own lane within the shared bound: one slow or
-    // unreachable cluster delays none of the others, and this reconcile waits for it only so
-    // long; its write goes on, and the status names it as pending meanwhile.
-    let plan = Arc::new(plan);
-    // A cluster whose last write was of this same plan, and whose slices and announcement did
-    // not change since, is not asked again: a reconcile that changes nothing costs O(1) per
-    // cluster.
-    let mut done = Vec::new();
-    let mut tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)> = Vec::new();
-    for cluster in &clusters {
-        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
-        if let Some(last) = up_to_date(ctx, &lane, &plan) {
-            done.push(last);
-            continue;
-        }
-        let job = write_job(
-            ctx,
-            &namespace,
-            &cluster.name,
-            peer(&cluster.name),
-            &reference,
-            &plan,
-        );
-        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
-    }
-    // Lanes of clusters that left the namespace go (a write in flight there finishes).
-    let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-    ctx.writes.retain(|(ns, cluster, r)| {
-        ns != &namespace || r != &reference || known.contains(cluster.as_str())
-    });
-    let (mut outcomes, pending) = wait_for_writes(ctx, &me, tickets).await;
-    outcomes.extend(done);
-    let mut plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
+    let (outcomes, pending, mut plan) =
+        write_everywhere(ctx, gateway, &clusters, &peers, plan).await;
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
     let insecure: Vec<String> = selected
@@ -301,7 +218,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         insecure,
         mixed,
     };
-    update_status(&api, gateway_before, &previous, &plan, &report, ctx).await?;
+    update_status(&api, gateway, &previous, &plan, &report, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
     // announces itself there, it gets the rest within the announcement TTL. An unreachable
     // cluster is looked at again the moment the stale-record policy withdraws it.
@@ -313,6 +230,127 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         next = next.min(recheck + Duration::from_millis(50));
     }
     Ok(Action::requeue(next))
+}
+
+/// Every selected cluster's entry as the last reconcile here left it, or as the status lists it
+/// (after a restart, told by `true`; a long list is bounded there).
+fn previous_entries(gateway: &GatewayDNS, ctx: &Context) -> (Arc<Vec<ClusterGatewayStatus>>, bool) {
+    let remembered = ctx.details.of(gateway);
+    let restarted = remembered.is_none();
+    let previous = remembered.unwrap_or_else(|| {
+        Arc::new(
+            gateway
+                .status
+                .as_ref()
+                .map(|s| s.clusters.clone())
+                .unwrap_or_default(),
+        )
+    });
+    (previous, restarted)
+}
+
+/// The client of each workload cluster, by name.
+type Peers = HashMap<String, Result<Client, ClientError>>;
+
+/// One client per cluster of the namespace for the whole reconcile: the kubeconfig Secret is
+/// read once, and every cluster's at once.
+async fn workload_clients(ctx: &Context, namespace: &str, clusters: &[ClusterInfo]) -> Peers {
+    futures::future::join_all(clusters.iter().map(|cluster| async {
+        (
+            cluster.name.clone(),
+            ctx.workloads.client(namespace, &cluster.name).await,
+        )
+    }))
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// The client of `cluster` among `peers`.
+fn peer(peers: &Peers, cluster: &str) -> Result<Client, ClientError> {
+    peers.get(cluster).cloned().unwrap_or_else(|| {
+        Err(ClientError::Unavailable(format!(
+            "cluster {cluster} is not known"
+        )))
+    })
+}
+
+/// What the gateway Service of `gateway` looks like on each `selected` cluster, all asked at
+/// once (the reconcile is on the path of every address change); `gateway` now hears of changes
+/// to those Services, and to no other.
+async fn observe_selected(
+    ctx: &Context,
+    gateway: &GatewayDNS,
+    selected: &[&ClusterInfo],
+    peers: &Peers,
+) -> HashMap<String, Observation> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let me = ObjectRef::from_obj(gateway);
+    let seen = futures::future::join_all(selected.iter().map(|cluster| {
+        ctx.workloads.observe(
+            &namespace,
+            &cluster.name,
+            &gateway.spec.service,
+            &me,
+            peer(peers, &cluster.name),
+        )
+    }))
+    .await;
+    let mut observations = HashMap::new();
+    let mut used = BTreeSet::new();
+    for (cluster, seen) in selected.iter().zip(seen) {
+        observations.insert(cluster.name.clone(), seen);
+        used.insert((cluster.name.clone(), gateway.spec.service.clone()));
+    }
+    ctx.workloads.retain(&namespace, &me, &used);
+    observations
+}
+
+/// Writes `plan` to every cluster at once, each in its own lane within the shared bound: one
+/// slow or unreachable cluster delays none of the others, and this reconcile waits for it only
+/// so long; its write goes on, and the status names it as pending meanwhile. Gives the outcomes,
+/// the clusters still pending, and the plan back.
+async fn write_everywhere(
+    ctx: &Arc<Context>,
+    gateway: &GatewayDNS,
+    clusters: &[ClusterInfo],
+    peers: &Peers,
+    plan: Plan,
+) -> (Vec<Arc<ClusterOutcome>>, Vec<String>, Plan) {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let reference = gateway_ref(gateway);
+    let plan = Arc::new(plan);
+    // A cluster whose last write was of this same plan, and whose slices and announcement did
+    // not change since, is not asked again: a reconcile that changes nothing costs O(1) per
+    // cluster.
+    let mut done = Vec::new();
+    let mut tickets: Vec<(String, crate::queue::Ticket<ClusterOutcome>)> = Vec::new();
+    for cluster in clusters {
+        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
+        if let Some(last) = up_to_date(ctx, &lane, &plan) {
+            done.push(last);
+            continue;
+        }
+        let job = write_job(
+            ctx,
+            &namespace,
+            &cluster.name,
+            peer(peers, &cluster.name),
+            &reference,
+            &plan,
+        );
+        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
+    }
+    // Lanes of clusters that left the namespace go (a write in flight there finishes).
+    let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    ctx.writes.retain(|(ns, cluster, r)| {
+        ns != &namespace || r != &reference || known.contains(cluster.as_str())
+    });
+    let (mut outcomes, pending) =
+        wait_for_writes(ctx, &ObjectRef::from_obj(gateway), tickets).await;
+    outcomes.extend(done);
+    let plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
+    (outcomes, pending, plan)
 }
 
 /// What the health tracking and the stale-record policy say of each selected cluster, and when

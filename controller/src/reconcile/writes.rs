@@ -17,6 +17,8 @@ use crate::{
     workload::ClientError,
 };
 
+use xcc_kube::Announcement;
+
 use super::{Context, FIELD_MANAGER, Lane, WRITE_PATIENCE};
 
 /// What one cluster of the namespace got.
@@ -156,20 +158,7 @@ async fn write_cluster_into(
     // Both reads are cached (the announcement for its TTL, the slices by this cluster's watch):
     // a reconcile that finds nothing to change asks the cluster nothing. A missing namespace
     // shows in the first write (404).
-    let agent = ctx
-        .workloads
-        .announcement(namespace, cluster, &client)
-        .await;
-    outcome.announcement = Some(agent.clone());
-    // Unknown counts as "not announced": withholding is safe, sending is not.
-    let agent = match agent {
-        Ok(agent) => agent,
-        Err(error) => {
-            tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
-            outcome.announcement_error = Some(error);
-            None
-        }
-    };
+    let agent = read_agent(ctx, namespace, cluster, &client, reference, outcome).await;
     let (generation, writes) = ctx
         .workloads
         .with_slices(namespace, cluster, &client, |existing| {
@@ -195,7 +184,63 @@ async fn write_cluster_into(
             "EndpointSlice {SLICE_NAMESPACE}/{name} exists and does not belong to this GatewayDNS; left as it is"
         ))
         .collect();
-    for want in &writes.apply {
+    apply_slices(
+        ctx,
+        (namespace, cluster, reference),
+        &slices,
+        &writes.apply,
+        &mut problems,
+    )
+    .await?;
+    for name in &writes.delete {
+        ctx.workloads.writing(namespace, cluster, name, None);
+        match crate::workload::delete_slice(&slices, name).await {
+            Ok(true) => {
+                tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
+            }
+            Ok(false) => {}
+            Err(problem) => problems.push(problem),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("cluster {cluster}: {}", problems.join("; ")))
+    }
+}
+
+/// What the xcc-agent of `cluster` announced, noted in `outcome`; unknown counts as "not
+/// announced": withholding is safe, sending is not.
+async fn read_agent(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    client: &Client,
+    reference: &str,
+    outcome: &mut ClusterOutcome,
+) -> Option<Announcement> {
+    let agent = ctx.workloads.announcement(namespace, cluster, client).await;
+    outcome.announcement = Some(agent.clone());
+    match agent {
+        Ok(agent) => agent,
+        Err(error) => {
+            tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
+            outcome.announcement_error = Some(error);
+            None
+        }
+    }
+}
+
+/// Writes each of `apply` through `slices` (a server-side apply each), adding to `problems` what
+/// could not be written; `Err` ends the cluster's write (no namespace, or no answer).
+async fn apply_slices(
+    ctx: &Context,
+    (namespace, cluster, reference): (&str, &str, &str),
+    slices: &Api<EndpointSlice>,
+    apply: &[EndpointSlice],
+    problems: &mut Vec<String>,
+) -> Result<(), String> {
+    for want in apply {
         let name = want.name_any();
         ctx.workloads.writing(namespace, cluster, &name, Some(want));
         let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -223,19 +268,5 @@ async fn write_cluster_into(
             }
         }
     }
-    for name in &writes.delete {
-        ctx.workloads.writing(namespace, cluster, name, None);
-        match crate::workload::delete_slice(&slices, name).await {
-            Ok(true) => {
-                tracing::info!(%cluster, slice = %name, gateway = %reference, "EndpointSlice withdrawn")
-            }
-            Ok(false) => {}
-            Err(problem) => problems.push(problem),
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("cluster {cluster}: {}", problems.join("; ")))
-    }
+    Ok(())
 }
