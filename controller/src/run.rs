@@ -165,29 +165,7 @@ async fn controller(
     ));
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<GatewayDNS>>();
     let wake_tx = trigger_tx.clone();
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        zone: args.zone.trim_end_matches('.').to_string(),
-        workloads: Workloads::new(
-            client.clone(),
-            xcc_kube::PeerClients::new(args.trust),
-            trigger_tx,
-            args.announcement_ttl,
-        ),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "xcc-controller".into(),
-                instance: Some(identity),
-            },
-        ),
-        clusters: clusters.clone(),
-        resync: args.resync_interval,
-        metrics: admin.metrics,
-        health: Arc::default(),
-        writes: crate::queue::Queues::new(usize::from(args.max_writes_in_flight)),
-        details: admin.details,
-    });
+    let ctx = context(&client, &args, identity, admin, trigger_tx, &clusters);
     // Health checks of every workload cluster, for as long as this process leads.
     let prober = ctx.clone();
     let probe_interval = args.probe_interval;
@@ -224,18 +202,7 @@ async fn controller(
             let _ = wake_tx.send(gateway);
         }
     };
-    let wake_too = wake.clone();
-    let index = ctx.workloads.index.clone();
-    let _clusters = AbortOnDrop(tokio::spawn(crate::index::watch_clusters(
-        index.clone(),
-        Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &clusters),
-        wake,
-    )));
-    let _secrets = AbortOnDrop(tokio::spawn(crate::index::watch_secrets(
-        index,
-        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-        wake_too,
-    )));
+    let _index = watch_index(&ctx, &client, &clusters, wake);
     controller
         .reconcile_on(tokio_stream_from(trigger_rx))
         .graceful_shutdown_on(stop.cancelled_owned())
@@ -248,6 +215,63 @@ async fn controller(
         })
         .await;
     tracing::info!("GatewayDNS controller stopped");
+}
+
+/// What every reconcile shares; `trigger` wakes a GatewayDNS.
+fn context(
+    client: &Client,
+    args: &Args,
+    identity: String,
+    admin: AdminState,
+    trigger: tokio::sync::mpsc::UnboundedSender<ObjectRef<GatewayDNS>>,
+    clusters: &ApiResource,
+) -> Arc<Context> {
+    Arc::new(Context {
+        client: client.clone(),
+        zone: args.zone.trim_end_matches('.').to_string(),
+        workloads: Workloads::new(
+            client.clone(),
+            xcc_kube::PeerClients::new(args.trust),
+            trigger,
+            args.announcement_ttl,
+        ),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "xcc-controller".into(),
+                instance: Some(identity),
+            },
+        ),
+        clusters: clusters.clone(),
+        resync: args.resync_interval,
+        metrics: admin.metrics,
+        health: Arc::default(),
+        writes: crate::queue::Queues::new(usize::from(args.max_writes_in_flight)),
+        details: admin.details,
+    })
+}
+
+/// Clusters and kubeconfig Secrets, metadata only, kept in the index for the reconciles; `wake`
+/// is told the namespace of a change that matters. The watches stop when this is dropped.
+fn watch_index(
+    ctx: &Context,
+    client: &Client,
+    clusters: &ApiResource,
+    wake: impl Fn(&str) + Clone + Send + Sync + 'static,
+) -> (AbortOnDrop, AbortOnDrop) {
+    let index = ctx.workloads.index.clone();
+    let wake_too = wake.clone();
+    let clusters = AbortOnDrop(tokio::spawn(crate::index::watch_clusters(
+        index.clone(),
+        Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), clusters),
+        wake,
+    )));
+    let secrets = AbortOnDrop(tokio::spawn(crate::index::watch_secrets(
+        index,
+        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        wake_too,
+    )));
+    (clusters, secrets)
 }
 
 /// Stops a task when the controller stops.

@@ -74,7 +74,16 @@ pub async fn run(args: &Args) -> anyhow::Result<bool> {
 }
 
 async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
-    // A controller still running would put back at once what this removes.
+    refuse_while_running(&client, args).await?;
+    let mut report = Report::default();
+    remove_finalizers(&client, &mut report).await?;
+    clean_clusters(client, args, &mut report).await?;
+    Ok(report)
+}
+
+/// Fails while a controller holds the leader Lease: one still running would put back at once
+/// what this removes.
+async fn refuse_while_running(client: &Client, args: &Args) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
     match leases.get_opt(LEASE_NAME).await {
         Ok(Some(lease)) => {
@@ -92,7 +101,11 @@ async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
             tracing::debug!(%error, "cannot read the leader Lease; not checking for a running controller")
         }
     }
-    let mut report = Report::default();
+    Ok(())
+}
+
+/// Removes this controller's finalizer from every GatewayDNS.
+async fn remove_finalizers(client: &Client, report: &mut Report) -> anyhow::Result<()> {
     let gateways: Api<GatewayDNS> = Api::all(client.clone());
     let all = gateways
         .list(&ListParams::default())
@@ -128,7 +141,11 @@ async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
             )),
         }
     }
+    Ok(())
+}
 
+/// Deletes this controller's slices on every workload cluster of every Cluster API Cluster.
+async fn clean_clusters(client: Client, args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let clusters = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
         "v1beta1",
@@ -157,13 +174,13 @@ async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
         if !seen.insert((namespace.clone(), name.clone())) {
             continue;
         }
-        if let Err(failure) = clean_cluster(&workloads, &namespace, &name, &mut report).await {
+        if let Err(failure) = clean_cluster(&workloads, &namespace, &name, report).await {
             report
                 .failures
                 .push(format!("cluster {namespace}/{name}: {failure}"));
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Deletes xcc-controller's slices of namespace `namespace`'s GatewayDNS on one cluster.
