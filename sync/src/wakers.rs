@@ -1,14 +1,62 @@
 //! Watches that wake a reconciler: one task per reconciled object, watching whatever that object
 //! reads (a remote Secret, the instances of a monitored kind) and sending the object's reference
-//! to its controller on every change, and when the watch starts failing or recovers. A task is replaced when what it
-//! watches changes (its `identity`), and stopped when the object goes.
+//! to its controller on every change, and when the watch starts failing or recovers. A task is
+//! replaced when what it watches changes (its `identity`), and stopped when the object goes.
+//!
+//! The reconciler says what to watch ([`WakeWatch`]: an `Api`, a `watcher::Config`, a
+//! [`Schedule`]); [`Wakers::ensure`] opens the watch with [`sources::watch`](crate::sources::watch)
+//! (a new list after every failure), so a reconciler never opens one itself.
 
 use std::{fmt::Debug, hash::Hash};
 
 use dashmap::{DashMap, mapref::entry::Entry};
 use futures::{Stream, StreamExt};
-use kube::{Resource, runtime::reflector::ObjectRef, runtime::watcher};
+use kube::{Api, Resource, runtime::reflector::ObjectRef, runtime::watcher};
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::sources::{self, Schedule};
+
+/// What a hook of [`WakeWatch::inspect`] sees: every event of the watch.
+pub type WatchEvent<T> = Result<watcher::Event<T>, watcher::Error>;
+
+/// A hook of [`WakeWatch::inspect`].
+type Hook<T> = Box<dyn FnMut(&WatchEvent<T>) + Send>;
+
+/// The watch that wakes one object: what it watches, how it retries, and its name in logs.
+pub struct WakeWatch<T> {
+    api: Api<T>,
+    config: watcher::Config,
+    schedule: Schedule,
+    what: String,
+    hook: Option<Hook<T>>,
+}
+
+impl<T> WakeWatch<T> {
+    /// A watch of `api` with `config`, retrying on `schedule`; `what` names it in logs.
+    pub fn new(
+        api: Api<T>,
+        config: watcher::Config,
+        schedule: Schedule,
+        what: impl Into<String>,
+    ) -> WakeWatch<T> {
+        WakeWatch {
+            api,
+            config,
+            schedule,
+            what: what.into(),
+            hook: None,
+        }
+    }
+
+    /// Calls `hook` with every event before it wakes the object: to keep what the watch says
+    /// (so that a reconcile need not read it again), or to learn from a failure.
+    #[must_use]
+    pub fn inspect(mut self, hook: impl FnMut(&WatchEvent<T>) + Send + 'static) -> WakeWatch<T> {
+        self.hook = Some(Box::new(hook));
+        self
+    }
+}
 
 /// The wake-up watches of one reconciler's objects, one task per object.
 pub struct Wakers<K: Resource>
@@ -33,15 +81,41 @@ where
         }
     }
 
-    /// Makes sure `object` is woken by `events` (a watch described by `identity`); a running
-    /// watch with the same identity is kept and `events` dropped unpolled.
-    pub fn ensure<T, S>(&self, object: ObjectRef<K>, identity: String, what: String, events: S)
+    /// Makes sure `object` is woken by `watch`, which `identity` describes: a running watch with
+    /// the same identity is kept (and `watch` not opened); one with another identity is replaced.
+    pub fn ensure<T>(&self, object: ObjectRef<K>, identity: String, watch: WakeWatch<T>)
     where
-        S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+        T: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    {
+        let WakeWatch {
+            api,
+            config,
+            schedule,
+            what,
+            hook,
+        } = watch;
+        self.ensure_events(object, identity, what, move || {
+            let events = sources::watch(api, config, schedule);
+            match hook {
+                Some(mut hook) => events.inspect(move |event| hook(event)).boxed(),
+                None => events,
+            }
+        });
+    }
+
+    /// [`Wakers::ensure`] with the events `open` returns, called only when a task starts.
+    fn ensure_events<T, S>(
+        &self,
+        object: ObjectRef<K>,
+        identity: String,
+        what: String,
+        open: impl FnOnce() -> S,
+    ) where
+        S: Stream<Item = WatchEvent<T>> + Send + 'static,
         T: Send + 'static,
     {
         let spawn = |object: ObjectRef<K>| {
-            tokio::spawn(wake_on(events, object, what, self.trigger.clone())).abort_handle()
+            tokio::spawn(wake_on(open(), object, what, self.trigger.clone())).abort_handle()
         };
         match self.tasks.entry(object) {
             Entry::Occupied(running) if running.get().0 == identity => {}
@@ -89,7 +163,7 @@ async fn wake_on<K, T, S>(
 ) where
     K: Resource,
     K::DynamicType: Eq + Hash + Clone,
-    S: Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send,
+    S: Stream<Item = WatchEvent<T>> + Send,
 {
     let mut events = std::pin::pin!(events);
     let mut failing = false;
@@ -115,9 +189,10 @@ async fn wake_on<K, T, S>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::test_server::*;
     use k8s_openapi::api::core::v1::Secret;
 
-    fn event(name: &str) -> Result<watcher::Event<String>, watcher::Error> {
+    fn event(name: &str) -> WatchEvent<String> {
         Ok(watcher::Event::Apply(name.to_string()))
     }
 
@@ -132,28 +207,22 @@ mod tests {
             Ok(watcher::Event::InitDone),
             event("a"),
         ]);
-        wakers.ensure(object.clone(), "one".into(), "test".into(), first);
+        wakers.ensure_events(object.clone(), "one".into(), "test".into(), || first);
         assert_eq!(rx.recv().await, Some(object.clone()));
         assert_eq!(rx.recv().await, Some(object.clone()));
         // Same identity: the new stream is not used.
-        wakers.ensure(
-            object.clone(),
-            "one".into(),
-            "test".into(),
-            futures::stream::iter(vec![event("b")]),
-        );
-        wakers.ensure(
-            object.clone(),
-            "two".into(),
-            "test".into(),
-            futures::stream::iter(vec![event("c")]),
-        );
+        wakers.ensure_events(object.clone(), "one".into(), "test".into(), || {
+            futures::stream::iter(vec![event("b")])
+        });
+        wakers.ensure_events(object.clone(), "two".into(), "test".into(), || {
+            futures::stream::iter(vec![event("c")])
+        });
         assert_eq!(rx.recv().await, Some(object.clone()));
         wakers.stop(&object);
         assert!(rx.try_recv().is_err());
     }
 
-    fn failure() -> Result<watcher::Event<String>, watcher::Error> {
+    fn failure() -> WatchEvent<String> {
         Err(watcher::Error::NoResourceVersion)
     }
 
@@ -171,12 +240,50 @@ mod tests {
             failure(),
             failure(),
         ]);
-        wakers.ensure(object.clone(), "one".into(), "test".into(), events);
+        wakers.ensure_events(object.clone(), "one".into(), "test".into(), || events);
         // Started failing, recovered, failed again: three wakes, not six.
         for _ in 0..3 {
             assert_eq!(rx.recv().await, Some(object.clone()));
         }
         tokio::task::yield_now().await;
         assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn ensure_opens_the_watch_once_per_identity_and_hooks_see_its_events() {
+        let (client, server) = mock();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let wakers: Wakers<Secret> = Wakers::new(tx);
+        let object = ObjectRef::<Secret>::new("dumbo").within("project-1");
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let watch = || {
+            WakeWatch::new(
+                Api::<Secret>::all(client.clone()),
+                watcher::Config::default(),
+                Schedule::Local,
+                "secrets",
+            )
+        };
+        let hook = move |event: &WatchEvent<Secret>| {
+            if let Ok(watcher::Event::InitApply(secret)) = event {
+                let _ = seen_tx.send(secret.metadata.name.clone());
+            }
+        };
+        wakers.ensure(object.clone(), "one".into(), watch().inspect(hook));
+        let woken = tokio::time::timeout(LIST_WAIT, rx.recv()).await;
+        assert_eq!(
+            woken.expect("the list wakes the object"),
+            Some(object.clone())
+        );
+        assert_eq!(seen.recv().await, Some(Some("dumbo".to_string())));
+        // Same identity: no second watch.
+        wakers.ensure(object.clone(), "one".into(), watch());
+        wait_until("the watch is watching", || {
+            count(&server, "watch full") == 1
+        })
+        .await;
+        tokio::task::yield_now().await;
+        assert_eq!(count(&server, "list full"), 1, "{:?}", requests(&server));
+        wakers.stop(&object);
     }
 }

@@ -22,13 +22,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder},
         watcher,
     },
 };
 use xcc_dns::{HostRecords, RecordTable, proto::rr::Name};
 use xcc_kube::announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION};
+use xcc_sync::sources::Schedule;
 
 use super::metrics::Metrics;
 
@@ -300,8 +300,8 @@ impl SliceIndex {
 
 /// Watches EndpointSlices in `namespace` until the stream ends (it retries forever).
 ///
-/// Retries as the sync core's watches of the local cluster do: a new list after every failure,
-/// on [`xcc_kube::Backoff::local`] (jittered, never more than 2 s, back to the start once the
+/// Retries as the sync core's watches of the local cluster do ([`xcc_sync::sources::watch`] on
+/// its local schedule): a new list after every failure, on [`xcc_kube::Backoff::local`] (jittered, never more than 2 s, back to the start once the
 /// server answers). kube's default schedule grows to 30 s and only starts over after two
 /// quiet minutes, so an API server that restarted was answering for up to half a minute before
 /// the table saw a change made right after.
@@ -314,11 +314,7 @@ pub async fn run(
     ready: Arc<AtomicBool>,
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-    let mut events = xcc_sync::sources::relisting(move || {
-        watcher(api.clone(), watcher::Config::default()).boxed()
-    })
-    .backoff(xcc_kube::Backoff::local())
-    .boxed();
+    let mut events = xcc_sync::sources::watch(api, watcher::Config::default(), Schedule::Local);
     let mut pending: Vec<EndpointSlice> = Vec::new();
     while let Some(event) = events.next().await {
         match event {

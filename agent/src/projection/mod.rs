@@ -52,7 +52,7 @@ use xcc_sync::Core;
 
 use crate::{
     sink::Counted,
-    sources::{SecretChange, Typed},
+    sources::{Schedule, SecretChange, Typed},
 };
 
 /// The apiVersion prefix of the projection kinds.
@@ -212,11 +212,11 @@ async fn run_workload_side(
     // Which namespaces are being deleted, for the aggregated server (metadata only).
     let (namespaces, namespace_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let namespace_watch = tokio::spawn(
-        watcher::watcher(
+        xcc_sync::sources::watch(
             Api::<PartialObjectMeta<Namespace>>::all(identity.client()),
             watcher::Config::default(),
+            Schedule::Local,
         )
-        .backoff(xcc_kube::Backoff::local())
         .reflect(namespace_writer)
         .for_each(|event| async move {
             if let Err(error) = event {

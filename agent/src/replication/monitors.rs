@@ -21,7 +21,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         controller::Action,
         finalizer::{Event as FinalizerEvent, finalizer},
         reflector::ObjectRef,
@@ -42,9 +42,9 @@ use super::{
 };
 use crate::{
     sink::{self, Counted},
-    sources::Typed,
+    sources::{Schedule, Typed},
     sync_metrics::SyncMetrics,
-    wakers::Wakers,
+    wakers::{WakeWatch, Wakers},
 };
 use kube::runtime::reflector::ReflectHandle;
 
@@ -460,9 +460,12 @@ async fn sync_binding<D: Direction>(binding: &D::Binding, ctx: &Context<D>) -> V
             "{}/{} {namespace}",
             api_resource.api_version, api_resource.plural
         ),
-        format!("{} in {namespace}", api_resource.plural),
-        watcher(instances_api.clone(), watcher::Config::default())
-            .backoff(xcc_kube::Backoff::local()),
+        WakeWatch::new(
+            instances_api.clone(),
+            watcher::Config::default(),
+            Schedule::Local,
+            format!("{} in {namespace}", api_resource.plural),
+        ),
     );
     let instances = match instances_api.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -582,7 +585,8 @@ pub fn monitor_error_policy<D: Direction>(
 
 /// Runs the monitor and binding controllers of direction `D` until `stop` resolves.
 /// `generated` is the shared watch of the kind they generate (the replication reconcilers read
-/// it too); the monitors themselves are watched once for both controllers.
+/// it too); the monitors themselves are watched once for both controllers, the bindings once
+/// (both on the core's typed watches).
 pub async fn run<D: Direction>(
     client: Client,
     generated: ReflectHandle<D::Generated>,
@@ -594,11 +598,9 @@ pub async fn run<D: Direction>(
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let monitor_kind = Typed::<D::Monitor>::new();
-    let bindings = Controller::new(
-        Api::<D::Binding>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns_shared_stream(generated);
+    let binding_kind = Typed::<D::Binding>::new();
+    let bindings = Controller::for_shared_stream(binding_kind.subscribe(), binding_kind.store())
+        .owns_shared_stream(generated);
     let store = bindings.store();
     let bindings = bindings
         .watches_shared_stream(monitor_kind.subscribe(), move |monitor| {
@@ -641,9 +643,14 @@ pub async fn run<D: Direction>(
             }),
         )
         .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
-    let watch = tokio::spawn(monitor_kind.run(Api::all(client.clone()), metrics));
+    let watches = [
+        tokio::spawn(binding_kind.run(Api::all(client.clone()), metrics.clone())),
+        tokio::spawn(monitor_kind.run(Api::all(client.clone()), metrics)),
+    ];
     futures::join!(bindings, monitors);
-    watch.abort();
+    for watch in watches {
+        watch.abort();
+    }
 }
 
 #[cfg(test)]

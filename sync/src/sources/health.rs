@@ -1,12 +1,15 @@
 //! The health of one watch (its metric, its [`Health`], its log lines) and the relist after
 //! every failure that lets a watch say it is back.
 
-use std::{sync::Mutex, time::SystemTime};
+use std::{
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
 
-use futures::{Stream, StreamExt, stream::BoxStream};
+use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
-use super::Health;
+use super::{Events, Health};
 use crate::metrics::SyncMetrics;
 
 /// How long a watch may fail before it says so at WARN: a single failure (an API server
@@ -24,11 +27,11 @@ pub(super) const WARN_AFTER: std::time::Duration = std::time::Duration::from_sec
 ///   [`WARN_AFTER`], and once at INFO when it listed again; every other failure is at DEBUG.
 ///   An outage ends when the watch has listed and then gone the backoff's quiet period without
 ///   a failure (so a kind that lists but may not be watched warns once, not at every list).
-pub(super) struct Tracker<'a> {
-    cluster: &'a str,
-    kind: &'a str,
-    metrics: Option<&'a SyncMetrics>,
-    health: &'a Mutex<Health>,
+pub(super) struct Tracker {
+    cluster: String,
+    kind: String,
+    metrics: Option<SyncMetrics>,
+    health: Arc<Mutex<Health>>,
     /// How long after a list without a failure an outage is over.
     quiet: std::time::Duration,
     outage: Option<Outage>,
@@ -43,14 +46,14 @@ struct Outage {
     told_listed: bool,
 }
 
-impl<'a> Tracker<'a> {
+impl Tracker {
     pub(super) fn new(
-        cluster: &'a str,
-        kind: &'a str,
+        cluster: String,
+        kind: String,
         local: bool,
-        metrics: Option<&'a SyncMetrics>,
-        health: &'a Mutex<Health>,
-    ) -> Tracker<'a> {
+        metrics: Option<SyncMetrics>,
+        health: Arc<Mutex<Health>>,
+    ) -> Tracker {
         let quiet = if local {
             xcc_kube::Backoff::local().quiet()
         } else {
@@ -71,8 +74,8 @@ impl<'a> Tracker<'a> {
     }
 
     fn set_as(&self, state: &'static str, health: Health) {
-        if let Some(metrics) = self.metrics {
-            metrics.watch_state(self.cluster, self.kind, state);
+        if let Some(metrics) = &self.metrics {
+            metrics.watch_state(&self.cluster, &self.kind, state);
         }
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
     }
@@ -106,24 +109,36 @@ impl<'a> Tracker<'a> {
         let state = crate::metrics::failed_watch_state(error);
         let error = xcc_kube::bounded(error);
         let failing = now.duration_since(outage.since);
-        let (cluster, kind) = (self.cluster, self.kind);
+        let (cluster, kind) = (&self.cluster, &self.kind);
         if !outage.warned && failing >= WARN_AFTER {
             outage.warned = true;
             tracing::warn!(%cluster, %kind, %error, failing_for = ?failing, "watch cannot list or watch; retrying");
         } else {
             tracing::debug!(%cluster, %kind, %error, "watch failed; retrying");
         }
-        if let Some(metrics) = self.metrics {
+        if let Some(metrics) = &self.metrics {
             metrics.watch_error(cluster, kind);
         }
         let since = outage.began;
         self.set_as(state, Health::Reconnecting { since, error });
     }
 
+    /// Takes note of one event of the watch: a failure, or the server's answer (a list or a
+    /// change); `Init` and `InitApply` come before every list attempt, failed ones too.
+    pub(super) fn observe<K>(&mut self, event: &Result<watcher::Event<K>, watcher::Error>) {
+        match event {
+            Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                self.answered();
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Err(error) => self.failed(error),
+        }
+    }
+
     /// The server answered with a list or a change.
     pub(super) fn answered(&mut self) {
-        if let Some(metrics) = self.metrics {
-            metrics.watch_contact(self.cluster, self.kind);
+        if let Some(metrics) = &self.metrics {
+            metrics.watch_contact(&self.cluster, &self.kind);
         }
         if let Some(outage) = &mut self.outage
             && outage.answered.is_none()
@@ -148,8 +163,6 @@ impl<'a> Tracker<'a> {
     }
 }
 
-pub(super) type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
-
 /// A watcher that starts over with a list after every failure: `watch` makes a new one.
 ///
 /// kube-runtime's watcher retries a watch that failed to start (or broke) from the
@@ -157,8 +170,8 @@ pub(super) type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, wa
 /// objects would look failed until its next change. A new list after a failure costs one list
 /// (the watcher relists after an expired watch anyway) and ends in `InitDone`, so the source
 /// knows it is back. Put the backoff around it: the new watcher is polled after the delay.
-pub fn relisting<K: Send + 'static>(
-    watch: impl Fn() -> WatchEvents<K> + Send + 'static,
+pub(super) fn relisting<K: Send + 'static>(
+    watch: impl Fn() -> Events<K> + Send + 'static,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
     let events = watch();
     futures::stream::unfold((watch, events), |(watch, mut events)| async move {
@@ -187,10 +200,10 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         let _log = tracing::subscriber::set_default(subscriber);
-        let health = Mutex::new(Health::Listing {
+        let health = Arc::new(Mutex::new(Health::Listing {
             since: SystemTime::now(),
-        });
-        let mut tracker = Tracker::new(LOCAL, "Secret", true, None, &health);
+        }));
+        let mut tracker = Tracker::new(LOCAL.into(), "Secret".into(), true, None, health.clone());
         let fail = |tracker: &mut Tracker| tracker.failed(&watcher::Error::NoResourceVersion);
         let warned = "watch cannot list or watch";
         let listed_again = "watch listed again";

@@ -19,11 +19,15 @@
 //! - **Lifetime**: a source lives while a view of it does; the last view dropped stops its watch.
 //! - **Retries**: every watch retries on [`xcc_kube::Backoff`]: the local schedule for the agent's
 //!   own cluster, the jittered peer schedule for the others.
+//! - **Opening a watch**: [`watch`] (or [`watch_reported`]) is the one way any part of xcc opens a
+//!   watch, these sources included: a new list after every failure, on a [`Schedule`]. See
+//!   [`open`](self::watch) for how to use it for a store or a stream of objects.
 
 mod health;
+mod open;
 mod secrets;
 #[cfg(test)]
-mod test_server;
+pub(crate) mod test_server;
 mod typed;
 mod view;
 mod watch;
@@ -34,7 +38,8 @@ use futures::Stream;
 use kube::{api::DynamicObject, core::GroupVersionKind};
 use tokio::sync::broadcast;
 
-pub use health::relisting;
+use health::relisting;
+pub use open::{Events, Report, Schedule, WatchHealth, watch, watch_reported};
 pub use secrets::{LocalSecrets, SecretChange, secret_gvk};
 pub use typed::{Typed, TypedKind};
 pub use view::View;

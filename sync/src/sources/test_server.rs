@@ -9,9 +9,9 @@ use xcc_kube::scenario::{self, Request, Running, Scenario};
 use super::View;
 
 /// How long to wait for a view to list.
-pub(super) const LIST_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const LIST_WAIT: Duration = Duration::from_secs(5);
 
-pub(super) fn secret_json(name: &str, with_data: bool) -> serde_json::Value {
+pub(crate) fn secret_json(name: &str, with_data: bool) -> serde_json::Value {
     let mut secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "namespace": "project-1", "resourceVersion": "1"},
@@ -23,14 +23,14 @@ pub(super) fn secret_json(name: &str, with_data: bool) -> serde_json::Value {
 }
 
 /// Whether `request` asks for metadata only.
-pub(super) fn for_metadata(request: &Request) -> bool {
+pub(crate) fn for_metadata(request: &Request) -> bool {
     request
         .header("accept")
         .is_some_and(|a| a.contains("PartialObjectMetadata"))
 }
 
 /// `list` or `watch`, then `meta` or `full`: what `request` asks for.
-pub(super) fn asks(request: &Request) -> String {
+pub(crate) fn asks(request: &Request) -> String {
     format!(
         "{} {}",
         if request.is_watch() { "watch" } else { "list" },
@@ -44,13 +44,13 @@ pub(super) fn asks(request: &Request) -> String {
 
 /// A mocked API server answering lists of Secrets (as whole objects or as metadata, as
 /// asked) and accepting watches that never send anything.
-pub(super) fn mock() -> (Client, Running) {
+pub(crate) fn mock() -> (Client, Running) {
     mock_failing(0, 0)
 }
 
 /// [`mock`], whose first `lists` lists answer 404 (a kind not served yet) and whose first
 /// `watches` watches answer 429 (a new kind's watch cache still initializing).
-pub(super) fn mock_failing(lists: usize, watches: usize) -> (Client, Running) {
+pub(crate) fn mock_failing(lists: usize, watches: usize) -> (Client, Running) {
     let path = "/api/v1/secrets";
     let mut scenario = Scenario::new().in_any_order();
     for _ in 0..lists {
@@ -97,7 +97,7 @@ pub(super) fn mock_failing(lists: usize, watches: usize) -> (Client, Running) {
             .run()
 }
 
-pub(super) async fn wait_listed(view: &View) {
+pub(crate) async fn wait_listed(view: &View) {
     tokio::time::timeout(LIST_WAIT, async {
         while !view.listed() {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -108,7 +108,7 @@ pub(super) async fn wait_listed(view: &View) {
 }
 
 /// Waits until `done` holds.
-pub(super) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     tokio::time::timeout(LIST_WAIT, async {
         while !done() {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -119,15 +119,15 @@ pub(super) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// How many requests asked for `what` (see [`asks`]).
-pub(super) fn count(server: &Running, what: &str) -> usize {
+pub(crate) fn count(server: &Running, what: &str) -> usize {
     server.count(|r| asks(r) == what)
 }
 
-pub(super) fn requests(server: &Running) -> Vec<String> {
+pub(crate) fn requests(server: &Running) -> Vec<String> {
     server.seen().iter().map(asks).collect()
 }
 
-pub(super) fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+pub(crate) fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
     text

@@ -1,7 +1,5 @@
 //! One watch of a typed kind of the agent's own cluster, shared by kube-runtime `Controller`s.
 
-use std::{sync::Mutex, time::SystemTime};
-
 use futures::StreamExt;
 use kube::{
     Api,
@@ -12,10 +10,7 @@ use kube::{
     },
 };
 
-use super::{
-    Health, LOCAL,
-    health::{Tracker, relisting},
-};
+use super::{LOCAL, Report, Schedule, watch_reported};
 use crate::metrics::SyncMetrics;
 
 /// A kind kube-runtime Controllers can reconcile from a shared typed store.
@@ -88,25 +83,14 @@ impl<K: TypedKind> Typed<K> {
     /// Runs the watch until the future is dropped: lists again after a failure, retries on the
     /// local schedule, and reports its state in the sync metrics under cluster [`LOCAL`].
     pub async fn run(self, api: Api<K>, metrics: SyncMetrics) {
-        let kind = K::kind(&K::DynamicType::default()).to_string();
-        let health = Mutex::new(Health::Listing {
-            since: SystemTime::now(),
-        });
-        let mut tracker = Tracker::new(LOCAL, &kind, true, Some(&metrics), &health);
-        tracker.listing();
-        let events = relisting(move || watcher(api.clone(), watcher::Config::default()).boxed())
-            .backoff(xcc_kube::Backoff::local())
-            .reflect_shared(self.writer);
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(
-                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
-                ) => tracker.answered(),
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                Err(error) => tracker.failed(&error),
-            }
-        }
+        let report = Report {
+            cluster: LOCAL.into(),
+            kind: K::kind(&K::DynamicType::default()).to_string(),
+            metrics: Some(metrics),
+        };
+        let (events, _) = watch_reported(api, watcher::Config::default(), Schedule::Local, report);
+        let mut events = std::pin::pin!(events.reflect_shared(self.writer));
+        while events.next().await.is_some() {}
     }
 }
 

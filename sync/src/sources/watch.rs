@@ -17,7 +17,6 @@ use kube::{
     api::{ApiResource, DynamicObject},
     core::PartialObjectMeta,
     runtime::{
-        WatchStreamExt,
         reflector::{self, Store},
         watcher,
     },
@@ -25,9 +24,7 @@ use kube::{
 use tokio::sync::{broadcast, watch};
 
 use super::{
-    CAPACITY, Change, Detail, Health, SourceId,
-    health::{Tracker, WatchEvents, relisting},
-    view::View,
+    CAPACITY, Change, Detail, Events, Health, Schedule, SourceId, health::Tracker, view::View,
 };
 use crate::metrics::SyncMetrics;
 
@@ -38,7 +35,7 @@ pub(super) struct State {
     /// The detail of the list in the store (0: none yet).
     pub(super) listed: AtomicU8,
     pub(super) changes: broadcast::Sender<Change>,
-    pub(super) health: Mutex<Health>,
+    pub(super) health: Arc<Mutex<Health>>,
 }
 
 /// One running watch, kept alive by its views.
@@ -126,9 +123,9 @@ impl Sources {
             store: writer.as_reader(),
             listed: AtomicU8::new(0),
             changes,
-            health: Mutex::new(Health::Listing {
+            health: Arc::new(Mutex::new(Health::Listing {
                 since: SystemTime::now(),
-            }),
+            })),
         });
         let (full_views, wanted) = watch::channel(usize::from(detail == Detail::Full));
         let apis = Apis {
@@ -162,11 +159,11 @@ async fn run_source(
 ) {
     let id = &state.id;
     let mut tracker = Tracker::new(
-        &id.cluster,
-        &id.gvk.kind,
+        id.cluster.clone(),
+        id.gvk.kind.clone(),
         id.is_local(),
-        metrics.as_ref(),
-        &state.health,
+        metrics,
+        state.health.clone(),
     );
     tracker.listing();
     loop {
@@ -229,34 +226,22 @@ struct Apis {
 }
 
 /// The watch events of the kind in `detail`, with metadata-only objects as `DynamicObject`s
-/// without content; a list after every failure, on the source's backoff.
-fn events(apis: &Apis, id: &SourceId, detail: Detail) -> WatchEvents<DynamicObject> {
+/// without content; a list after every failure, on the source's schedule.
+fn events(apis: &Apis, id: &SourceId, detail: Detail) -> Events<DynamicObject> {
     let mut config = watcher::Config::default();
     if let Some(fields) = &id.fields {
         config = config.fields(fields);
     }
-    let backoff = if id.is_local() {
-        xcc_kube::Backoff::local()
+    let schedule = if id.is_local() {
+        Schedule::Local
     } else {
-        xcc_kube::Backoff::peer()
+        Schedule::Peer
     };
     match detail {
-        Detail::Full => {
-            let api = apis.full.clone();
-            relisting(move || watcher(api.clone(), config.clone()).boxed())
-                .backoff(backoff)
-                .boxed()
-        }
-        Detail::Metadata => {
-            let api = apis.metadata.clone();
-            relisting(move || {
-                watcher(api.clone(), config.clone())
-                    .map(|event| event.map(|event| map_event(event, without_content)))
-                    .boxed()
-            })
-            .backoff(backoff)
-            .boxed()
-        }
+        Detail::Full => super::watch(apis.full.clone(), config, schedule),
+        Detail::Metadata => super::watch(apis.metadata.clone(), config, schedule)
+            .map(|event| event.map(|event| map_event(event, without_content)))
+            .boxed(),
     }
 }
 

@@ -2,14 +2,14 @@
 //! before each event wakes the import, so that a reconcile takes the remote Secret from it instead
 //! of reading it while the watch is listed and connected.
 
-use futures::StreamExt as _;
 use std::{collections::HashMap, sync::Mutex, time::Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{reflector::ObjectRef, watcher},
 };
+use xcc_sync::{sources::Schedule, wakers::WakeWatch};
 
 use super::{Context, copy::Remote};
 use crate::replication::api::SecretImport;
@@ -129,9 +129,13 @@ pub(super) fn watch_remote(
     let seen = ctx.seen.clone();
     let (key, id) = (import.clone(), identity.clone());
     let (list_first, server) = (ctx.list_first.clone(), peer.server.clone());
-    let events = watcher(api, config)
-        .backoff(xcc_kube::Backoff::peer())
-        .inspect(move |event| {
+    let watch = WakeWatch::new(
+        api,
+        config,
+        Schedule::Peer,
+        format!("remote Secret {namespace}/{name}"),
+    )
+    .inspect(move |event| {
             if streamed && refuses_streamed_lists(event) {
                 // The failure wakes the import, whose reconcile then starts a listing watch.
                 tracing::info!(%server, "the service cluster does not stream lists; its watches list first");
@@ -142,12 +146,7 @@ pub(super) fn watch_remote(
             }
             record(&seen, &key, &id, event)
         });
-    ctx.remote.ensure(
-        import,
-        identity,
-        format!("remote Secret {namespace}/{name}"),
-        events,
-    );
+    ctx.remote.ensure(import, identity, watch);
 }
 
 /// Whether a watch's failure says that its API server does not stream lists: it rejects the
