@@ -12,10 +12,15 @@ use kube::{
     runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
 
+use dashmap::DashMap;
+use tokio::sync::mpsc::UnboundedSender;
 use xcc_kube::bounded;
 
 use super::{CALL_TIMEOUT, Workloads, watched::WatchHealth};
-use crate::desired::{Print, SLICE_NAMESPACE, Slices};
+use crate::{
+    desired::{Print, SLICE_NAMESPACE, Slices},
+    gatewaydns::GatewayDNS,
+};
 
 /// Deletes EndpointSlice `name` through `slices` within [`CALL_TIMEOUT`]: `Ok(true)` deleted,
 /// `Ok(false)` already gone, otherwise why not.
@@ -147,94 +152,26 @@ impl Workloads {
     }
 
     fn start_slice_watch(&self, client: Client, namespace: &str, cluster: &str) -> SliceWatch {
-        let (trigger, namespace) = (self.trigger.clone(), namespace.to_string());
-        let (written, cluster_name) = (self.written.clone(), cluster.to_string());
-        let own_namespace = namespace.clone();
-        let what = format!("EndpointSlices {SLICE_NAMESPACE}/* on cluster {cluster}");
         let state: Arc<Mutex<SliceState>> = Arc::default();
         let health = Arc::new(WatchHealth::default());
+        let mut feed = SliceFeed {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+            state: state.clone(),
+            health: health.clone(),
+            written: self.written.clone(),
+            trigger: self.trigger.clone(),
+            listing: Slices::new(),
+        };
         let stream = watcher(
             Api::<EndpointSlice>::namespaced(client, SLICE_NAMESPACE),
             watcher::Config::default(),
         )
         .backoff(xcc_kube::Backoff::peer());
-        let (task_state, task_health) = (state.clone(), health.clone());
-        // Only slices that name a GatewayDNS of this namespace wake anything.
-        let wake = move |slice: &EndpointSlice| {
-            if let Some(reference) = slice.annotations().get(crate::desired::REF_ANNOTATION)
-                && let Some((ns, name)) = reference.split_once('/')
-                && ns == namespace
-            {
-                let _ = trigger.send(ObjectRef::new(name).within(ns));
-            }
-        };
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
-            let mut listing: Slices = Slices::new();
-            let state = |f: &mut dyn FnMut(&mut SliceState)| {
-                f(&mut task_state.lock().unwrap_or_else(|e| e.into_inner()));
-            };
             while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Init) => listing.clear(),
-                    Ok(watcher::Event::InitApply(slice)) => {
-                        listing.insert(slice.name_any(), Print::of(&slice));
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        // The (re)list itself wakes nobody: the next reconcile reads the store.
-                        let mut listed = std::mem::take(&mut listing);
-                        listed.shrink_to_fit();
-                        state(&mut |s| {
-                            s.slices = std::mem::take(&mut listed);
-                            s.generation = next_generation();
-                        });
-                        task_health.healthy.store(true, Ordering::Release);
-                        *task_health
-                            .last_error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()) = None;
-                    }
-                    Ok(watcher::Event::Apply(slice)) => {
-                        let (name, print) = (slice.name_any(), Print::of(&slice));
-                        // What this controller just wrote wakes nobody: the reconcile that
-                        // wrote it knows.
-                        let own = slice.metadata.deletion_timestamp.is_none()
-                            && written
-                                .get(&(own_namespace.clone(), cluster_name.clone(), name.clone()))
-                                .is_some_and(|want| crate::desired::same_content(&print, &want));
-                        let mut print = Some(print);
-                        state(&mut |s| {
-                            if let Some(print) = print.take() {
-                                s.slices.insert(name.clone(), print);
-                            }
-                            if !own {
-                                s.generation = next_generation();
-                            }
-                        });
-                        if !own {
-                            wake(&slice);
-                        }
-                    }
-                    Ok(watcher::Event::Delete(slice)) => {
-                        let name = slice.name_any();
-                        state(&mut |s| {
-                            s.slices.remove(&name);
-                            s.generation = next_generation();
-                        });
-                        wake(&slice);
-                    }
-                    Err(e) => {
-                        let first = task_health.healthy.swap(false, Ordering::AcqRel);
-                        *task_health
-                            .last_error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()) =
-                            Some(format!("watch of {what} failed: {}", bounded(&e)));
-                        if first {
-                            tracing::warn!(error = %e, "watch of {what} failed; retrying");
-                        }
-                    }
-                }
+                feed.event(event);
             }
         });
         SliceWatch {
@@ -242,5 +179,193 @@ impl Workloads {
             health,
             task,
         }
+    }
+}
+
+/// What the slice watch of one cluster keeps, and whom it tells: a slice someone else changed
+/// wakes the GatewayDNS it names.
+struct SliceFeed {
+    /// The namespace of the GatewayDNS whose slices these are.
+    namespace: String,
+    cluster: String,
+    state: Arc<Mutex<SliceState>>,
+    health: Arc<WatchHealth>,
+    /// What this controller last wrote to each slice.
+    written: Arc<DashMap<SliceKey, Print>>,
+    trigger: UnboundedSender<ObjectRef<GatewayDNS>>,
+    /// The list going on.
+    listing: Slices,
+}
+
+impl SliceFeed {
+    fn event(&mut self, event: Result<watcher::Event<EndpointSlice>, watcher::Error>) {
+        match event {
+            Ok(watcher::Event::Init) => self.listing.clear(),
+            Ok(watcher::Event::InitApply(slice)) => {
+                self.listing.insert(slice.name_any(), Print::of(&slice));
+            }
+            Ok(watcher::Event::InitDone) => self.listed(),
+            Ok(watcher::Event::Apply(slice)) => self.applied(&slice),
+            Ok(watcher::Event::Delete(slice)) => {
+                let name = slice.name_any();
+                self.update(|s| {
+                    s.slices.remove(&name);
+                    s.generation = next_generation();
+                });
+                self.wake(&slice);
+            }
+            Err(e) => {
+                let what = format!(
+                    "EndpointSlices {SLICE_NAMESPACE}/* on cluster {}",
+                    self.cluster
+                );
+                let first = self.health.healthy.swap(false, Ordering::AcqRel);
+                *self
+                    .health
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("watch of {what} failed: {}", bounded(&e)));
+                if first {
+                    tracing::warn!(error = %e, "watch of {what} failed; retrying");
+                }
+            }
+        }
+    }
+
+    /// A (re)list is complete: it becomes the store. It wakes nobody: the next reconcile reads
+    /// the store.
+    fn listed(&mut self) {
+        let mut listed = std::mem::take(&mut self.listing);
+        listed.shrink_to_fit();
+        self.update(|s| {
+            s.slices = listed;
+            s.generation = next_generation();
+        });
+        self.health.healthy.store(true, Ordering::Release);
+        *self
+            .health
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn applied(&self, slice: &EndpointSlice) {
+        let (name, print) = (slice.name_any(), Print::of(slice));
+        // What this controller just wrote wakes nobody: the reconcile that wrote it knows.
+        let own = slice.metadata.deletion_timestamp.is_none()
+            && self
+                .written
+                .get(&(self.namespace.clone(), self.cluster.clone(), name.clone()))
+                .is_some_and(|want| crate::desired::same_content(&print, &want));
+        self.update(|s| {
+            s.slices.insert(name, print);
+            if !own {
+                s.generation = next_generation();
+            }
+        });
+        if !own {
+            self.wake(slice);
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut SliceState)) {
+        change(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Wakes the GatewayDNS `slice` names, if it is one of this namespace.
+    fn wake(&self, slice: &EndpointSlice) {
+        if let Some(reference) = slice.annotations().get(crate::desired::REF_ANNOTATION)
+            && let Some((ns, name)) = reference.split_once('/')
+            && ns == self.namespace
+        {
+            let _ = self.trigger.send(ObjectRef::new(name).within(ns));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::sync::mpsc::error::TryRecvError;
+
+    fn slice(name: &str, reference: &str, address: &str) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": SLICE_NAMESPACE,
+                         "annotations": {crate::desired::REF_ANNOTATION: reference}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address]}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slice_someone_else_changed_wakes_its_gateway_and_one_this_controller_wrote_does_not() {
+        let (trigger, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let written: Arc<DashMap<SliceKey, Print>> = Arc::default();
+        let mut feed = SliceFeed {
+            namespace: "dev-team".into(),
+            cluster: "a".into(),
+            state: Arc::default(),
+            health: Arc::default(),
+            written: written.clone(),
+            trigger,
+            listing: Slices::new(),
+        };
+        let generation = |feed: &SliceFeed| feed.state.lock().unwrap().generation;
+        let name = "dev-team-a-gateway";
+        feed.event(Ok(watcher::Event::Init));
+        feed.event(Ok(watcher::Event::InitApply(slice(
+            name,
+            "dev-team/gw",
+            "10.0.0.1",
+        ))));
+        assert_eq!(generation(&feed), 0, "not listed yet");
+        feed.event(Ok(watcher::Event::InitDone));
+        let listed = generation(&feed);
+        assert_ne!(listed, 0);
+        assert!(feed.health.healthy.load(Ordering::Acquire));
+        assert_eq!(
+            woken.try_recv(),
+            Err(TryRecvError::Empty),
+            "a list wakes nobody"
+        );
+
+        // What this controller wrote is stored, and wakes nobody.
+        let mine = slice(name, "dev-team/gw", "10.0.0.2");
+        let key = ("dev-team".to_string(), "a".to_string(), name.to_string());
+        written.insert(key, Print::of(&mine));
+        feed.event(Ok(watcher::Event::Apply(mine.clone())));
+        assert_eq!(generation(&feed), listed);
+        assert_eq!(feed.state.lock().unwrap().slices[name], Print::of(&mine));
+        assert_eq!(woken.try_recv(), Err(TryRecvError::Empty));
+
+        // Someone else's change wakes the GatewayDNS the slice names.
+        feed.event(Ok(watcher::Event::Apply(slice(
+            name,
+            "dev-team/gw",
+            "10.0.0.3",
+        ))));
+        assert_ne!(generation(&feed), listed);
+        assert_eq!(
+            woken.try_recv(),
+            Ok(ObjectRef::new("gw").within("dev-team"))
+        );
+
+        // A slice of another namespace's GatewayDNS goes from the store and wakes nobody here.
+        let before = generation(&feed);
+        feed.event(Ok(watcher::Event::Delete(slice(
+            "other",
+            "other-team/gw",
+            "10.0.0.4",
+        ))));
+        assert_ne!(generation(&feed), before);
+        assert_eq!(woken.try_recv(), Err(TryRecvError::Empty));
+
+        feed.event(Err(watcher::Error::NoResourceVersion));
+        assert!(!feed.health.healthy.load(Ordering::Acquire));
+        let error = feed.health.error().unwrap();
+        assert!(error.contains("on cluster a"), "{error}");
     }
 }
