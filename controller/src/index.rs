@@ -13,12 +13,8 @@ use std::{
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, ResourceExt,
-    api::DynamicObject,
-    core::PartialObjectMeta,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, ResourceExt, api::DynamicObject, core::PartialObjectMeta, runtime::watcher};
+use xcc_sync::sources::{self, Schedule};
 
 use crate::desired::ClusterInfo;
 
@@ -105,9 +101,8 @@ async fn keep<K, V>(
 {
     let mut map: BTreeMap<(String, String), V> = BTreeMap::new();
     let mut listing: BTreeMap<(String, String), V> = BTreeMap::new();
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    // The management cluster is this process's own: the local schedule.
+    let mut events = sources::watch(api, watcher::Config::default(), Schedule::Local);
     let mut failing = false;
     while let Some(event) = events.next().await {
         let key = |o: &PartialObjectMeta<K>| (o.namespace().unwrap_or_default(), o.name_any());

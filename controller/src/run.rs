@@ -30,6 +30,7 @@ use crate::{
     reconcile::{Context, error_policy, reconcile},
     workload::Workloads,
 };
+use xcc_sync::sources::{self, Schedule};
 
 pub fn crds_yaml() -> String {
     let crd = GatewayDNS::crd();
@@ -181,8 +182,7 @@ async fn controller(
     // meanwhile waits behind that idle pass. What wakes a GatewayDNS is its spec (generation),
     // its deletion, its finalizers, or one of the triggers below.
     let (store, writer) = reflector::store();
-    let stream = watcher(gateways, watcher::Config::default())
-        .default_backoff()
+    let stream = sources::watch(gateways, watcher::Config::default(), Schedule::Local)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(spec_or_lifecycle, PredicateConfig::default());

@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeSet, HashSet},
-    sync::{Arc, Mutex, atomic::Ordering},
+    sync::{Arc, Mutex},
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
@@ -82,7 +82,7 @@ impl Workloads {
                 .insert(gateway.clone());
             (watch.service.store.clone(), watch.service.health.clone())
         };
-        if health.healthy.load(Ordering::Acquire) {
+        if health.healthy() {
             let found = store.state().into_iter().find(|s| s.name_any() == svc_name);
             return crate::desired::observe(found.as_deref());
         }
@@ -147,8 +147,7 @@ impl Workloads {
         watch
             .endpoints
             .health
-            .healthy
-            .load(Ordering::Acquire)
+            .healthy()
             .then(|| ready_endpoints(watch.endpoints.store.state().iter().map(|s| &**s)))
     }
 

@@ -9,12 +9,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+    runtime::{reflector::ObjectRef, watcher},
 };
 
 use dashmap::DashMap;
 use tokio::sync::mpsc::UnboundedSender;
 use xcc_kube::bounded;
+use xcc_sync::sources::{self, Schedule};
 
 use super::{CALL_TIMEOUT, Workloads, watched::WatchHealth};
 use crate::{
@@ -95,7 +96,7 @@ impl Workloads {
             }
         };
         if let Some(state) = state
-            && health.healthy.load(Ordering::Acquire)
+            && health.healthy()
         {
             let state = state.lock().unwrap_or_else(|e| e.into_inner());
             return Ok((Some(state.generation), decide(&state.slices)));
@@ -121,7 +122,7 @@ impl Workloads {
             .clusters
             .get(&(namespace.to_string(), cluster.to_string()))?;
         let watch = entry.slices.as_ref()?;
-        if !watch.health.healthy.load(Ordering::Acquire) {
+        if !watch.health.healthy() {
             return None;
         }
         let generation = watch
@@ -163,11 +164,11 @@ impl Workloads {
             trigger: self.trigger.clone(),
             listing: Slices::new(),
         };
-        let stream = watcher(
+        let stream = sources::watch(
             Api::<EndpointSlice>::namespaced(client, SLICE_NAMESPACE),
             watcher::Config::default(),
-        )
-        .backoff(xcc_kube::Backoff::peer());
+            Schedule::Peer,
+        );
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -219,16 +220,7 @@ impl SliceFeed {
                     "EndpointSlices {SLICE_NAMESPACE}/* on cluster {}",
                     self.cluster
                 );
-                let first = self.health.healthy.swap(false, Ordering::AcqRel);
-                *self
-                    .health
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) =
-                    Some(format!("watch of {what} failed: {}", bounded(&e)));
-                if first {
-                    tracing::warn!(error = %e, "watch of {what} failed; retrying");
-                }
+                self.health.failed(&what, &e);
             }
         }
     }
@@ -242,12 +234,7 @@ impl SliceFeed {
             s.slices = listed;
             s.generation = next_generation();
         });
-        self.health.healthy.store(true, Ordering::Release);
-        *self
-            .health
-            .last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.health.listed();
     }
 
     fn applied(&self, slice: &EndpointSlice) {
@@ -325,7 +312,7 @@ mod tests {
         feed.event(Ok(watcher::Event::InitDone));
         let listed = generation(&feed);
         assert_ne!(listed, 0);
-        assert!(feed.health.healthy.load(Ordering::Acquire));
+        assert!(feed.health.healthy());
         assert_eq!(
             woken.try_recv(),
             Err(TryRecvError::Empty),
@@ -364,7 +351,7 @@ mod tests {
         assert_eq!(woken.try_recv(), Err(TryRecvError::Empty));
 
         feed.event(Err(watcher::Error::NoResourceVersion));
-        assert!(!feed.health.healthy.load(Ordering::Acquire));
+        assert!(!feed.health.healthy());
         let error = feed.health.error().unwrap();
         assert!(error.contains("on cluster a"), "{error}");
     }

@@ -1,4 +1,5 @@
-//! A watch-fed store on a workload cluster that knows its own health.
+//! A watch-fed store on a workload cluster that knows its own health. The watch is opened by
+//! the core ([`xcc_sync::sources::watch`]): a new list after every failure, on the peer backoff.
 
 use std::sync::{
     Arc, Mutex,
@@ -16,22 +17,51 @@ use kube::{
 };
 
 use xcc_kube::bounded;
+use xcc_sync::sources::{self, Schedule};
 
-/// What a watch knows of its own health, shared with its task.
+/// What a watch knows of its own health, shared with its task, as its consumer sees it: healthy
+/// once the consumer has put a full list in its store, until the next failure. Not the core's
+/// [`xcc_sync::sources::WatchHealth`]: that one turns synced as the list arrives, a moment
+/// before the consumer has stored it, and a reader here must never take an empty or old store
+/// for a listed one (a Service not yet in the store would read as deleted).
 #[derive(Default)]
 pub(super) struct WatchHealth {
     /// Listed, and no error since.
-    pub(super) healthy: AtomicBool,
+    healthy: AtomicBool,
     /// The last error, bounded; cleared by the next full list.
-    pub(super) last_error: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
 }
 
 impl WatchHealth {
+    /// Whether the store holds a full list, with no failure since.
+    pub(super) fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+
+    /// Why the watch last failed, until it lists again.
     pub(super) fn error(&self) -> Option<String> {
         self.last_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The consumer has stored a full list.
+    pub(super) fn listed(&self) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.healthy.store(true, Ordering::Release);
+    }
+
+    /// The watch of `what` failed with `error`: logged at the first failure after a list.
+    /// Whether it was healthy until now.
+    pub(super) fn failed(&self, what: &str, error: &watcher::Error) -> bool {
+        let first = self.healthy.swap(false, Ordering::AcqRel);
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(format!("watch of {what} failed: {}", bounded(error)));
+        if first {
+            tracing::warn!(%error, "watch of {what} failed; retrying");
+        }
+        first
     }
 }
 
@@ -74,32 +104,20 @@ where
 {
     let (store, writer) = reflector::store();
     let health = Arc::new(WatchHealth::default());
-    let stream =
-        reflector::reflector(writer, watcher(api, config)).backoff(xcc_kube::Backoff::peer());
+    let stream = sources::watch(api, config, Schedule::Peer).reflect(writer);
     let task_health = health.clone();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::InitDone) => {
-                    task_health.healthy.store(true, Ordering::Release);
-                    *task_health
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    task_health.listed();
                     changed();
                 }
                 Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => changed(),
                 Ok(_) => {}
                 Err(e) => {
-                    let first = task_health.healthy.swap(false, Ordering::AcqRel);
-                    *task_health
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) =
-                        Some(format!("watch of {what} failed: {}", bounded(&e)));
-                    if first {
-                        tracing::warn!(error = %e, "watch of {what} failed; retrying");
+                    if task_health.failed(&what, &e) {
                         changed();
                     }
                 }
