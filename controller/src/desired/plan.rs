@@ -1,0 +1,466 @@
+//! The plan of one GatewayDNS: the slices every cluster of its namespace is to have, and its
+//! status entry for each selected cluster.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    hash::{Hash, Hasher},
+    net::IpAddr,
+};
+
+use k8s_openapi::{
+    api::discovery::v1::{Endpoint, EndpointSlice},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::{ResourceExt, api::ObjectMeta};
+
+use super::{
+    ClusterInfo, HOSTNAME_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observation, REF_ANNOTATION,
+    SERVICE_NAME_LABEL, SLICE_NAMESPACE, gateway_ref, global::plan_global, hostname, print::Print,
+    selects, slice_names,
+};
+use crate::{
+    gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
+    settings::Global,
+};
+
+/// The outcome for one GatewayDNS.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Slices to exist on every cluster of the namespace.
+    pub slices: Vec<EndpointSlice>,
+    /// Names of owned slices to leave alone (their source cluster is unreachable).
+    pub keep: BTreeSet<String>,
+    /// One entry per selected cluster, sorted by cluster name.
+    pub clusters: Vec<ClusterGatewayStatus>,
+    /// The selected cluster each slice name stands for (slice name → cluster).
+    pub sources: BTreeMap<String, String>,
+    /// The global name's slices of each selected cluster that may answer it (cluster → slices).
+    pub global: BTreeMap<String, Vec<EndpointSlice>>,
+    /// Which of those each cluster of the namespace is sent.
+    pub global_members: GlobalMembers,
+    /// The global name, and the TTL of its answers (empty in a plan without it).
+    pub global_hostname: String,
+    pub global_ttl: String,
+    /// What each wanted slice (per-cluster and global, by name) says, computed once and
+    /// compared with every cluster's slices.
+    pub prints: HashMap<String, Print>,
+    /// A hash of everything above that decides what any cluster is sent: a cluster whose
+    /// last write was of a plan with the same hash, and whose slices and announcement did not
+    /// change since, needs nothing.
+    pub hash: u64,
+}
+
+/// Whose gateways the global name answers with, per asking cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum GlobalMembers {
+    /// The same clusters for every asking cluster (`roundRobin`, `failover`, or the
+    /// `whenNoneHealthy` fallback).
+    Everyone(Vec<String>),
+    /// `localFirst`: the asking cluster's own gateway if it is healthy, else the healthy ones,
+    /// else `fallback`.
+    LocalFirst {
+        healthy: Vec<String>,
+        fallback: Vec<String>,
+    },
+    /// Nothing yet (a plan without the global name).
+    #[default]
+    Nobody,
+}
+
+impl Plan {
+    /// The global-name slices cluster `target` is to have (an agent that announced only
+    /// [`Feature::Global`]).
+    pub fn global_for(&self, target: &str) -> Vec<&EndpointSlice> {
+        self.global_members_for(target)
+            .into_iter()
+            .filter_map(|c| self.global.get(c))
+            .flatten()
+            .collect()
+    }
+
+    /// The selected clusters whose gateways answer the global name on cluster `target`.
+    pub fn global_members_for<'a>(&'a self, target: &'a str) -> Vec<&'a str> {
+        match &self.global_members {
+            GlobalMembers::Nobody => Vec::new(),
+            GlobalMembers::Everyone(all) => all.iter().map(String::as_str).collect(),
+            GlobalMembers::LocalFirst { healthy, fallback } => {
+                if healthy.iter().any(|c| c == target) {
+                    vec![target]
+                } else if !healthy.is_empty() {
+                    healthy.iter().map(String::as_str).collect()
+                } else {
+                    fallback.iter().map(String::as_str).collect()
+                }
+            }
+        }
+    }
+
+    /// Whether an owned slice named `name` should be deleted (the global name aside).
+    #[cfg(test)]
+    pub fn should_delete(&self, name: &str) -> bool {
+        !self.keep.contains(name)
+            && !self
+                .slices
+                .iter()
+                .any(|s| s.metadata.name.as_deref() == Some(name))
+    }
+}
+
+/// Whether `gateway` is the one that publishes `cluster` among all GatewayDNS of the namespace.
+fn owns_cluster(gateway: &GatewayDNS, all: &[GatewayDNS], cluster: &ClusterInfo) -> Option<String> {
+    let key = |g: &GatewayDNS| {
+        (
+            g.metadata.creation_timestamp.clone().map(|t| t.0),
+            g.name_any(),
+        )
+    };
+    let first = all
+        .iter()
+        .filter(|g| g.metadata.deletion_timestamp.is_none())
+        .filter(|g| selects(&g.spec.cluster_selector, &cluster.labels))
+        .min_by_key(|g| key(g))?;
+    (first.name_any() != gateway.name_any()).then(|| first.name_any())
+}
+
+/// What the health tracking says of one selected cluster, for its status entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthView {
+    pub health: Option<GatewayHealth>,
+    pub ready_endpoints: Option<u32>,
+    pub unreachable_since: Option<Time>,
+    pub last_seen: Option<Time>,
+    /// The stale-record policy withdraws its records.
+    pub withdrawn: bool,
+    /// Why, for the status message (the policy's words).
+    pub withdrawn_because: String,
+}
+
+/// Computes the plan of `gateway` without health and without the global name (see
+/// [`plan_with_health`]).
+#[cfg(test)]
+pub fn plan(
+    gateway: &GatewayDNS,
+    all: &[GatewayDNS],
+    clusters: &[ClusterInfo],
+    zone: &str,
+    observe: impl FnMut(&str) -> Observation,
+) -> Plan {
+    let mut plan = plan_with_health(
+        gateway,
+        all,
+        clusters,
+        zone,
+        &Global::default(),
+        observe,
+        |_| HealthView::default(),
+    );
+    // These tests are about the per-cluster names.
+    plan.global.clear();
+    plan.global_members = GlobalMembers::Nobody;
+    plan
+}
+
+/// Computes the plan of `gateway`. `all` is every GatewayDNS of its namespace (itself included),
+/// `observe` what its Service looks like on a cluster, `health` what the health tracking and
+/// the stale-record policy say of it: a withdrawn cluster's slices are deleted everywhere.
+pub fn plan_with_health(
+    gateway: &GatewayDNS,
+    all: &[GatewayDNS],
+    clusters: &[ClusterInfo],
+    zone: &str,
+    global: &Global,
+    mut observe: impl FnMut(&str) -> Observation,
+    mut health: impl FnMut(&str) -> HealthView,
+) -> Plan {
+    let mut planner = Planner {
+        gateway,
+        namespace: gateway.namespace().unwrap_or_default(),
+        reference: gateway_ref(gateway),
+        zone,
+        old_status: gateway.status.clone().unwrap_or_default(),
+        out: Plan::default(),
+        candidates: Vec::new(),
+    };
+    let mut selected: Vec<&ClusterInfo> = clusters
+        .iter()
+        .filter(|c| selects(&gateway.spec.cluster_selector, &c.labels))
+        .collect();
+    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    for cluster in selected {
+        let status = planner.cluster(cluster, all, &mut observe, &mut health);
+        planner.out.clusters.push(status);
+    }
+    let Planner {
+        namespace,
+        reference,
+        mut out,
+        candidates,
+        ..
+    } = planner;
+    plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    out.seal();
+    out
+}
+
+/// A selected cluster that could answer the global name: its name, whether it is healthy,
+/// and its addresses (v4, v6, host name).
+pub(super) type Candidate = (String, bool, [Vec<String>; 3]);
+
+/// The plan of one GatewayDNS while its clusters are gone through.
+struct Planner<'a> {
+    gateway: &'a GatewayDNS,
+    namespace: String,
+    reference: String,
+    zone: &'a str,
+    old_status: GatewayDNSStatus,
+    out: Plan,
+    candidates: Vec<Candidate>,
+}
+
+impl Planner<'_> {
+    /// Plans the slices of one selected cluster; gives its status entry.
+    fn cluster(
+        &mut self,
+        cluster: &ClusterInfo,
+        all: &[GatewayDNS],
+        observe: &mut impl FnMut(&str) -> Observation,
+        health: &mut impl FnMut(&str) -> HealthView,
+    ) -> ClusterGatewayStatus {
+        let namespace = &self.namespace;
+        let mut status = ClusterGatewayStatus {
+            cluster: cluster.name.clone(),
+            hostname: hostname(&cluster.name, namespace, self.zone),
+            ..Default::default()
+        };
+        if let Some(owner) = owns_cluster(self.gateway, all, cluster) {
+            status.state = GatewayState::Conflict;
+            status.message = format!(
+                "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
+                cluster.name
+            );
+            return status;
+        }
+        let view = health(&cluster.name);
+        status.health = view.health;
+        status.ready_endpoints = view.ready_endpoints;
+        status.unreachable_since = view.unreachable_since.clone();
+        status.last_seen = view.last_seen.clone();
+        if view.withdrawn {
+            status.state = GatewayState::Withdrawn;
+            status.message = format!(
+                "cluster {}: its records are withdrawn from every cluster: {}",
+                cluster.name, view.withdrawn_because
+            );
+            return status;
+        }
+        let healthy = view.health == Some(GatewayHealth::Healthy);
+        let service = &self.gateway.spec.service;
+        match observe(&cluster.name) {
+            Observation::Addresses { ips, hostnames } => {
+                self.publish(&mut status, healthy, &ips, &hostnames);
+            }
+            Observation::Unreachable(why) => {
+                // Its last addresses may still answer the global name when no cluster is
+                // healthy (`serveAll`).
+                self.keep_last(&mut status);
+                status.state = GatewayState::Unreachable;
+                status.message = format!(
+                    "cluster {} is unreachable, its last records are kept: {why}",
+                    cluster.name
+                );
+            }
+            Observation::KubeconfigRejected(why) => {
+                self.keep_last(&mut status);
+                status.state = GatewayState::KubeconfigRejected;
+                status.message = format!(
+                    "cluster {} is not asked, its last records are kept: {why}",
+                    cluster.name
+                );
+            }
+            Observation::ServiceNotFound => {
+                status.state = GatewayState::ServiceNotFound;
+                status.message = format!("Service {service} not found on cluster {}", cluster.name);
+            }
+            Observation::NotLoadBalancer(kind) => {
+                status.state = GatewayState::NotLoadBalancer;
+                status.message = format!(
+                    "Service {service} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
+                    cluster.name
+                );
+            }
+            Observation::NoAddress => {
+                status.state = GatewayState::NoAddress;
+                status.message = format!(
+                    "Service {service} on cluster {} has no load-balancer address yet",
+                    cluster.name
+                );
+            }
+        }
+        status
+    }
+
+    /// Publishes the addresses of the Service on `status`'s cluster.
+    fn publish(
+        &mut self,
+        status: &mut ClusterGatewayStatus,
+        healthy: bool,
+        ips: &[IpAddr],
+        hostnames: &[String],
+    ) {
+        let v4: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(|i| i.to_string())
+            .collect();
+        let v6: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv6())
+            .map(|i| i.to_string())
+            .collect();
+        let fqdn: Vec<String> = hostnames.iter().take(1).cloned().collect();
+        let addresses = [v4, v6, fqdn];
+        push_slices(
+            &mut self.out,
+            &slice_names(&self.namespace, &status.cluster),
+            &addresses,
+            &status.hostname,
+            &self.reference,
+            &status.cluster,
+        );
+        status.state = GatewayState::Published;
+        status.addresses = addresses.iter().flatten().cloned().collect();
+        self.candidates
+            .push((status.cluster.clone(), healthy, addresses));
+        if hostnames.len() > 1 {
+            status.message = format!(
+                "the load balancer gives {} host names; a DNS name can alias only one, {} is published",
+                hostnames.len(),
+                hostnames[0]
+            );
+        }
+    }
+
+    /// Keeps the slices of `status`'s cluster as they are, and its last addresses (from the
+    /// old status) as its records and an unhealthy candidate for the global name.
+    fn keep_last(&mut self, status: &mut ClusterGatewayStatus) {
+        let names = slice_names(&self.namespace, &status.cluster);
+        if let Some(before) = self
+            .old_status
+            .clusters
+            .iter()
+            .find(|c| c.cluster == status.cluster)
+        {
+            status.addresses = before.addresses.clone();
+            let last = split(&before.addresses);
+            push_slices(
+                &mut self.out,
+                &names,
+                &last,
+                &status.hostname,
+                &self.reference,
+                &status.cluster,
+            );
+            self.candidates.push((status.cluster.clone(), false, last));
+        }
+        self.out.keep.extend(names);
+    }
+}
+
+impl Plan {
+    /// Computes [`Plan::prints`] and [`Plan::hash`].
+    pub fn seal(&mut self) {
+        self.prints = self
+            .slices
+            .iter()
+            .chain(self.global.values().flatten())
+            .map(|s| (s.name_any(), Print::of(s)))
+            .collect();
+        let mut hasher = std::hash::DefaultHasher::new();
+        let mut names: Vec<&String> = self.prints.keys().collect();
+        names.sort();
+        for name in names {
+            name.hash(&mut hasher);
+            self.prints[name].hash(&mut hasher);
+        }
+        self.keep.hash(&mut hasher);
+        self.sources.hash(&mut hasher);
+        for (cluster, slices) in &self.global {
+            cluster.hash(&mut hasher);
+            for slice in slices {
+                slice.metadata.name.hash(&mut hasher);
+            }
+        }
+        format!("{:?}", self.global_members).hash(&mut hasher);
+        self.global_hostname.hash(&mut hasher);
+        self.global_ttl.hash(&mut hasher);
+        self.hash = hasher.finish();
+    }
+}
+
+/// The per-cluster slices of `cluster` (names from [`slice_names`]) for its (v4, v6, host name)
+/// addresses.
+fn push_slices(
+    out: &mut Plan,
+    names: &[String; 3],
+    addresses: &[Vec<String>; 3],
+    host: &str,
+    reference: &str,
+    cluster: &str,
+) {
+    for ((name, kind), addresses) in names.iter().zip(["IPv4", "IPv6", "FQDN"]).zip(addresses) {
+        if !addresses.is_empty() {
+            out.slices
+                .push(slice(name, kind, addresses, host, reference));
+            out.sources.insert(name.clone(), cluster.to_string());
+        }
+    }
+}
+
+/// Addresses as the status lists them, back to (v4, v6, host names).
+fn split(addresses: &[String]) -> [Vec<String>; 3] {
+    let mut out: [Vec<String>; 3] = Default::default();
+    for address in addresses {
+        match address.parse::<IpAddr>() {
+            Ok(IpAddr::V4(_)) => out[0].push(address.clone()),
+            Ok(IpAddr::V6(_)) => out[1].push(address.clone()),
+            Err(_) => out[2].push(address.clone()),
+        }
+    }
+    out
+}
+
+pub(super) fn slice(
+    name: &str,
+    address_type: &str,
+    addresses: &[String],
+    host: &str,
+    reference: &str,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(SLICE_NAMESPACE.to_string()),
+            labels: Some(
+                [
+                    (SERVICE_NAME_LABEL.to_string(), name.to_string()),
+                    (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                ]
+                .into(),
+            ),
+            annotations: Some(
+                [
+                    (HOSTNAME_ANNOTATION.to_string(), host.to_string()),
+                    (REF_ANNOTATION.to_string(), reference.to_string()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        address_type: address_type.to_string(),
+        endpoints: vec![Endpoint {
+            addresses: addresses.to_vec(),
+            ..Default::default()
+        }],
+        ports: None,
+    }
+}
