@@ -5,8 +5,9 @@
 //! body check that failed, or an expected request that never came.
 //!
 //! Beside the requests expected once, a scenario can [hang](Expect::hang) a request (accept it
-//! and never answer, for timeouts and backoff) and [repeat](Scenario::always) one answer for any
-//! number of matching requests (health polls, relists).
+//! and never answer, for timeouts and backoff), [delay](Expect::after) an answer (a slow server)
+//! and [repeat](Scenario::always) one answer for any number of matching requests (health polls,
+//! relists).
 //!
 //! ```ignore
 //! # #[tokio::main(flavor = "current_thread")]
@@ -54,6 +55,8 @@ struct Step {
     when: Option<When>,
     check: Option<Check>,
     answer: Answer,
+    /// How long the answer takes (zero: at once).
+    delay: Duration,
 }
 
 impl Step {
@@ -165,6 +168,7 @@ impl Scenario {
             path: path.into(),
             when: None,
             check: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -178,6 +182,7 @@ impl Scenario {
             method: method.to_string(),
             path: path.into(),
             when: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -238,18 +243,15 @@ impl Scenario {
                 if shared.lock().unwrap().steps.is_empty() {
                     all_met.send_replace(true);
                 }
-                let Some((status, reply)) = answered else {
-                    held.push(send);
-                    continue;
-                };
-                send.send_response(
-                    http::Response::builder()
-                        .status(status)
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&reply).unwrap(),
-                        ))
-                        .unwrap(),
-                );
+                match answered {
+                    None => held.push(send),
+                    Some((reply, delay)) if delay.is_zero() => respond(send, reply),
+                    // Later, while the server goes on answering the next requests.
+                    Some((reply, delay)) => drop(tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        respond(send, reply);
+                    })),
+                }
             }
         });
         let running = Running {
@@ -262,6 +264,19 @@ impl Scenario {
     }
 }
 
+/// Sends `status` and `body` as the response to a request.
+fn respond(
+    send: tower_test::mock::SendResponse<http::Response<kube::client::Body>>,
+    (status, body): (u16, Value),
+) {
+    send.send_response(
+        http::Response::builder()
+            .status(status)
+            .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap(),
+    );
+}
+
 /// An expected request whose answer is not said yet.
 #[must_use = "an expectation needs its answer: .reply(..) or .reply_with(..)"]
 pub struct Expect {
@@ -270,12 +285,20 @@ pub struct Expect {
     path: String,
     when: Option<When>,
     check: Option<Check>,
+    delay: Duration,
 }
 
 impl Expect {
     /// Matches only a request for which `when` holds too (a header, a query parameter).
     pub fn when(mut self, when: impl Fn(&Request) -> bool + Send + 'static) -> Expect {
         self.when = Some(Box::new(when));
+        self
+    }
+
+    /// Answers `delay` after the request came (a slow server); the server answers the requests
+    /// that come meanwhile.
+    pub fn after(mut self, delay: Duration) -> Expect {
+        self.delay = delay;
         self
     }
 
@@ -323,6 +346,7 @@ impl Expect {
             when: self.when,
             check: self.check,
             answer,
+            delay: self.delay,
         });
         self.scenario
     }
@@ -335,12 +359,19 @@ pub struct Always {
     method: String,
     path: String,
     when: Option<When>,
+    delay: Duration,
 }
 
 impl Always {
     /// Matches only a request for which `when` holds too.
     pub fn when(mut self, when: impl Fn(&Request) -> bool + Send + 'static) -> Always {
         self.when = Some(Box::new(when));
+        self
+    }
+
+    /// Answers each matching request `delay` after it came.
+    pub fn after(mut self, delay: Duration) -> Always {
+        self.delay = delay;
         self
     }
 
@@ -369,6 +400,7 @@ impl Always {
             when: self.when,
             check: None,
             answer,
+            delay: self.delay,
         });
         self.scenario
     }
@@ -382,9 +414,13 @@ struct State {
 }
 
 /// Matches `request` with its step (one expected once first, then a repeated one), runs the
-/// step's check, and makes the answer: a 500 Status when the request was not expected, `None`
-/// when the step hangs.
-fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> Option<(u16, Value)> {
+/// step's check, and makes the answer and how long it takes: a 500 Status at once when the
+/// request was not expected, `None` when the step hangs.
+fn answer(
+    state: &Mutex<State>,
+    request: Request,
+    any_order: bool,
+) -> Option<((u16, Value), Duration)> {
     let mut state = state.lock().unwrap();
     state.seen.push(request.clone());
     let position = if any_order {
@@ -399,7 +435,7 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> Option<(u1
     let Some(mut step) = position.and_then(|i| state.steps.remove(i)) else {
         if let Some(repeated) = state.repeated.iter_mut().find(|s| s.matches(&request)) {
             return match &mut repeated.answer {
-                Answer::Reply(reply) => Some(reply(&request)),
+                Answer::Reply(reply) => Some((reply(&request), repeated.delay)),
                 Answer::Hang => None,
             };
         }
@@ -413,11 +449,9 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> Option<(u1
             request.uri()
         );
         state.failures.push(failure.clone());
-        return Some((
-            500,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                   "code": 500, "message": failure}),
-        ));
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "code": 500, "message": failure});
+        return Some(((500, status), Duration::ZERO));
     };
     if let Some(check) = step.check {
         let checked = std::panic::catch_unwind(AssertUnwindSafe(|| check(&request.body)));
@@ -435,7 +469,7 @@ fn answer(state: &Mutex<State>, request: Request, any_order: bool) -> Option<(u1
         }
     }
     match &mut step.answer {
-        Answer::Reply(reply) => Some(reply(&request)),
+        Answer::Reply(reply) => Some((reply(&request), step.delay)),
         Answer::Hang => None,
     }
 }
@@ -641,6 +675,40 @@ mod tests {
         assert_eq!(started.elapsed(), deadline, "it waited for its deadline");
         // The retry gets the next step's answer.
         assert!(api.get_opt("c").await.unwrap().is_none());
+        assert_eq!(server.done().await.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_answer_comes_after_its_delay_and_does_not_hold_up_the_next_requests() {
+        let found = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "slow", "namespace": "a"}});
+        let (client, server) = Scenario::new()
+            .in_any_order()
+            .expect("GET", "/api/v1/namespaces/a/configmaps/slow")
+            .after(Duration::from_secs(4))
+            .reply((200, found))
+            .always("GET", "/api/v1/namespaces/a/configmaps/fast")
+            .after(Duration::from_secs(1))
+            .reply(not_found())
+            .run();
+        let api: Api<ConfigMap> = Api::namespaced(client, "a");
+        let started = tokio::time::Instant::now();
+        let slow = tokio::spawn({
+            let api = api.clone();
+            async move { (api.get_opt("slow").await, started.elapsed()) }
+        });
+        while server.seen().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert!(api.get_opt("fast").await.unwrap().is_none());
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "not after the slow one"
+        );
+        let (slow, took) = slow.await.unwrap();
+        assert!(slow.unwrap().is_some());
+        assert_eq!(took, Duration::from_secs(4));
         assert_eq!(server.done().await.len(), 2);
     }
 

@@ -172,50 +172,51 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, Ordering},
     };
+    use xcc_kube::scenario::{Running, Scenario};
 
-    /// A service cluster whose paths answer at once, after `slow`, or never (`stopped`); the
-    /// count of `/version` questions it was asked.
-    fn upstream(slow: Duration, stopped: Arc<AtomicBool>) -> (Upstream, Arc<AtomicUsize>) {
-        let questions = Arc::new(AtomicUsize::new(0));
-        let asked = questions.clone();
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let stopped = stopped.clone();
-            if request.uri().path() == "/version" {
-                asked.fetch_add(1, Ordering::SeqCst);
-            }
-            async move {
-                if stopped.load(Ordering::SeqCst) {
-                    futures::future::pending::<()>().await;
-                }
-                if request.uri().path() != "/version" {
-                    tokio::time::sleep(slow).await;
-                }
-                Ok::<_, std::convert::Infallible>(
-                    Response::builder()
-                        .status(200)
-                        .body(kube::client::Body::from(b"{}".to_vec()))
-                        .unwrap(),
-                )
-            }
-        });
+    /// The path the tests ask for.
+    const PATH: &str = "/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters";
+
+    /// A service cluster that answers `/version` at once and [`PATH`] after `slow`, or nothing
+    /// at all while `stopped`; its server counts the `/version` questions.
+    fn upstream(slow: Duration, stopped: Arc<AtomicBool>) -> (Upstream, Running) {
+        let silent = stopped.clone();
+        let (client, server) = Scenario::new()
+            .always("GET", "/version")
+            .when(move |_| silent.load(Ordering::SeqCst))
+            .hang()
+            .always("GET", PATH)
+            .when(move |_| stopped.load(Ordering::SeqCst))
+            .hang()
+            .always("GET", "/version")
+            .reply((200, json!({})))
+            .always("GET", PATH)
+            .after(slow)
+            .reply((200, json!({})))
+            .run();
         let upstream = Upstream {
             client: PeerClient {
-                client: kube::Client::new(service, "default"),
+                client,
                 identity: "team-1/upstream@uid/1".into(),
                 server: "https://services.example:6443".into(),
                 tls: xcc_kube::PeerTls::Verified,
             },
             link: "team-1/services".into(),
         };
-        (upstream, questions)
+        (upstream, server)
+    }
+
+    fn questions(server: &Running) -> usize {
+        server.count(|r| r.path == "/version")
     }
 
     fn get() -> Request<kube::client::Body> {
-        Request::get("/apis/rabbitmq.com/v1beta1/namespaces/team-1/rabbitmqclusters")
+        Request::get(PATH)
             .body(kube::client::Body::empty())
             .unwrap()
     }
@@ -227,7 +228,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_answer_of_a_server_that_is_there_is_waited_for() {
         let liveness = Liveness::default();
-        let (upstream, questions) = upstream(Duration::from_secs(5), Arc::default());
+        let (upstream, server) = upstream(Duration::from_secs(5), Arc::default());
         let started = tokio::time::Instant::now();
         let answer = liveness
             .send(&upstream, get(), Duration::from_secs(60), &metrics())
@@ -235,7 +236,7 @@ mod tests {
         assert_eq!(answer.map(|r| r.status().as_u16()), Ok(200));
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         assert!(!liveness.silent(&upstream.link));
-        assert_eq!(questions.load(Ordering::SeqCst), 1);
+        assert_eq!(questions(&server), 1);
 
         let answer = liveness
             .send(&upstream, get(), Duration::from_secs(2), &metrics())
@@ -248,7 +249,7 @@ mod tests {
     {
         let stopped = Arc::new(AtomicBool::new(true));
         let liveness = Liveness::default();
-        let (upstream, _) = upstream(Duration::ZERO, stopped.clone());
+        let (upstream, _server) = upstream(Duration::ZERO, stopped.clone());
         let started = tokio::time::Instant::now();
         let answer = liveness
             .send(&upstream, get(), Duration::from_secs(60), &metrics())
@@ -277,7 +278,7 @@ mod tests {
     async fn concurrent_requests_share_one_question() {
         let stopped = Arc::new(AtomicBool::new(true));
         let liveness = Arc::new(Liveness::default());
-        let (upstream, questions) = upstream(Duration::ZERO, stopped);
+        let (upstream, server) = upstream(Duration::ZERO, stopped);
         let upstream = Arc::new(upstream);
         let requests = (0..20).map(|_| {
             let (liveness, upstream) = (liveness.clone(), upstream.clone());
@@ -290,6 +291,6 @@ mod tests {
         });
         let answers = futures::future::join_all(requests).await;
         assert!(answers.iter().all(|a| *a == Some(Unanswered::Silent)));
-        assert_eq!(questions.load(Ordering::SeqCst), 1);
+        assert_eq!(questions(&server), 1);
     }
 }
