@@ -31,9 +31,12 @@ pub mod upstream;
 
 mod authz;
 mod discovery;
+mod listener;
 mod responses;
 
 use authz::Decisions;
+pub use listener::Certs;
+use listener::{Caller, Front};
 pub use responses::status;
 use responses::{
     forbidden, full, json_body, not_found, read_body, status_value, unavailable, upstream_error,
@@ -51,14 +54,8 @@ use dashmap::DashMap;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::{Api, ResourceExt, api::PartialObjectMeta, runtime::reflector::Store};
-use rustls::{
-    ServerConfig,
-    server::{ClientHello, ResolvesServerCert},
-    sign::CertifiedKey,
-};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{ResourceExt, api::PartialObjectMeta, runtime::reflector::Store};
 use xcc_kube::{PeerClient, PeerClients, Reach};
 
 use super::api::{APIResourceImport, ClusterAPIGroupImport};
@@ -83,10 +80,6 @@ pub const UPSTREAM_DEADLINE: Duration = Duration::from_secs(60);
 /// The same for discovery and OpenAPI, which have a last good copy to fall back on (well inside
 /// the 5 s kube-aggregator allows an APIService's availability check).
 const DISCOVERY_DEADLINE: Duration = Duration::from_secs(3);
-/// How long a TLS handshake may take.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// How often the front proxy's settings are read again.
-const FRONT_PROXY_REFRESH: Duration = Duration::from_secs(30);
 /// What this server's 503 asks the client to wait, in seconds: nothing, because the answer comes
 /// at once while the service cluster is silent ([`upstream`]). client-go retries a 5xx with
 /// `Retry-After` up to ten times: with 0 that costs `kubectl get` milliseconds, not ten seconds.
@@ -95,39 +88,6 @@ const RETRY_AFTER: &str = "0";
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every answer: a whole one, or upstream's stream.
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
-
-/// The serving certificates, by the server name a client asks for (every TLS handshake reads
-/// it, the link reconciler writes it).
-#[derive(Debug, Default)]
-pub struct Certs(DashMap<String, Arc<CertifiedKey>>);
-
-impl ResolvesServerCert for Certs {
-    /// The certificate of the name asked for; without a known name (kube-aggregator's
-    /// availability check dials the cluster IP without SNI and without verifying), any one:
-    /// certificates are public, and a client that verifies refuses a wrong one.
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let named = hello
-            .server_name()
-            .and_then(|name| self.0.get(name).map(|cert| cert.clone()));
-        named.or_else(|| self.0.iter().next().map(|cert| cert.clone()))
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CertError {
-    #[error("no certificate in tls.crt")]
-    NoCertificate,
-    #[error("tls.crt: {0}")]
-    Certificate(String),
-    #[error("tls.key: {0}")]
-    Key(String),
-}
-
-/// The front proxy's settings and the TLS configuration made from them.
-struct Front {
-    settings: FrontProxy,
-    tls: Arc<ServerConfig>,
-}
 
 /// The aggregated API server's state, shared by its connections and the reconcilers that feed it.
 pub struct Proxy {
@@ -184,34 +144,6 @@ impl Proxy {
         }
     }
 
-    /// Serves `name` (the Service's DNS name) with PEM `cert` (chain) and `key`.
-    pub fn set_cert(&self, name: &str, cert: &[u8], key: &[u8]) -> Result<(), CertError> {
-        let chain = CertificateDer::pem_slice_iter(cert)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| CertError::Certificate(xcc_kube::bounded(&e)))?;
-        if chain.is_empty() {
-            return Err(CertError::NoCertificate);
-        }
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
-        let provider = rustls::crypto::ring::default_provider();
-        let signing = provider
-            .key_provider
-            .load_private_key(key)
-            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
-        let certified = CertifiedKey::new(chain, signing);
-        certified
-            .keys_match()
-            .map_err(|e| CertError::Key(xcc_kube::bounded(&e)))?;
-        self.certs.0.insert(name.to_string(), Arc::new(certified));
-        Ok(())
-    }
-
-    /// Stops serving `name`.
-    pub fn drop_cert(&self, name: &str) {
-        self.certs.0.remove(name);
-    }
-
     /// Forwards the imports of link `namespace/name` with `client`.
     pub fn set_link(&self, namespace: &str, name: &str, client: PeerClient) {
         self.links.insert(format!("{namespace}/{name}"), client);
@@ -231,167 +163,9 @@ impl Proxy {
             .map(|client| client.clone())
     }
 
-    /// `Ok` when the front proxy's settings are in use, else why not.
-    pub fn front_status(&self) -> Result<(), String> {
-        match &*self.front_error.lock().unwrap_or_else(|e| e.into_inner()) {
-            None => Ok(()),
-            Some(error) => Err(error.clone()),
-        }
-    }
-
     /// Who the server acts as on this cluster.
     pub fn identity(&self) -> &identity::Identity {
         &self.identity
-    }
-
-    /// Where the server listens, once it does.
-    pub fn listening(&self) -> Option<SocketAddr> {
-        *self.listening.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Reads the front proxy's settings again; keeps the last good ones on failure.
-    pub async fn refresh_front(&self) {
-        let (namespace, name) = front::AUTH_CONFIG_MAP;
-        let result = match Api::<ConfigMap>::namespaced(self.identity.client(), namespace)
-            .get(name)
-            .await
-        {
-            Ok(config_map) => FrontProxy::from_config_map(&config_map).map_err(|e| e.to_string()),
-            Err(error) => Err(format!(
-                "cannot read ConfigMap {namespace}/{name}: {}",
-                xcc_kube::bounded(&error)
-            )),
-        };
-        match result {
-            Ok(settings) => {
-                let unchanged = self
-                    .front
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .is_some_and(|f| {
-                        f.settings.ca_pem == settings.ca_pem
-                            && f.settings.allowed_names == settings.allowed_names
-                    });
-                if !unchanged {
-                    let mut tls = match ServerConfig::builder_with_provider(Arc::new(
-                        rustls::crypto::ring::default_provider(),
-                    ))
-                    .with_safe_default_protocol_versions()
-                    {
-                        Ok(builder) => builder
-                            .with_client_cert_verifier(settings.handshake_verifier())
-                            .with_cert_resolver(self.certs.clone()),
-                        Err(error) => {
-                            *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(format!("TLS: {error}"));
-                            return;
-                        }
-                    };
-                    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-                    tracing::info!(allowed_names = ?settings.allowed_names, "front-proxy settings in use");
-                    *self.front.write().unwrap_or_else(|e| e.into_inner()) =
-                        Some(Arc::new(Front {
-                            settings,
-                            tls: Arc::new(tls),
-                        }));
-                }
-                *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "front-proxy settings");
-                *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
-            }
-        }
-    }
-
-    /// Serves HTTPS on `listener` until `stop` resolves, reading the front proxy's settings
-    /// every [`FRONT_PROXY_REFRESH`].
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: tokio::net::TcpListener,
-        stop: impl std::future::Future<Output = ()>,
-    ) {
-        *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = listener.local_addr().ok();
-        let refresher = {
-            let proxy = self.clone();
-            tokio::spawn(async move {
-                loop {
-                    proxy.refresh_front().await;
-                    tokio::time::sleep(FRONT_PROXY_REFRESH).await;
-                }
-            })
-        };
-        let mut stop = std::pin::pin!(stop);
-        loop {
-            let (stream, remote) = tokio::select! {
-                () = &mut stop => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::debug!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let front = self.front.read().unwrap_or_else(|e| e.into_inner()).clone();
-            let Some(front) = front else {
-                tracing::debug!(%remote, "no front-proxy settings yet: connection closed");
-                continue;
-            };
-            let proxy = self.clone();
-            tokio::spawn(async move {
-                let _ = stream.set_nodelay(true);
-                let acceptor = tokio_rustls::TlsAcceptor::from(front.tls.clone());
-                let tls =
-                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(error)) => {
-                            tracing::debug!(%remote, %error, "TLS handshake refused");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                // The handshake proved the client holds its certificate's key; whether the
-                // front-proxy CA signed it, and whether its name is allowed, is judged here.
-                let caller = match tls.get_ref().1.peer_certificates() {
-                    None | Some([]) => Caller::Anonymous,
-                    Some(chain) => match front.settings.trusts(chain) {
-                        Err(why) => Caller::Untrusted(why),
-                        Ok(()) => {
-                            let cn = front::common_name(chain[0].as_ref());
-                            if front.settings.allows(cn.as_deref()) {
-                                Caller::FrontProxy
-                            } else {
-                                Caller::NotAllowed(cn)
-                            }
-                        }
-                    },
-                };
-                let caller = Arc::new(caller);
-                let service = hyper::service::service_fn(move |request| {
-                    let proxy = proxy.clone();
-                    let front = front.clone();
-                    let caller = caller.clone();
-                    async move {
-                        Ok::<_, std::convert::Infallible>(
-                            proxy.handle(&front.settings, &caller, request).await,
-                        )
-                    }
-                });
-                let builder = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                );
-                if let Err(error) = builder
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await
-                {
-                    tracing::debug!(%remote, %error, "connection ended");
-                }
-            });
-        }
-        refresher.abort();
     }
 
     /// Answers one request, counted by link, verb and code.
@@ -418,32 +192,8 @@ impl Proxy {
         request: Request<Incoming>,
         label: &mut Label,
     ) -> Response<Body> {
-        match caller {
-            Caller::FrontProxy => {}
-            Caller::Anonymous => {
-                return status(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    "a client certificate signed by the front-proxy CA is required",
-                );
-            }
-            Caller::Untrusted(why) => {
-                return status(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    &format!("the client certificate is not signed by the front-proxy CA: {why}"),
-                );
-            }
-            Caller::NotAllowed(cn) => {
-                return status(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    &format!(
-                        "client certificate name {:?} is not in requestheader-allowed-names",
-                        xcc_kube::bounded(&cn.clone().unwrap_or_default())
-                    ),
-                );
-            }
+        if let Some(refusal) = caller.refusal() {
+            return refusal;
         }
         let Some(user) = front.user(request.headers()) else {
             return status(
@@ -595,116 +345,126 @@ impl Proxy {
 
     /// Sends `request` upstream with the link's identity and answers with upstream's answer.
     async fn forward(&self, upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let body = match read_body(body).await {
-            Ok(body) => body,
+        let request = match upstream_request(request).await {
+            Ok(request) => request,
             Err(answer) => return *answer,
         };
-        let content_type = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        match request::check_body(content_type, &body) {
-            Ok(()) => {}
-            Err(refusal @ request::BodyRefusal::Malformed(..)) => {
-                return status(StatusCode::BAD_REQUEST, "BadRequest", &refusal.to_string());
-            }
-            Err(refusal @ request::BodyRefusal::MediaType(_)) => {
-                return status(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "UnsupportedMediaType",
-                    &refusal.to_string(),
-                );
-            }
-        }
-        let path = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        let mut builder = Request::builder().method(parts.method.clone()).uri(path);
-        for name in [
-            header::ACCEPT,
-            header::CONTENT_TYPE,
-            header::IF_NONE_MATCH,
-            header::USER_AGENT,
-        ] {
-            for value in parts.headers.get_all(&name) {
-                builder = builder.header(&name, value);
-            }
-        }
-        let Ok(request) = builder.body(kube::client::Body::from(body.to_vec())) else {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the request is malformed",
-            );
-        };
-        let response = match self
+        match self
             .liveness
             .send(upstream, request, UPSTREAM_DEADLINE, &self.metrics)
             .await
         {
-            Ok(response) => response,
-            Err(why) => return unavailable(&why.to_string()),
-        };
-        let (parts, body) = response.into_parts();
-        let mut answer = Response::builder().status(parts.status);
-        for name in [
-            header::CONTENT_TYPE,
-            header::ETAG,
-            header::RETRY_AFTER,
-            header::WARNING,
-        ] {
-            for value in parts.headers.get_all(&name) {
-                answer = answer.header(&name, value);
-            }
+            Ok(response) => from_upstream(response).await,
+            Err(why) => unavailable(&why.to_string()),
         }
-        if parts.status.is_client_error() || parts.status.is_server_error() {
-            let Ok(collected) = Limited::new(body, MAX_ERROR_BODY).collect().await else {
-                return status(
-                    StatusCode::BAD_GATEWAY,
-                    "InternalError",
-                    &format!(
-                        "the service cluster answered {} with an error body that could not be read whole (over {} KiB or cut off)",
-                        parts.status.as_u16(),
-                        MAX_ERROR_BODY / 1024
-                    ),
-                );
-            };
-            return upstream_error(
-                parts.status,
-                &collected.to_bytes(),
-                parts.headers.get(header::RETRY_AFTER).cloned(),
-            );
+    }
+}
+
+/// The request sent upstream for `request`: its method, path, body (read whole and checked) and
+/// the headers that describe the body and the answer wanted; or the answer refusing it.
+async fn upstream_request(
+    request: Request<Incoming>,
+) -> Result<Request<kube::client::Body>, Box<Response<Body>>> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(answer) => return Err(answer),
+    };
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    match request::check_body(content_type, &body) {
+        Ok(()) => {}
+        Err(refusal @ request::BodyRefusal::Malformed(..)) => {
+            return Err(Box::new(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &refusal.to_string(),
+            )));
         }
-        let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
-        answer.body(body).unwrap_or_else(|_| {
-            status(
+        Err(refusal @ request::BodyRefusal::MediaType(_)) => {
+            return Err(Box::new(status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                &refusal.to_string(),
+            )));
+        }
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let mut builder = Request::builder().method(parts.method.clone()).uri(path);
+    for name in [
+        header::ACCEPT,
+        header::CONTENT_TYPE,
+        header::IF_NONE_MATCH,
+        header::USER_AGENT,
+    ] {
+        for value in parts.headers.get_all(&name) {
+            builder = builder.header(&name, value);
+        }
+    }
+    builder
+        .body(kube::client::Body::from(body.to_vec()))
+        .map_err(|_| {
+            Box::new(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the request is malformed",
+            ))
+        })
+}
+
+/// Upstream's answer, passed on: its status and the headers that describe it, its body streamed;
+/// an error body read whole (bounded) and passed on as a Status.
+async fn from_upstream(response: Response<kube::client::Body>) -> Response<Body> {
+    let (parts, body) = response.into_parts();
+    let mut answer = Response::builder().status(parts.status);
+    for name in [
+        header::CONTENT_TYPE,
+        header::ETAG,
+        header::RETRY_AFTER,
+        header::WARNING,
+    ] {
+        for value in parts.headers.get_all(&name) {
+            answer = answer.header(&name, value);
+        }
+    }
+    if parts.status.is_client_error() || parts.status.is_server_error() {
+        let Ok(collected) = Limited::new(body, MAX_ERROR_BODY).collect().await else {
+            return status(
                 StatusCode::BAD_GATEWAY,
                 "InternalError",
-                "the service cluster's answer is malformed",
-            )
-        })
+                &format!(
+                    "the service cluster answered {} with an error body that could not be read whole (over {} KiB or cut off)",
+                    parts.status.as_u16(),
+                    MAX_ERROR_BODY / 1024
+                ),
+            );
+        };
+        return upstream_error(
+            parts.status,
+            &collected.to_bytes(),
+            parts.headers.get(header::RETRY_AFTER).cloned(),
+        );
     }
+    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+    answer.body(body).unwrap_or_else(|_| {
+        status(
+            StatusCode::BAD_GATEWAY,
+            "InternalError",
+            "the service cluster's answer is malformed",
+        )
+    })
 }
 
 /// What a request is counted as.
 struct Label {
     link: String,
     verb: &'static str,
-}
-
-/// The TLS identity of a connection.
-enum Caller {
-    /// A client certificate of the front proxy.
-    FrontProxy,
-    /// A certificate signed by the front-proxy CA whose name is not allowed.
-    NotAllowed(Option<String>),
-    /// A certificate the front-proxy CA did not sign (why, bounded).
-    Untrusted(String),
-    /// No client certificate.
-    Anonymous,
 }
 
 #[cfg(test)]
