@@ -138,6 +138,20 @@ struct State<'a> {
     vars: Vec<(&'a str, Val<'a>)>,
 }
 
+/// Runs `iteration` of a range on each `(key, element)` of `items` until one breaks or fails.
+fn each<'a>(
+    state: &mut State<'a>,
+    iteration: &mut impl FnMut(&mut State<'a>, Val<'a>, Val<'a>) -> Result<Flow, TemplateError>,
+    items: impl Iterator<Item = (Val<'a>, Val<'a>)>,
+) -> Result<(), TemplateError> {
+    for (key, elem) in items {
+        if iteration(state, key, elem)? == Flow::Break {
+            break;
+        }
+    }
+    Ok(())
+}
+
 fn exec_error(at: Pos, message: impl Into<String>) -> TemplateError {
     TemplateError::Exec {
         at,
@@ -263,54 +277,31 @@ impl<'a> State<'a> {
             state.vars.truncate(inner);
             flow
         };
-        let mut result = Ok(());
         match &value {
-            Val::List(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    match iteration(self, Val::Int(i as i64), Val::of(item)) {
-                        Ok(Flow::Break) => break,
-                        Ok(_) => {}
-                        Err(e) => {
-                            result = Err(e);
-                            break;
-                        }
-                    }
-                }
+            Val::List(items) => each(
+                self,
+                &mut iteration,
+                (items.iter().enumerate()).map(|(i, item)| (Val::Int(i as i64), Val::of(item))),
+            )?,
+            Val::Map(map) => each(
+                self,
+                &mut iteration,
+                (map.iter()).map(|(key, item)| (Val::Str(Text::Ref(key)), Val::of(item))),
+            )?,
+            Val::Int(_) if pipe.decl.len() > 1 => {
+                return Err(exec_error(
+                    pipe.at,
+                    "can't use two variables to range over an integer",
+                ));
             }
-            Val::Map(map) => {
-                for (key, item) in map.iter() {
-                    match iteration(self, Val::Str(Text::Ref(key)), Val::of(item)) {
-                        Ok(Flow::Break) => break,
-                        Ok(_) => {}
-                        Err(e) => {
-                            result = Err(e);
-                            break;
-                        }
-                    }
-                }
-            }
-            Val::Int(n) => {
-                if pipe.decl.len() > 1 {
-                    result = Err(exec_error(
-                        pipe.at,
-                        "can't use two variables to range over an integer",
-                    ));
-                } else {
-                    for i in 0..*n {
-                        match iteration(self, Val::Int(i), Val::Int(i)) {
-                            Ok(Flow::Break) => break,
-                            Ok(_) => {}
-                            Err(e) => {
-                                result = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
+            Val::Int(n) => each(
+                self,
+                &mut iteration,
+                (0..*n).map(|i| (Val::Int(i), Val::Int(i))),
+            )?,
             Val::Missing | Val::Nil => {}
             other => {
-                result = Err(exec_error(
+                return Err(exec_error(
                     pipe.at,
                     format!(
                         "range can't iterate over a value of type {}",
@@ -319,7 +310,6 @@ impl<'a> State<'a> {
                 ));
             }
         }
-        result?;
         let flow = if ran {
             Flow::Next
         } else {

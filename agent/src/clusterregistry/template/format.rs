@@ -255,39 +255,8 @@ fn one(verb: char, flags: Flags, precision: Option<usize>, arg: &Val<'_>) -> Opt
             format!("'{inner}'")
         }
         ('d', Val::Int(i)) => format!("{}{}", sign(*i < 0, flags), i.unsigned_abs()),
-        ('b' | 'o' | 'O' | 'x' | 'X', Val::Int(i)) => {
-            let n = i.unsigned_abs();
-            let (digits, prefix) = match verb {
-                'b' => (format!("{n:b}"), "0b"),
-                'o' => (format!("{n:o}"), "0"),
-                'O' => (format!("{n:o}"), "0o"),
-                'x' => (format!("{n:x}"), "0x"),
-                _ => (format!("{n:X}"), "0X"),
-            };
-            let prefix = if flags.sharp || verb == 'O' {
-                prefix
-            } else {
-                ""
-            };
-            format!("{}{prefix}{digits}", sign(*i < 0, flags))
-        }
-        ('x' | 'X', Val::Str(s)) => {
-            let mut out = String::new();
-            for (i, b) in s.bytes().enumerate() {
-                if i > 0 && flags.space {
-                    out.push(' ');
-                }
-                if flags.sharp && (i == 0 || flags.space) {
-                    out.push_str(if verb == 'x' { "0x" } else { "0X" });
-                }
-                let _ = if verb == 'x' {
-                    write!(out, "{b:02x}")
-                } else {
-                    write!(out, "{b:02X}")
-                };
-            }
-            out
-        }
+        ('b' | 'o' | 'O' | 'x' | 'X', Val::Int(i)) => radix(verb, *i, flags),
+        ('x' | 'X', Val::Str(s)) => hex_bytes(verb, s, flags),
         ('c', Val::Int(i)) => u32::try_from(*i)
             .ok()
             .and_then(char::from_u32)
@@ -314,6 +283,43 @@ fn one(verb: char, flags: Flags, precision: Option<usize>, arg: &Val<'_>) -> Opt
         ('t', Val::Bool(b)) => b.to_string(),
         _ => return None,
     })
+}
+
+/// Integer `i` in the base of `verb` (`b`, `o`, `O`, `x`, `X`), with its prefix when `#` or `O`.
+fn radix(verb: char, i: i64, flags: Flags) -> String {
+    let n = i.unsigned_abs();
+    let (digits, prefix) = match verb {
+        'b' => (format!("{n:b}"), "0b"),
+        'o' => (format!("{n:o}"), "0"),
+        'O' => (format!("{n:o}"), "0o"),
+        'x' => (format!("{n:x}"), "0x"),
+        _ => (format!("{n:X}"), "0X"),
+    };
+    let prefix = if flags.sharp || verb == 'O' {
+        prefix
+    } else {
+        ""
+    };
+    format!("{}{prefix}{digits}", sign(i < 0, flags))
+}
+
+/// The bytes of `s` in hexadecimal (`x` or `X`), spaced and prefixed as the flags say.
+fn hex_bytes(verb: char, s: &str, flags: Flags) -> String {
+    let mut out = String::new();
+    for (i, b) in s.bytes().enumerate() {
+        if i > 0 && flags.space {
+            out.push(' ');
+        }
+        if flags.sharp && (i == 0 || flags.space) {
+            out.push_str(if verb == 'x' { "0x" } else { "0X" });
+        }
+        let _ = if verb == 'x' {
+            write!(out, "{b:02x}")
+        } else {
+            write!(out, "{b:02X}")
+        };
+    }
+    out
 }
 
 fn with_sign(text: String, f: f64, flags: Flags) -> String {

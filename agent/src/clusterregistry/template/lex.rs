@@ -105,6 +105,26 @@ pub(super) struct Token<'s> {
     pub at: Pos,
 }
 
+/// The token of a word: a constant, a keyword or an identifier.
+fn word_token(word: &str) -> Tok<'_> {
+    match word {
+        "true" => Tok::Bool(true),
+        "false" => Tok::Bool(false),
+        "nil" => Tok::Nil,
+        "if" => Tok::Keyword(Keyword::If),
+        "else" => Tok::Keyword(Keyword::Else),
+        "end" => Tok::Keyword(Keyword::End),
+        "range" => Tok::Keyword(Keyword::Range),
+        "with" => Tok::Keyword(Keyword::With),
+        "break" => Tok::Keyword(Keyword::Break),
+        "continue" => Tok::Keyword(Keyword::Continue),
+        "define" => Tok::Keyword(Keyword::Define),
+        "template" => Tok::Keyword(Keyword::Template),
+        "block" => Tok::Keyword(Keyword::Block),
+        word => Tok::Ident(word),
+    }
+}
+
 fn is_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\r' | '\n')
 }
@@ -323,22 +343,7 @@ impl<'s> Lexer<'s> {
                 }
                 c if is_alphanumeric(c) => {
                     self.word();
-                    match &self.src[start..self.i] {
-                        "true" => Tok::Bool(true),
-                        "false" => Tok::Bool(false),
-                        "nil" => Tok::Nil,
-                        "if" => Tok::Keyword(Keyword::If),
-                        "else" => Tok::Keyword(Keyword::Else),
-                        "end" => Tok::Keyword(Keyword::End),
-                        "range" => Tok::Keyword(Keyword::Range),
-                        "with" => Tok::Keyword(Keyword::With),
-                        "break" => Tok::Keyword(Keyword::Break),
-                        "continue" => Tok::Keyword(Keyword::Continue),
-                        "define" => Tok::Keyword(Keyword::Define),
-                        "template" => Tok::Keyword(Keyword::Template),
-                        "block" => Tok::Keyword(Keyword::Block),
-                        word => Tok::Ident(word),
-                    }
+                    word_token(&self.src[start..self.i])
                 }
                 c => {
                     return Err(self.error(

@@ -281,26 +281,8 @@ impl<'s> Parser<'s> {
                 Stop::Eof => return Err(unclosed()),
                 Stop::End(_) => break,
                 Stop::Else(else_at) => {
-                    let next = self.peek_non_space().cloned();
-                    match next.map(|t| t.tok) {
-                        Some(Tok::Keyword(k @ (Keyword::If | Keyword::With))) if k == keyword => {
-                            self.i += 1;
-                            continue;
-                        }
-                        Some(Tok::Close) => self.i += 1,
-                        _ => {
-                            return Err(syntax(
-                                else_at,
-                                format!(
-                                    "expected }}}} after else{}",
-                                    match keyword {
-                                        Keyword::If => " (or else if)",
-                                        Keyword::With => " (or else with)",
-                                        _ => "",
-                                    }
-                                ),
-                            ));
-                        }
+                    if self.else_chains(keyword, else_at)? {
+                        continue;
                     }
                     let (list, stop) = self.list()?;
                     otherwise = list;
@@ -337,6 +319,33 @@ impl<'s> Parser<'s> {
                 otherwise,
             },
         })
+    }
+
+    /// After an `else` of `keyword` at `else_at`: whether an `if` (`with`) of the same keyword
+    /// chains on (read), else reads the `}}` that must follow.
+    fn else_chains(&mut self, keyword: Keyword, else_at: Pos) -> Result<bool, TemplateError> {
+        let next = self.peek_non_space().cloned();
+        match next.map(|t| t.tok) {
+            Some(Tok::Keyword(k @ (Keyword::If | Keyword::With))) if k == keyword => {
+                self.i += 1;
+                Ok(true)
+            }
+            Some(Tok::Close) => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(syntax(
+                else_at,
+                format!(
+                    "expected }}}} after else{}",
+                    match keyword {
+                        Keyword::If => " (or else if)",
+                        Keyword::With => " (or else with)",
+                        _ => "",
+                    }
+                ),
+            )),
+        }
     }
 
     /// A pipeline with its declarations, up to and including `end` (`}}` or `)`).
