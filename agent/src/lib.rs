@@ -20,6 +20,13 @@
 //! - [`process`]: flags, wiring, the admin server; all that `main.rs` calls.
 //!
 //! Only [`process`] is public: the rest is reached through it, so an unused item still warns.
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 
 mod clusterregistry;
 mod feed;

@@ -1,5 +1,11 @@
 //! The `xcc-agent` binary: parses the flags, prints the CRDs or runs the agent ([`xcc_agent`]).
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

@@ -1,5 +1,9 @@
 //! The real `xcc-agent` binary in standalone mode, queried by a real DNS client (`dig`), over UDP
 //! and TCP, while its records file changes.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::{
     io::{BufRead, BufReader, Read, Write},

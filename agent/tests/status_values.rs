@@ -9,6 +9,10 @@
 //! *types* (`Ready`, `InsecurePeer`) are keys, not values a condition takes: a constant named
 //! `*_CONDITION` may hold one. Annotations, labels, finalizers and field managers (with a `/`, a
 //! `.` or lower case) are not status values and pass.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::path::{Path, PathBuf};
 

@@ -17,7 +17,13 @@
 //! before its first write, so bad input changes nothing (`link` writes on the workload cluster
 //! only what the service cluster's agent made in answer to its first write). Kubeconfigs the CLI writes into
 //! Secrets pass the same trust rules the readers apply ([`xcc_kube::trust`]).
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 mod args;

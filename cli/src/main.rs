@@ -4,7 +4,13 @@
 //! Run as `kubectl_complete-xcc WORDS...` (a link to this binary: kubectl's convention for a
 //! plugin's completion) or as `kubectl-xcc __complete WORDS...` (the bash script), it prints
 //! completion candidates instead.
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 use std::{path::Path, process::ExitCode};

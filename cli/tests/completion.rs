@@ -8,6 +8,10 @@
 //! compinit from fpath, driven on a pseudo-terminal; fish: `complete -C`), and kubectl's own
 //! zsh and fish completion complete `kubectl xcc ...` through `kubectl_complete-xcc`. A
 //! missing zsh, fish or kubectl skips its part with one loud line, and fails in CI.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::{
     path::{Path, PathBuf},

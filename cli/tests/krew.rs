@@ -1,6 +1,10 @@
 //! tools/krew-manifest.sh on the built binary: the archive holds what the manifest says (its
 //! sha256, the `bin`, the `files`), the binary in it runs, and the manifest is krew's Plugin
 //! with the fields krew and krew-index require.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::{path::Path, process::Command};
 

@@ -1,5 +1,9 @@
 //! Usage errors as a user sees them from the binary: exit code 2, one line on stderr with clap's
 //! suggestion and the help to read, nothing on stdout.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::process::Command;
 

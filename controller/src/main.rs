@@ -7,7 +7,13 @@
 //!  kubeconfigs ─┘      ▲                 └─► ...
 //!                      └── watch of each selected cluster's gateway Service
 //! ```
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 mod admin;

@@ -9,7 +9,13 @@
 //!
 //! `corefile` is plain text editing and knows nothing of Kubernetes; `service` and `configmap`
 //! do the API calls.
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 mod args;

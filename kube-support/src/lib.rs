@@ -8,6 +8,13 @@
 //! way: [`logging`], the common [`metrics`], errors on one line ([`report`]),
 //! flag values and usage errors ([`flags`]), bytes as the API writes them ([`wire`]); the one
 //! status writer ([`status`]).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 
 pub mod announcement;
 mod backoff;

@@ -17,7 +17,13 @@
 //! - [`metrics`]: per watch, peer server and reconciler.
 //! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
 //! - [`admin`]: the admin HTTP server of every process (health, readiness, metrics, own routes).
-
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "a test is one scenario read top to bottom; the line limit is for production code"
+    )
+)]
 #![forbid(unsafe_code)]
 
 pub mod admin;

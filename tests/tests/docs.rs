@@ -6,6 +6,10 @@
 //! - every `XCC_*` environment variable the pages name is one a binary reads, every repository
 //!   path they name exists, and every `xcc_*` metric they name is in `docs/metrics.md`;
 //! - the benchmark plots are what `bench/plot.py` makes of `docs/bench-data/`.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::{
     collections::{BTreeMap, BTreeSet},

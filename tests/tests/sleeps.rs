@@ -5,6 +5,10 @@
 //! scenario is made of, or a pace. An assertion that something did not happen must come after a
 //! proof that the component saw the event (`Agent::handled`/`heard`, a status, an Event), never
 //! after a bare sleep; this test finds bare sleeps.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::path::Path;
 

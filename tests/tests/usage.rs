@@ -1,6 +1,10 @@
 //! Bad input as a user gives it to each binary: a usage error exits 2 with one line that says
 //! what is wrong and what is accepted; a failure exits 1 with one line, each cause once. No test
 //! bed: the binaries refuse before they reach any cluster.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 use std::process::Command;
 

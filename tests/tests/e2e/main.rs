@@ -1,5 +1,9 @@
 //! End-to-end tests on the real multi-cluster test bed (one test binary, one module per topic).
 //! Without a test bed they skip with one loud line, except with CI=true where they fail.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom; the line limit is for production code"
+)]
 
 mod agent_leader;
 mod bench_fleet;
