@@ -4,11 +4,11 @@
 //! the sync engine reads.
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
+use dashmap::DashMap;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -72,7 +72,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub table: tokio::sync::watch::Sender<PeerTable>,
     pub clusters: Store<Cluster>,
-    pub checks: Mutex<HashMap<String, Check>>,
+    pub checks: DashMap<String, Check>,
     /// Where status writes are counted (reconciler `clusters`).
     pub counted: Counted,
 }
@@ -119,14 +119,14 @@ impl Found {
 
 async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String, String> {
     let now = Instant::now();
-    {
-        let checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(check) = checks.get(name)
-            && check.identity == peer.identity
-            && now < check.next
-        {
-            return check.result.clone();
-        }
+    // The guard goes at the end of this statement, before the check awaits.
+    let due = ctx
+        .checks
+        .get(name)
+        .filter(|check| check.identity == peer.identity && now < check.next)
+        .map(|check| check.result.clone());
+    if let Some(result) = due {
+        return result;
     }
     let namespaces: Api<Namespace> = Api::all(peer.client.clone());
     let result = match tokio::time::timeout(CHECK_TIMEOUT, namespaces.get("kube-system")).await {
@@ -134,13 +134,15 @@ async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String
         Ok(Err(error)) => Err(xcc_kube::bounded(&error)),
         Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
     };
-    let mut checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
-    let failures = match (&result, checks.get(name)) {
-        (Ok(_), _) => 0,
-        (Err(_), Some(old)) if old.identity == peer.identity => old.failures + 1,
-        (Err(_), _) => 1,
+    let failures = match &result {
+        Ok(_) => 0,
+        Err(_) => ctx
+            .checks
+            .get(name)
+            .filter(|old| old.identity == peer.identity)
+            .map_or(1, |old| old.failures + 1),
     };
-    checks.insert(
+    ctx.checks.insert(
         name.to_string(),
         Check {
             identity: peer.identity.clone(),
@@ -435,9 +437,9 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     let next = if local {
         CHECK_INTERVAL
     } else {
-        let checks = ctx.checks.lock().unwrap_or_else(|e| e.into_inner());
         match found.state {
-            ClusterState::Ready | ClusterState::Failed => checks
+            ClusterState::Ready | ClusterState::Failed => ctx
+                .checks
                 .get(&name)
                 .map_or(CHECK_INTERVAL, |c| {
                     c.next.saturating_duration_since(Instant::now())

@@ -4,59 +4,82 @@
 //! from its local watches, so that a change of the source, of the copy, or of the key a copy is
 //! routed to wakes the source's key.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashSet};
+
+use dashmap::DashMap;
 
 use super::{api::GroupVersionKind, decide::Key};
 
-/// Local copies stored under another key than their source's, found by that source.
+/// Local copies stored under another key than their source's, found by that source. Shared by
+/// the engine and the watch task of each local kind; no guard of its maps is held beyond one
+/// call, so a reader never waits on more than one entry.
 #[derive(Default)]
 pub struct Links {
     /// Source key → the local copies naming it ([`super::SOURCE_ANNOTATION`]).
-    pub copies: HashMap<Key, BTreeSet<Key>>,
+    pub copies: DashMap<Key, BTreeSet<Key>>,
     /// Copy → the source it names: undoes the above when the copy changes or goes.
-    sources: HashMap<Key, Key>,
+    sources: DashMap<Key, Key>,
     /// Key a source's copy is to be written to → that source: a change there (a local object
     /// made or deleted under that key) wakes the source.
-    pub routes: HashMap<Key, Key>,
+    pub routes: DashMap<Key, Key>,
 }
 
 impl Links {
     /// Records what local object `copy` names as its source (`None`: nothing, or it is gone), and
-    /// returns the sources to wake: the old and new one, and the one routed to this key.
-    pub fn update(&mut self, copy: &Key, source: Option<Key>) -> Vec<Key> {
-        let mut wake: Vec<Key> = self.routes.get(copy).cloned().into_iter().collect();
-        if let Some(old) = self.sources.remove(copy) {
-            if let Some(set) = self.copies.get_mut(&old) {
-                set.remove(copy);
-                if set.is_empty() {
-                    self.copies.remove(&old);
-                }
-            }
-            wake.push(old);
-        }
-        if let Some(source) = source {
+    /// returns the sources to wake: the old and new one, and the one routed to this key. A copy
+    /// that moves to another source is found under the new one before it leaves the old one.
+    pub fn update(&self, copy: &Key, source: Option<Key>) -> Vec<Key> {
+        let mut wake: Vec<Key> = self
+            .routes
+            .get(copy)
+            .map(|routed| routed.clone())
+            .into_iter()
+            .collect();
+        let old = match &source {
+            Some(source) => self.sources.insert(copy.clone(), source.clone()),
+            None => self.sources.remove(copy).map(|(_, old)| old),
+        };
+        if let Some(source) = &source
+            && old.as_ref() != Some(source)
+        {
             self.copies
                 .entry(source.clone())
                 .or_default()
                 .insert(copy.clone());
-            self.sources.insert(copy.clone(), source.clone());
-            wake.push(source);
         }
+        if let Some(old) = old {
+            if Some(&old) != source.as_ref() {
+                // The entry's guard goes before `remove_if` takes the same shard.
+                if let Some(mut set) = self.copies.get_mut(&old) {
+                    set.remove(copy);
+                }
+                self.copies.remove_if(&old, |_, set| set.is_empty());
+            }
+            wake.push(old);
+        }
+        wake.extend(source);
         wake.sort();
         wake.dedup();
         wake
     }
 
-    /// Forgets the copies of `gvk`, before a fresh list of that kind records them again.
-    pub fn forget(&mut self, gvk: &GroupVersionKind) {
+    /// Records again the copies of `gvk` after a fresh list of that kind (`listed`: each copy
+    /// and the source it names): those not listed are forgotten, the others updated in place, so
+    /// that a reader never misses a copy that is still there.
+    pub fn relist(&self, gvk: &GroupVersionKind, listed: impl IntoIterator<Item = (Key, Key)>) {
+        let listed: Vec<(Key, Key)> = listed.into_iter().collect();
+        let still: HashSet<&Key> = listed.iter().map(|(copy, _)| copy).collect();
         let gone: Vec<Key> = self
             .sources
-            .keys()
-            .filter(|k| k.gvk == *gvk)
-            .cloned()
+            .iter()
+            .map(|entry| entry.key().clone())
+            .filter(|k| k.gvk == *gvk && !still.contains(k))
             .collect();
         for copy in gone {
             self.update(&copy, None);
+        }
+        for (copy, source) in listed {
+            self.update(&copy, Some(source));
         }
     }
 }
@@ -71,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_moved_copy_is_found_by_its_source_and_every_change_wakes_the_sources_concerned() {
-        let mut links = Links::default();
+        let links = Links::default();
         let source = key("v1/Secret/team-a/db");
         let copy = key("v1/ConfigMap/team-b/db-settings");
         // The copy appears, naming its source: the source is woken and finds it.
@@ -79,7 +102,10 @@ mod tests {
             links.update(&copy, Some(source.clone())),
             vec![source.clone()]
         );
-        assert_eq!(links.copies[&source], BTreeSet::from([copy.clone()]));
+        assert_eq!(
+            *links.copies.get(&source).unwrap(),
+            BTreeSet::from([copy.clone()])
+        );
 
         // The copy now names another source: both are woken, the first no longer finds it.
         let other = key("v1/Secret/team-a/cache");
@@ -102,14 +128,27 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_a_kind_unlinks_only_its_copies() {
-        let mut links = Links::default();
+    fn relisting_a_kind_unlinks_only_its_copies_that_are_gone() {
+        let links = Links::default();
         let source = key("v1/Secret/team-a/db");
         let as_map = key("v1/ConfigMap/team-b/db");
         let as_secret = key("v1/Secret/team-b/db");
+        let kept = key("v1/ConfigMap/team-b/db-kept");
         links.update(&as_map, Some(source.clone()));
         links.update(&as_secret, Some(source.clone()));
-        links.forget(&as_map.gvk);
-        assert_eq!(links.copies[&source], BTreeSet::from([as_secret]));
+        links.update(&kept, Some(source.clone()));
+        links.relist(&as_map.gvk, [(kept.clone(), source.clone())]);
+        assert_eq!(
+            *links.copies.get(&source).unwrap(),
+            BTreeSet::from([as_secret.clone(), kept.clone()])
+        );
+        // A listed copy that names another source now moves there.
+        let other = key("v1/Secret/team-a/cache");
+        links.relist(&kept.gvk, [(kept.clone(), other.clone())]);
+        assert_eq!(
+            *links.copies.get(&source).unwrap(),
+            BTreeSet::from([as_secret])
+        );
+        assert_eq!(*links.copies.get(&other).unwrap(), BTreeSet::from([kept]));
     }
 }

@@ -17,11 +17,9 @@ mod observe;
 mod plan;
 mod watch;
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
+
+use dashmap::DashMap;
 
 use kube::{
     Api, Client, ResourceExt,
@@ -82,16 +80,16 @@ pub struct Context {
     counted: Counted,
     wake: UnboundedSender<ObjectRef<Replicator>>,
     /// The resourceVersion each of our writes (or checks) left; "" once we deleted it.
-    written: Arc<Mutex<HashMap<Key, String>>>,
+    written: Arc<DashMap<Key, String>>,
     /// The drift watch of each kind on each cluster in use, by client identity and
     /// `group/version/kind`.
-    watched: Mutex<HashMap<(String, String), tokio::task::AbortHandle>>,
+    watched: DashMap<(String, String), tokio::task::AbortHandle>,
     /// Kinds of `resources[]` found by discovery here.
     kinds: tokio::sync::Mutex<Kinds>,
     /// Certificates made for each Replicator (by UID) that are not in this cluster's
     /// `ca-secret` yet (or cannot be, when that Secret is someone else's): made once, not at
     /// every reconcile.
-    made: Mutex<HashMap<String, Bundle>>,
+    made: DashMap<String, Bundle>,
 }
 
 impl Context {
@@ -113,21 +111,16 @@ impl Context {
             },
             wake,
             written: Arc::default(),
-            watched: Mutex::default(),
+            watched: DashMap::new(),
             kinds: tokio::sync::Mutex::default(),
-            made: Mutex::default(),
+            made: DashMap::new(),
         }
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        for handle in self
-            .watched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for handle in self.watched.iter() {
             handle.abort();
         }
     }
@@ -202,10 +195,7 @@ async fn cleanup(
 ) -> Result<Action, Error> {
     let name = replicator.name_any();
     let origin = desired::origin(&name);
-    ctx.made
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&replicator.uid().unwrap_or_default());
+    ctx.made.remove(&replicator.uid().unwrap_or_default());
     let kinds = observe::resolve_kinds(replicator, ctx).await;
     // The Secrets' names are all that matter for deletion.
     let objects = match desired::objects(replicator, &name, Some(&plan::names_only()), &kinds) {
@@ -297,9 +287,9 @@ mod tests {
             },
             wake,
             written: Arc::default(),
-            watched: Mutex::default(),
+            watched: DashMap::new(),
             kinds: tokio::sync::Mutex::default(),
-            made: Mutex::default(),
+            made: DashMap::new(),
         }
     }
 
@@ -426,12 +416,7 @@ mod tests {
                 && seen[1].contains("fieldManager=xcc-agent"),
             "{seen:?}"
         );
-        let written = ctx
-            .written
-            .lock()
-            .unwrap()
-            .get(&key(&target, &object))
-            .cloned();
+        let written = ctx.written.get(&key(&target, &object)).map(|rv| rv.clone());
         assert_eq!(
             written.as_deref(),
             Some("6"),

@@ -68,7 +68,7 @@ pub struct Context {
     pub endpoint: Endpoint,
     pub counted: Counted,
     /// When each link's token was last renewed (`namespace/name`).
-    pub renewed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    pub renewed: dashmap::DashMap<String, std::time::Instant>,
 }
 
 /// The Service (and EndpointSlice) of link `link`.
@@ -215,8 +215,6 @@ async fn renew(
     let link_key = format!("{namespace}/{name}");
     let recently = ctx
         .renewed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .get(&link_key)
         .is_some_and(|at| at.elapsed() < super::renew::MIN_INTERVAL);
     let renewal = if recently {
@@ -234,10 +232,7 @@ async fn renew(
         .await
     };
     if let Ok(Some(_)) = renewal {
-        ctx.renewed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(link_key, std::time::Instant::now());
+        ctx.renewed.insert(link_key, std::time::Instant::now());
     }
     let secret_name = &link.spec.upstream.kubeconfig.secret_name;
     let Some(verdict) = plan::renewal(&renewal, secret_name) else {

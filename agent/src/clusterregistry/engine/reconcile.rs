@@ -55,12 +55,7 @@ impl Engine {
         let observed = self.observe(key);
         let decision = self.decide(key, rules, &observed);
         if let Some(target) = decision.target.filter(|t| t != key) {
-            self.watches
-                .links
-                .lock()
-                .expect("links lock")
-                .routes
-                .insert(target, key.clone());
+            self.watches.links.routes.insert(target, key.clone());
         }
         let failed = self.execute(key, decision.actions).await;
         if failed {

@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
 
 use futures::{Stream, StreamExt};
@@ -52,7 +52,7 @@ impl Drop for Source {
 #[derive(Default)]
 pub struct Watches {
     pub sources: HashMap<Place, Source>,
-    pub links: Arc<Mutex<Links>>,
+    pub links: Arc<Links>,
 }
 
 impl Watches {
@@ -65,21 +65,23 @@ impl Watches {
             .flat_map(|(_, source)| source.view.store().state())
             .map(|o| key_of(gvk, &o))
             .collect();
-        let links = self.links.lock().expect("links lock");
-        keys.extend(links.copies.keys().filter(|k| k.gvk == *gvk).cloned());
+        keys.extend(
+            self.links
+                .copies
+                .iter()
+                .map(|entry| entry.key().clone())
+                .filter(|k| k.gvk == *gvk),
+        );
         keys
     }
 
     /// The local copies that name `key` as their source.
     pub fn copies_of(&self, key: &Key) -> Vec<Key> {
-        let links = self.links.lock().expect("links lock");
-        links
+        self.links
             .copies
             .get(key)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
+            .map(|copies| copies.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The local object under `key`, with its `apiVersion` and `kind` (listed objects carry
@@ -151,7 +153,7 @@ impl Starter<'_> {
         client: Client,
         identity: String,
         kind: &Kind,
-        links: &Arc<Mutex<Links>>,
+        links: &Arc<Links>,
     ) -> Source {
         let Place { cluster, gvk } = place.clone();
         let id = SourceId {
@@ -190,7 +192,7 @@ async fn forward(
     changes: impl Stream<Item = Change>,
     store: Store<DynamicObject>,
     gvk: GroupVersionKind,
-    links: Option<Arc<Mutex<Links>>>,
+    links: Option<Arc<Links>>,
     wake: UnboundedSender<Wake>,
 ) {
     let mut changes = std::pin::pin!(changes);
@@ -202,7 +204,7 @@ async fn forward(
     // Records what a local object names as its source, and wakes the sources concerned.
     let relink = |key: &Key, source: Option<Key>| {
         if let Some(links) = &links {
-            let sources = links.lock().expect("links lock").update(key, source);
+            let sources = links.update(key, source);
             for source in sources {
                 let _ = wake.send(Wake::Key(source));
             }
@@ -224,13 +226,11 @@ async fn forward(
             // the store, and every key of the kind is looked at.
             Change::Listed | Change::Missed => {
                 if let Some(links) = &links {
-                    let mut links = links.lock().expect("links lock");
-                    links.forget(&gvk);
-                    for o in store.state() {
-                        if let Some(source) = source_of(&o) {
-                            links.update(&key_of(&gvk, &o), Some(source));
-                        }
-                    }
+                    let listed = store
+                        .state()
+                        .into_iter()
+                        .filter_map(|o| Some((key_of(&gvk, &o), source_of(&o)?)));
+                    links.relist(&gvk, listed);
                 }
                 Wake::Kind(gvk.clone())
             }

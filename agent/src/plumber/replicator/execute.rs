@@ -77,8 +77,6 @@ pub(super) async fn apply_one(
     let body = adjusted.as_ref().unwrap_or(&object.body);
     let remember = |rv: Option<String>| {
         ctx.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .insert(key(cluster, object), rv.unwrap_or_default());
     };
     match plan::step(object, body, found.as_ref(), origin, &replicator.name_any()) {
@@ -211,10 +209,7 @@ async fn cleanup_cluster(
         if !plan::ours_to_delete(&serde_json::to_value(&current).unwrap_or_default(), origin) {
             return Ok(None);
         }
-        ctx.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key(cluster, object), String::new());
+        ctx.written.insert(key(cluster, object), String::new());
         crate::sink::delete_exact(&api, &object.name, current.uid(), None, &ctx.counted).await?;
         Ok(None)
     })

@@ -96,14 +96,15 @@ pub async fn certificates(
     }
     let uid = replicator.uid().unwrap_or_default();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let mut made = ctx.made.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(bundle) = made.get(&uid).filter(|b| b.serves(&hosts, now)) {
-        return Ok(Some(bundle.clone()));
+    // Cloned out at once: no guard of the map is held while the certificates are made.
+    let kept = ctx.made.get(&uid).map(|b| b.clone());
+    if let Some(bundle) = kept.filter(|b| b.serves(&hosts, now)) {
+        return Ok(Some(bundle));
     }
     tracing::info!(replicator = %replicator.name_any(), ?hosts, "new Ingress certificates");
     let bundle = certs::generate(&hosts)
         .map_err(|e| format!("cannot make the Ingress certificates: {e}"))?;
-    made.insert(uid, bundle.clone());
+    ctx.made.insert(uid, bundle.clone());
     Ok(Some(bundle))
 }
 

@@ -2,6 +2,7 @@
 //! cluster in use wake the Replicator an object belongs to when it changes to a resourceVersion
 //! the reconciler did not leave, or is deleted.
 
+use dashmap::mapref::entry::Entry;
 use futures::StreamExt;
 use kube::{ResourceExt, core::GroupVersionKind, runtime::reflector::ObjectRef};
 
@@ -16,9 +17,8 @@ use crate::{
 /// wake the Replicator an object belongs to when it drifts or goes. Watches through clients that
 /// are no longer current (the kubeconfig Secret changed) are stopped.
 pub fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
-    let mut watched = ctx.watched.lock().unwrap_or_else(|e| e.into_inner());
     let current = ctx.registry.identities();
-    watched.retain(|(identity, _), handle| {
+    ctx.watched.retain(|(identity, _), handle| {
         let keep = identity == crate::sources::LOCAL || current.contains(identity);
         if !keep {
             handle.abort();
@@ -31,9 +31,11 @@ pub fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
             cluster.identity.clone(),
             format!("{}/{}/{}", resource.group, resource.version, resource.kind),
         );
-        if watched.contains_key(&slot) {
+        // The vacant entry is held (no await below) so that two reconciles never both start a
+        // watch of the same kind on the same cluster.
+        let Entry::Vacant(vacant) = ctx.watched.entry(slot) else {
             continue;
-        }
+        };
         let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
         let id = if cluster.server.is_none() {
             SourceId::local(gvk)
@@ -72,11 +74,7 @@ pub fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
                     object.namespace().unwrap_or_default(),
                     object.name_any(),
                 );
-                let last = written
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&key)
-                    .cloned();
+                let last = written.get(&key).map(|rv| rv.clone());
                 let ours = match (&last, deleted) {
                     (Some(rv), true) => rv.is_empty(),
                     (Some(rv), false) => Some(rv) == object.resource_version().as_ref(),
@@ -89,6 +87,6 @@ pub fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
             }
         })
         .abort_handle();
-        watched.insert(slot, handle);
+        vacant.insert(handle);
     }
 }
