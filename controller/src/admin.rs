@@ -70,28 +70,7 @@ pub fn router(state: AdminState) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tower::ServiceExt as _;
-
-    async fn get(router: &Router, uri: &str) -> (StatusCode, String, String) {
-        let response = router
-            .clone()
-            .oneshot(
-                axum::http::Request::get(uri)
-                    .body(axum::body::Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let status = response.status();
-        let kind = response.headers()[header::CONTENT_TYPE]
-            .to_str()
-            .unwrap()
-            .to_string();
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        (status, kind, String::from_utf8(body.to_vec()).unwrap())
-    }
+    use xcc_sync::admin::testing::get;
 
     #[tokio::test]
     async fn ready_once_started_and_an_unknown_gatewaydns_is_not_found() {
@@ -111,11 +90,11 @@ mod tests {
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
         let (status, kind, body) = get(&router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(kind, xcc_sync::admin::OPENMETRICS);
+        assert_eq!(kind.as_deref(), Some(xcc_sync::admin::OPENMETRICS));
         assert!(body.contains("xcc_build_info"), "{body}");
         let (status, kind, body) = get(&router, "/gatewaydns/dev-team/missing").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        assert_eq!(kind, "text/plain");
+        assert_eq!(kind.as_deref(), Some("text/plain"));
         assert_eq!(body, "GatewayDNS dev-team/missing is not reconciled here\n");
     }
 }

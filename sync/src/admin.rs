@@ -87,9 +87,42 @@ pub async fn serve(
         .await
 }
 
+/// For the tests of a process's admin routes: a request answered by a router, without a socket.
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing {
+    use axum::{
+        Router,
+        body::Body,
+        http::{Request, StatusCode, header},
+    };
+    use tower::ServiceExt as _;
+
+    /// What `GET uri` on `router` answers: its status, content type (if any) and body (text).
+    pub async fn get(router: &Router, uri: &str) -> (StatusCode, Option<String>, String) {
+        let request = Request::get(uri)
+            .body(Body::empty())
+            .expect("a GET request");
+        let response = router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("a router always answers");
+        let status = response.status();
+        let kind = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().expect("a text content type").to_string());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body within 1 MiB");
+        let body = String::from_utf8(body.to_vec()).expect("a UTF-8 body");
+        (status, kind, body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{testing::get as fetch, *};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     #[derive(Default)]
@@ -116,28 +149,6 @@ mod tests {
         fn metrics(&self) -> String {
             "# EOF\n".into()
         }
-    }
-
-    async fn fetch(router: &Router, uri: &str) -> (StatusCode, Option<String>, String) {
-        use tower::ServiceExt as _;
-        let response = router
-            .clone()
-            .oneshot(
-                axum::http::Request::get(uri)
-                    .body(axum::body::Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let status = response.status();
-        let kind = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_string());
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        (status, kind, String::from_utf8(body.to_vec()).unwrap())
     }
 
     #[tokio::test]

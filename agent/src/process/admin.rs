@@ -184,20 +184,8 @@ mod tests {
     }
 
     async fn get_body(state: AdminState, uri: &str) -> (StatusCode, serde_json::Value) {
-        use tower::ServiceExt as _;
-        let response = router(state)
-            .oneshot(
-                axum::http::Request::get(uri)
-                    .body(axum::body::Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap())
+        let (status, _, body) = xcc_sync::admin::testing::get(&router(state), uri).await;
+        (status, serde_json::from_str(&body).unwrap())
     }
 
     #[tokio::test]
