@@ -318,6 +318,26 @@ mod tests {
             .remove(1)
     }
 
+    /// Applies the ConfigMap of Replicator `app` (made with `origin`) to a target answered by
+    /// `client`; the context is returned with what it remembered.
+    async fn apply_config_map(
+        client: Client,
+        origin: &str,
+    ) -> ((ApplyState, Option<String>), Context) {
+        let ctx = context(client.clone());
+        let applied = apply_one(
+            &ctx,
+            &cluster(client),
+            &config_map(),
+            origin,
+            &app(),
+            &mut None,
+        )
+        .await
+        .unwrap();
+        (applied, ctx)
+    }
+
     fn current(origin: Option<&str>, data: &str, rv: &str) -> Value {
         let mut cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
@@ -337,17 +357,7 @@ mod tests {
             .expect("GET", NGINX)
             .reply((200, current(None, "theirs", "5")))
             .run();
-        let ctx = context(client.clone());
-        let (status, message) = apply_one(
-            &ctx,
-            &cluster(client),
-            &config_map(),
-            &desired::origin("app"),
-            &app(),
-            &mut None,
-        )
-        .await
-        .unwrap();
+        let ((status, message), _) = apply_config_map(client, &desired::origin("app")).await;
         assert_eq!(status, ApplyState::Conflict);
         let message = message.unwrap();
         assert!(
@@ -373,17 +383,7 @@ mod tests {
             .expect("PATCH", NGINX)
             .reply((200, current(Some(&origin), "1", "6")))
             .run();
-        let ctx = context(client.clone());
-        let (status, message) = apply_one(
-            &ctx,
-            &cluster(client),
-            &config_map(),
-            &origin,
-            &app(),
-            &mut None,
-        )
-        .await
-        .unwrap();
+        let ((status, message), _) = apply_config_map(client, &origin).await;
         assert_eq!((status, message), (ApplyState::Applied, None));
         let seen = lines(server).await;
         assert!(
@@ -402,12 +402,7 @@ mod tests {
             .expect("PATCH", NGINX)
             .reply((200, current(Some(&origin), "1", "6")))
             .run();
-        let ctx = context(client.clone());
-        let target = cluster(client);
-        let object = config_map();
-        let (status, _) = apply_one(&ctx, &target, &object, &origin, &app(), &mut None)
-            .await
-            .unwrap();
+        let ((status, _), ctx) = apply_config_map(client.clone(), &origin).await;
         assert_eq!(status, ApplyState::Applied);
         let seen = lines(server).await;
         assert!(
@@ -416,7 +411,10 @@ mod tests {
                 && seen[1].contains("fieldManager=xcc-agent"),
             "{seen:?}"
         );
-        let written = ctx.written.get(&key(&target, &object)).map(|rv| rv.clone());
+        let written = ctx
+            .written
+            .get(&key(&cluster(client), &config_map()))
+            .map(|rv| rv.clone());
         assert_eq!(
             written.as_deref(),
             Some("6"),
@@ -431,17 +429,7 @@ mod tests {
             .expect("GET", NGINX)
             .reply((200, current(Some(&origin), "1", "5")))
             .run();
-        let ctx = context(client.clone());
-        let (status, _) = apply_one(
-            &ctx,
-            &cluster(client),
-            &config_map(),
-            &origin,
-            &app(),
-            &mut None,
-        )
-        .await
-        .unwrap();
+        let ((status, _), _) = apply_config_map(client, &origin).await;
         assert_eq!(status, ApplyState::Applied);
         assert_eq!(lines(server).await.len(), 1);
 
@@ -453,17 +441,7 @@ mod tests {
             .expect("PATCH", NGINX)
             .reply((409, conflict))
             .run();
-        let ctx = context(client.clone());
-        let (status, message) = apply_one(
-            &ctx,
-            &cluster(client),
-            &config_map(),
-            &origin,
-            &app(),
-            &mut None,
-        )
-        .await
-        .unwrap();
+        let ((status, message), _) = apply_config_map(client, &origin).await;
         assert_eq!(status, ApplyState::Conflict);
         assert!(message.unwrap().contains("made meanwhile"));
         let seen = lines(server).await;
