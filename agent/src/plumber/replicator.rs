@@ -451,16 +451,16 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_namespace_another_replicator_uses_is_not_deleted() {
+    /// The kinds of Replicator `app` (into `test-ns`) that are removed when the cluster's
+    /// Replicators are `app` and `other`, which replicates into `other_namespace`.
+    async fn removed_beside(other_namespace: &str) -> Vec<String> {
         let rep = |name: &str, ns: &str| {
             json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
                    "metadata": {"name": name}, "spec": {"replicationNamespace": ns}})
         };
-        let list = |items: Vec<Value>| {
-            json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ReplicatorList",
-                   "metadata": {"resourceVersion": "1"}, "items": items})
-        };
+        let list = json!({"apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "ReplicatorList",
+                   "metadata": {"resourceVersion": "1"},
+                   "items": [rep("app", "test-ns"), rep("other", other_namespace)]});
         let mine: Replicator = serde_json::from_value(json!({
             "apiVersion": "plumber.jnytnai0613.github.io/v1", "kind": "Replicator",
             "metadata": {"name": "app"},
@@ -468,35 +468,22 @@ mod tests {
         }))
         .unwrap();
         let objects = desired::objects(&mine, "app", None, &Kinds::new()).unwrap();
-        let replicators = "/apis/plumber.jnytnai0613.github.io/v1/replicators";
         let (client, server) = Scenario::new()
-            .expect("GET", replicators)
-            .reply((
-                200,
-                list(vec![rep("app", "test-ns"), rep("other", "test-ns")]),
-            ))
+            .expect("GET", "/apis/plumber.jnytnai0613.github.io/v1/replicators")
+            .reply((200, list))
             .run();
-        let kept = without_shared_namespace(&mine, &context(client), &objects)
+        let removed = without_shared_namespace(&mine, &context(client), &objects)
             .await
             .unwrap();
         server.done().await;
+        removed.iter().map(|o| o.kind().to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_namespace_another_replicator_uses_is_not_deleted() {
+        assert_eq!(removed_beside("test-ns").await, ["ConfigMap"]);
         assert_eq!(
-            kept.iter().map(|o| o.kind()).collect::<Vec<_>>(),
-            ["ConfigMap"]
-        );
-        let (client, server) = Scenario::new()
-            .expect("GET", replicators)
-            .reply((
-                200,
-                list(vec![rep("app", "test-ns"), rep("other", "elsewhere")]),
-            ))
-            .run();
-        let all = without_shared_namespace(&mine, &context(client), &objects)
-            .await
-            .unwrap();
-        server.done().await;
-        assert_eq!(
-            all.iter().map(|o| o.kind()).collect::<Vec<_>>(),
+            removed_beside("elsewhere").await,
             ["Namespace", "ConfigMap"]
         );
     }
