@@ -23,7 +23,7 @@ use kube::{
         PostParams,
     },
 };
-use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
+use xcc_e2e::{Cluster, Kubeconfig, Testbed, require_testbed, xcc::Agent};
 
 pub(crate) const NS: &str = "project-1";
 const GROUP: &str = "replication.apiresources.multicluster.x-tanzu.vmware.com";
@@ -96,6 +96,50 @@ pub(crate) fn secrets(cluster: &Cluster) -> Api<Secret> {
     Api::namespaced(cluster.client.clone(), NS)
 }
 
+/// Creates Secret `secret` in [`NS`] on `cluster`.
+pub(crate) async fn create_secret(cluster: &Cluster, secret: &Secret) {
+    secrets(cluster)
+        .create(&PostParams::default(), secret)
+        .await
+        .unwrap();
+}
+
+/// Waits (at most `timeout`) until Secret `name` of [`NS`] on `cluster` is there and passes
+/// `check`; returns it and how long that took.
+pub(crate) async fn wait_secret(
+    what: &str,
+    cluster: &Cluster,
+    name: &str,
+    timeout: Duration,
+    check: impl Fn(&Secret) -> bool,
+) -> (Secret, Duration) {
+    wait_for(what, timeout, || async {
+        secrets(cluster).get_opt(name).await.unwrap().filter(&check)
+    })
+    .await
+}
+
+/// Waits (at most 30 s) until Secret `name` of [`NS`] on `cluster` is gone.
+pub(crate) async fn wait_secret_gone(what: &str, cluster: &Cluster, name: &str) {
+    wait_for(what, Duration::from_secs(30), || async {
+        secrets(cluster)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// `kubectl apply -f` a manifest of this repository (`path` from its root) on `cluster`.
+pub(crate) async fn apply_manifest(cluster: &Cluster, path: &str) {
+    cluster
+        .kubectl(&["apply", "-f", &manifest(path)])
+        .await
+        .unwrap();
+}
+
 pub(crate) async fn create_namespace(cluster: &Cluster) {
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     if namespaces.get_opt(NS).await.unwrap().is_none() {
@@ -159,6 +203,19 @@ pub(crate) async fn wait_ready(cluster: &Cluster, kind_name: &str, name: &str, w
     .await;
 }
 
+/// [`NS`] on the workload cluster and in it Secret `energy-source`, the kubeconfig of the
+/// replication ServiceAccount that imports name; returns that kubeconfig.
+async fn energy_source(workload: &Cluster, replication_sa: &Kubeconfig) -> String {
+    create_namespace(workload).await;
+    let kubeconfig = std::fs::read_to_string(&replication_sa.path).unwrap();
+    create_secret(
+        workload,
+        &secret("energy-source", &[("kubeconfig", &kubeconfig)], &[]),
+    )
+    .await;
+    kubeconfig
+}
+
 pub(crate) fn export_yaml(name: &str, secret: &str) -> String {
     format!(
         "apiVersion: {GROUP}/v1alpha1\nkind: SecretExport\nmetadata: {{name: {name}, namespace: {NS}}}\n\
@@ -209,19 +266,9 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
         secret("pg-binding", &[("uri", PG)], &[]),
         secret("other", &[("token", "not-exported")], &[]),
     ] {
-        secrets(service)
-            .create(&PostParams::default(), &s)
-            .await
-            .unwrap();
+        create_secret(service, &s).await;
     }
-    service
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/secret-export.yaml"),
-        ])
-        .await
-        .unwrap();
+    apply_manifest(service, "manifests/examples/secret-export.yaml").await;
     service
         .apply_yaml(&export_yaml("dumbo", "dumbo"))
         .await
@@ -262,34 +309,19 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
 
     // Workload cluster: the kubeconfig Secret, the documented import (of dumbo) and one of
     // pg-binding.
-    create_namespace(workload).await;
-    let kubeconfig = std::fs::read_to_string(&replication_sa.path).unwrap();
-    secrets(workload)
-        .create(
-            &PostParams::default(),
-            &secret("energy-source", &[("kubeconfig", &kubeconfig)], &[]),
-        )
-        .await
-        .unwrap();
-    workload
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/secret-import.yaml"),
-        ])
-        .await
-        .unwrap();
+    let kubeconfig = energy_source(workload, &replication_sa).await;
+    apply_manifest(workload, "manifests/examples/secret-import.yaml").await;
     workload
         .apply_yaml(&import_yaml("pg", "pg-binding"))
         .await
         .unwrap();
-    let (copy, took) = wait_for("dumbo copied", Duration::from_secs(60), || async {
-        secrets(workload)
-            .get_opt("dumbo")
-            .await
-            .unwrap()
-            .filter(|s| value(s, "password").as_deref() == Some(V1))
-    })
+    let (copy, took) = wait_secret(
+        "dumbo copied",
+        workload,
+        "dumbo",
+        Duration::from_secs(60),
+        |s| value(s, "password").as_deref() == Some(V1),
+    )
     .await;
     eprintln!("dumbo replicated {took:?} after the import was applied");
     assert_eq!(
@@ -299,13 +331,13 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
     wait_ready(workload, "SecretImport", DOC_NAME, ("True", "Replicated")).await;
     let (_, _, generation) = ready(workload, "SecretImport", DOC_NAME).await.unwrap();
     assert_eq!(generation, 1, "observedGeneration");
-    wait_for("pg-binding copied", Duration::from_secs(30), || async {
-        secrets(workload)
-            .get_opt("pg-binding")
-            .await
-            .unwrap()
-            .filter(|s| value(s, "uri").as_deref() == Some(PG))
-    })
+    wait_secret(
+        "pg-binding copied",
+        workload,
+        "pg-binding",
+        Duration::from_secs(30),
+        |s| value(s, "uri").as_deref() == Some(PG),
+    )
     .await;
 
     // An update on the service cluster arrives within a second (a watch, not a poll).
@@ -317,32 +349,24 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
         )
         .await
         .unwrap();
-    let (_, took) = wait_for("dumbo updated", Duration::from_secs(10), || async {
-        secrets(workload)
-            .get_opt("dumbo")
-            .await
-            .unwrap()
-            .filter(|s| value(s, "password").as_deref() == Some(V2))
-    })
+    let (_, took) = wait_secret(
+        "dumbo updated",
+        workload,
+        "dumbo",
+        Duration::from_secs(10),
+        |s| value(s, "password").as_deref() == Some(V2),
+    )
     .await;
     eprintln!("update replicated in {took:?}");
     assert!(took < Duration::from_secs(1), "update took {took:?}");
 
     // A local Secret the import did not create is never overwritten: Conflict, and an Event.
-    secrets(workload)
-        .create(
-            &PostParams::default(),
-            &secret("taken", &[("value", MINE)], &[]),
-        )
-        .await
-        .unwrap();
-    secrets(service)
-        .create(
-            &PostParams::default(),
-            &secret("taken", &[("value", "from-the-service-cluster")], &[]),
-        )
-        .await
-        .unwrap();
+    create_secret(workload, &secret("taken", &[("value", MINE)], &[])).await;
+    create_secret(
+        service,
+        &secret("taken", &[("value", "from-the-service-cluster")], &[]),
+    )
+    .await;
     service
         .apply_yaml(&export_yaml("taken", "taken"))
         .await
@@ -372,27 +396,25 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // An import switched to another kubeconfig Secret keeps (adopts) its copy.
-    secrets(workload)
-        .create(
-            &PostParams::default(),
-            &secret("energy-source-2", &[("kubeconfig", &kubeconfig)], &[]),
-        )
-        .await
-        .unwrap();
+    create_secret(
+        workload,
+        &secret("energy-source-2", &[("kubeconfig", &kubeconfig)], &[]),
+    )
+    .await;
     workload
         .apply_yaml(&import_yaml("pg", "pg-binding").replace("energy-source", "energy-source-2"))
         .await
         .unwrap();
-    wait_for("pg-binding adopted", Duration::from_secs(30), || async {
-        secrets(workload)
-            .get_opt("pg-binding")
-            .await
-            .unwrap()
-            .filter(|s| {
-                s.annotations().get(ORIGIN).map(String::as_str)
-                    == Some("energy-source-2/project-1/pg-binding")
-            })
-    })
+    wait_secret(
+        "pg-binding adopted",
+        workload,
+        "pg-binding",
+        Duration::from_secs(30),
+        |s| {
+            s.annotations().get(ORIGIN).map(String::as_str)
+                == Some("energy-source-2/project-1/pg-binding")
+        },
+    )
     .await;
     wait_ready(workload, "SecretImport", "pg", ("True", "Replicated")).await;
 
@@ -401,15 +423,7 @@ async fn the_documented_export_and_import_replicate_and_follow_the_source() {
     let pg_to =
         |secret: &str| import_yaml("pg", secret).replace("energy-source", "energy-source-2");
     workload.apply_yaml(&pg_to("other")).await.unwrap();
-    wait_for("pg-binding removed", Duration::from_secs(30), || async {
-        secrets(workload)
-            .get_opt("pg-binding")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_secret_gone("pg-binding removed", workload, "pg-binding").await;
     wait_ready(workload, "SecretImport", "pg", ("False", "Forbidden")).await;
     workload.apply_yaml(&pg_to("pg-binding")).await.unwrap();
     wait_ready(workload, "SecretImport", "pg", ("True", "Replicated")).await;
@@ -556,6 +570,49 @@ fn postgres_instance(name: &str, secret: &str) -> String {
     )
 }
 
+/// The name of the export and import the monitors generate for instance `big-postgres-7`.
+const GENERATED: &str = "big-postgres-7.status.binding.name";
+
+/// Instance `big-postgres-7` (naming Secret `big-pg-binding`) and the documented monitor
+/// `monitor` (a manifest's path) on `cluster`.
+async fn instance_and_monitor(cluster: &Cluster, monitor: &str) {
+    cluster
+        .apply_yaml(&postgres_instance("big-postgres-7", "big-pg-binding"))
+        .await
+        .unwrap();
+    apply_manifest(cluster, monitor).await;
+}
+
+/// Waits until the `kind_name` generated for `big-postgres-7` is Ready (`reason`) and monitor
+/// binding `binding_kind` `cluster1-postgres` Synced; returns the generated object.
+async fn wait_generated(
+    cluster: &Cluster,
+    kind_name: &str,
+    reason: &str,
+    binding_kind: &str,
+) -> DynamicObject {
+    wait_ready(cluster, kind_name, GENERATED, ("True", reason)).await;
+    wait_ready(
+        cluster,
+        binding_kind,
+        "cluster1-postgres",
+        ("True", "Synced"),
+    )
+    .await;
+    get_dynamic(cluster, kind_name, GENERATED).await.unwrap()
+}
+
+/// Waits (at most 30 s) until the `kind_name` generated for `big-postgres-7` is gone.
+async fn wait_generated_gone(what: &str, cluster: &Cluster, kind_name: &str) {
+    wait_for(what, Duration::from_secs(30), || async {
+        get_dynamic(cluster, kind_name, GENERATED)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 async fn get_dynamic(cluster: &Cluster, kind_name: &str, name: &str) -> Option<DynamicObject> {
     Api::<DynamicObject>::namespaced_with(cluster.client.clone(), NS, &kind(kind_name))
         .get_opt(name)
@@ -576,43 +633,21 @@ async fn the_documented_monitors_generate_exports_and_imports_per_instance() {
     let _workload_agent = agent(workload).await;
     postgres_kind(service).await;
     postgres_kind(workload).await;
-    const GENERATED: &str = "big-postgres-7.status.binding.name";
 
     // Service cluster: an instance naming its binding Secret, and the documented export monitor.
     let replication_sa = service
         .mint_kubeconfig(NS, "upstream-replication-sa")
         .await
         .unwrap();
-    secrets(service)
-        .create(
-            &PostParams::default(),
-            &secret("big-pg-binding", &[("uri", PG)], &[]),
-        )
-        .await
-        .unwrap();
-    service
-        .apply_yaml(&postgres_instance("big-postgres-7", "big-pg-binding"))
-        .await
-        .unwrap();
-    service
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/postgres-export-monitor.yaml"),
-        ])
-        .await
-        .unwrap();
-    wait_ready(service, "SecretExport", GENERATED, ("True", "Exported")).await;
-    wait_ready(
+    create_secret(service, &secret("big-pg-binding", &[("uri", PG)], &[])).await;
+    instance_and_monitor(service, "manifests/examples/postgres-export-monitor.yaml").await;
+    let export = wait_generated(
         service,
+        "SecretExport",
+        "Exported",
         "ResourceExportMonitorBinding",
-        "cluster1-postgres",
-        ("True", "Synced"),
     )
     .await;
-    let export = get_dynamic(service, "SecretExport", GENERATED)
-        .await
-        .unwrap();
     let binding = get_dynamic(service, "ResourceExportMonitorBinding", "cluster1-postgres")
         .await
         .unwrap();
@@ -644,46 +679,23 @@ async fn the_documented_monitors_generate_exports_and_imports_per_instance() {
 
     // Workload cluster: the same instance (as projected from the service cluster), the
     // kubeconfig Secret and the documented import monitor.
-    create_namespace(workload).await;
-    let kubeconfig = std::fs::read_to_string(&replication_sa.path).unwrap();
-    secrets(workload)
-        .create(
-            &PostParams::default(),
-            &secret("energy-source", &[("kubeconfig", &kubeconfig)], &[]),
-        )
-        .await
-        .unwrap();
-    workload
-        .apply_yaml(&postgres_instance("big-postgres-7", "big-pg-binding"))
-        .await
-        .unwrap();
-    workload
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/postgres-import-monitor.yaml"),
-        ])
-        .await
-        .unwrap();
-    wait_for("big-pg-binding copied", Duration::from_secs(60), || async {
-        secrets(workload)
-            .get_opt("big-pg-binding")
-            .await
-            .unwrap()
-            .filter(|s| value(s, "uri").as_deref() == Some(PG))
-    })
-    .await;
-    wait_ready(workload, "SecretImport", GENERATED, ("True", "Replicated")).await;
-    wait_ready(
+    energy_source(workload, &replication_sa).await;
+    instance_and_monitor(workload, "manifests/examples/postgres-import-monitor.yaml").await;
+    wait_secret(
+        "big-pg-binding copied",
         workload,
-        "ResourceImportMonitorBinding",
-        "cluster1-postgres",
-        ("True", "Synced"),
+        "big-pg-binding",
+        Duration::from_secs(60),
+        |s| value(s, "uri").as_deref() == Some(PG),
     )
     .await;
-    let import = get_dynamic(workload, "SecretImport", GENERATED)
-        .await
-        .unwrap();
+    let import = wait_generated(
+        workload,
+        "SecretImport",
+        "Replicated",
+        "ResourceImportMonitorBinding",
+    )
+    .await;
     assert_eq!(label(&import, "secret-owner-name"), "big-postgres-7");
     assert_eq!(
         import.data["spec"]["remoteKubeconfig"]["name"],
@@ -695,26 +707,8 @@ async fn the_documented_monitors_generate_exports_and_imports_per_instance() {
         .kubectl(&["-n", NS, "delete", "postgres", "big-postgres-7"])
         .await
         .unwrap();
-    wait_for(
-        "generated import deleted",
-        Duration::from_secs(30),
-        || async {
-            get_dynamic(workload, "SecretImport", GENERATED)
-                .await
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
-    wait_for("copy deleted", Duration::from_secs(30), || async {
-        secrets(workload)
-            .get_opt("big-pg-binding")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_generated_gone("generated import deleted", workload, "SecretImport").await;
+    wait_secret_gone("copy deleted", workload, "big-pg-binding").await;
 
     // The export binding goes: its exports go, and with them the access.
     service
@@ -728,17 +722,7 @@ async fn the_documented_monitors_generate_exports_and_imports_per_instance() {
         ])
         .await
         .unwrap();
-    wait_for(
-        "generated export deleted",
-        Duration::from_secs(30),
-        || async {
-            get_dynamic(service, "SecretExport", GENERATED)
-                .await
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    wait_generated_gone("generated export deleted", service, "SecretExport").await;
     let as_sa: Api<Secret> = Api::namespaced(replication_sa.client.clone(), NS);
     assert_eq!(
         status_code(as_sa.get("big-pg-binding").await.unwrap_err()),

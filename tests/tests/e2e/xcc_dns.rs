@@ -252,6 +252,17 @@ pub(crate) fn a(ips: &[&str]) -> impl Fn(&xcc_e2e::xcc::DigAnswer) -> bool {
     move |answer| answer.status == "NOERROR" && answer.data == want
 }
 
+/// Waits (at most `timeout`) until `server` answers the A records `ips` for `name`; returns how
+/// long that took.
+pub(crate) async fn wait_a(
+    server: SocketAddr,
+    name: &str,
+    ips: &[&str],
+    timeout: Duration,
+) -> Duration {
+    wait_dig(server, name, "A", timeout, a(ips)).await.unwrap()
+}
+
 fn nxdomain(answer: &xcc_e2e::xcc::DigAnswer) -> bool {
     answer.status == "NXDOMAIN"
 }
@@ -295,9 +306,7 @@ pub(crate) async fn walkthrough(binaries: &xcc_e2e::Binaries, ingress: &str) -> 
     ])
     .await
     .unwrap();
-    let took = wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(30), a(&[&ip]))
-        .await
-        .unwrap();
+    let took = wait_a(agent_b.dns, KUARD, &[&ip], Duration::from_secs(30)).await;
     Walkthrough {
         _controller: controller,
         agent_a,
@@ -323,34 +332,16 @@ async fn the_walkthrough_and_every_change_after_it() {
     );
     // What a pod on cluster-b asks: its cluster's CoreDNS, which forwards the zone to our agent.
     let coredns_b = coredns(bed, cb, agent_b).await;
-    wait_dig(
-        coredns_b.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(10),
-        a(&["10.1.2.3"]),
-    )
-    .await
-    .unwrap();
-    wait_dig(
-        agent_a.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(5),
-        a(&["10.1.2.3"]),
-    )
-    .await
-    .unwrap();
+    wait_a(coredns_b.dns, KUARD, &["10.1.2.3"], Duration::from_secs(10)).await;
+    wait_a(agent_a.dns, KUARD, &["10.1.2.3"], Duration::from_secs(5)).await;
     // The bare gateway name too, and NODATA (not NXDOMAIN) for a type it lacks.
-    wait_dig(
+    wait_a(
         agent_b.dns,
         "gateway.cluster-a.dev-team.clusters.xcc.test",
-        "A",
+        &["10.1.2.3"],
         Duration::from_secs(5),
-        a(&["10.1.2.3"]),
     )
-    .await
-    .unwrap();
+    .await;
     let aaaa = dig(agent_b.dns, KUARD, "AAAA").await.unwrap();
     assert_eq!(
         (aaaa.status.as_str(), aaaa.data.len()),
@@ -368,15 +359,7 @@ async fn the_walkthrough_and_every_change_after_it() {
 
     // The load-balancer address changes: the new answer follows in well under a second.
     set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
-    let took = wait_dig(
-        coredns_b.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(10),
-        a(&["10.1.2.4"]),
-    )
-    .await
-    .unwrap();
+    let took = wait_a(coredns_b.dns, KUARD, &["10.1.2.4"], Duration::from_secs(10)).await;
     eprintln!(
         "LB change visible on cluster-b after {:.3} s",
         took.as_secs_f64()
@@ -424,15 +407,13 @@ async fn the_walkthrough_and_every_change_after_it() {
     )
     .await
     .unwrap();
-    wait_dig(
+    wait_a(
         agent_b.dns,
         "manual.xcc.test",
-        "A",
+        &["10.9.9.9"],
         Duration::from_secs(10),
-        a(&["10.9.9.9"]),
     )
-    .await
-    .unwrap();
+    .await;
 
     // Selector change: cluster-b withdrawn everywhere, then added back.
     mgmt.kubectl(&[
@@ -482,15 +463,7 @@ async fn the_walkthrough_and_every_change_after_it() {
         .await
         .unwrap();
     envoy(ca, r#"[{"ip":"10.1.2.5"}]"#).await;
-    wait_dig(
-        agent_b.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(10),
-        a(&["10.1.2.5"]),
-    )
-    .await
-    .unwrap();
+    wait_a(agent_b.dns, KUARD, &["10.1.2.5"], Duration::from_secs(10)).await;
 
     // GatewayDNS deleted → NXDOMAIN everywhere; the person's slice stays.
     mgmt.kubectl(&[
@@ -548,15 +521,7 @@ async fn agents_keep_answering_while_the_management_cluster_is_down() {
     ])
     .await
     .unwrap();
-    wait_dig(
-        agent_a.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(30),
-        a(&["10.1.2.3"]),
-    )
-    .await
-    .unwrap();
+    wait_a(agent_a.dns, KUARD, &["10.1.2.3"], Duration::from_secs(30)).await;
 
     let down = std::time::Instant::now();
     mgmt.stop();
@@ -577,15 +542,7 @@ async fn agents_keep_answering_while_the_management_cluster_is_down() {
     );
     // The controller recovers by itself: a change after the restart propagates.
     set_lb(ca, r#"[{"ip":"10.1.2.9"}]"#).await;
-    let took = wait_dig(
-        agent_a.dns,
-        KUARD,
-        "A",
-        Duration::from_secs(60),
-        a(&["10.1.2.9"]),
-    )
-    .await
-    .unwrap();
+    let took = wait_a(agent_a.dns, KUARD, &["10.1.2.9"], Duration::from_secs(60)).await;
     eprintln!(
         "after the management cluster came back, a change propagated in {:.2} s",
         took.as_secs_f64()
