@@ -18,11 +18,12 @@ use kube::{
 };
 use xcc_e2e::{
     Cluster, Testbed, require_testbed, spawn,
-    xcc::{Agent, binary, wait_dig},
+    xcc::{Agent, binary},
 };
 
 use crate::resource_sync::wait_for;
-use crate::xcc_dns::{KUARD, a, agent, envoy, management, manifest, set_lb};
+use crate::secrets::apply_manifest;
+use crate::xcc_dns::{KUARD, agent, envoy, management, set_lb, wait_answer};
 
 const GATEWAY: &str = "dev-team-gateway-dns";
 const A_IPV6: &str = "dev-team-cluster-a-gateway-ipv6";
@@ -293,22 +294,15 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
 
     // IPv4 gateway on cluster-a: both clusters get its slice.
     envoy(ca, r#"[{"ip":"10.1.2.3"}]"#).await;
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
-    wait_dig(
+    apply_manifest(mgmt, "manifests/examples/dev-team-gateway-dns.yaml").await;
+    wait_answer(
         f.agent_a.dns,
         KUARD,
         "A",
+        &["10.1.2.3"],
         Duration::from_secs(30),
-        a(&["10.1.2.3"]),
     )
-    .await
-    .unwrap();
+    .await;
     wait_slice(cb, "dev-team-cluster-a-gateway", true).await;
     // The slice an earlier version left on cluster-b is kept, and the status says why.
     let gateway = wait_gateway(mgmt, "UnreadableSlicesKept", |g| {
@@ -323,15 +317,14 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
 
     // IPv6 added: cluster-a (announced) gets it, cluster-b does not, and the status says so.
     set_lb(ca, r#"[{"ip":"10.1.2.3"},{"ip":"fd00::3"}]"#).await;
-    wait_dig(
+    wait_answer(
         f.agent_a.dns,
         KUARD,
         "AAAA",
+        &["fd00::3"],
         Duration::from_secs(10),
-        a(&["fd00::3"]),
     )
-    .await
-    .unwrap();
+    .await;
     let gateway = wait_gateway(mgmt, "IPv6 withheld from cluster-b", |g| {
         cluster_entry(g, "cluster-a")["withheldFrom"] == serde_json::json!(["cluster-b"])
             && condition(g, "RecordsWithheld").is_some_and(|c| c["status"] == "True")
@@ -367,15 +360,14 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
 
     // A host-name gateway on cluster-b: an FQDN slice, which the original reads, goes to both.
     envoy(cb, r#"[{"hostname":"lb-1234.elb.example.com"}]"#).await;
-    wait_dig(
+    wait_answer(
         f.agent_a.dns,
         kuard_b,
         "CNAME",
+        &["lb-1234.elb.example.com."],
         Duration::from_secs(10),
-        a(&["lb-1234.elb.example.com."]),
     )
-    .await
-    .unwrap();
+    .await;
     wait_slice(cb, "dev-team-cluster-b-gateway-fqdn", true).await;
 
     // GatewayDNS deleted: the slices the original reads are withdrawn everywhere (it withdraws
@@ -458,27 +450,20 @@ async fn ipv6_reaches_only_the_cluster_whose_agent_announced_it() {
     // Later cluster-b gets an xcc-agent: within the announcement TTL it is sent IPv6 too, and
     // the slice an earlier version left there is the controller's to update again.
     set_lb(ca, r#"[{"ip":"10.1.2.3"},{"ip":"fd00::3"}]"#).await;
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
+    apply_manifest(mgmt, "manifests/examples/dev-team-gateway-dns.yaml").await;
     wait_gateway(mgmt, "IPv6 withheld from cluster-b again", |g| {
         cluster_entry(g, "cluster-a")["withheldFrom"] == serde_json::json!(["cluster-b"])
     })
     .await;
     let agent_b = agent(cb).await;
-    let took = wait_dig(
+    let took = wait_answer(
         agent_b.dns,
         KUARD,
         "AAAA",
+        &["fd00::3"],
         Duration::from_secs(20),
-        a(&["fd00::3"]),
     )
-    .await
-    .unwrap();
+    .await;
     eprintln!(
         "cluster-b's agent answered AAAA {:.1} s after it was ready",
         took.as_secs_f64()
@@ -547,13 +532,7 @@ async fn uninstall_leaves_nothing_of_xcc_behind() {
     // And an IPv6 slice an earlier version left on cluster-b, which has no xcc-agent.
     cb.apply_yaml(LEFT_BY_AN_EARLIER_VERSION).await.unwrap();
     envoy(ca, r#"[{"ip":"10.1.2.3"},{"ip":"fd00::3"}]"#).await;
-    mgmt.kubectl(&[
-        "apply",
-        "-f",
-        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
-    ])
-    .await
-    .unwrap();
+    apply_manifest(mgmt, "manifests/examples/dev-team-gateway-dns.yaml").await;
     wait_slice(ca, A_IPV6, true).await;
     wait_slice(ca, "dev-team-cluster-a-gateway", true).await;
     wait_slice(cb, "dev-team-cluster-a-gateway", true).await;

@@ -252,15 +252,18 @@ pub(crate) fn a(ips: &[&str]) -> impl Fn(&xcc_e2e::xcc::DigAnswer) -> bool {
     move |answer| answer.status == "NOERROR" && answer.data == want
 }
 
-/// Waits (at most `timeout`) until `server` answers the A records `ips` for `name`; returns how
-/// long that took.
-pub(crate) async fn wait_a(
+/// Waits (at most `timeout`) until `server` answers exactly `data` to a `qtype` question for
+/// `name`; returns how long that took.
+pub(crate) async fn wait_answer(
     server: SocketAddr,
     name: &str,
-    ips: &[&str],
+    qtype: &str,
+    data: &[&str],
     timeout: Duration,
 ) -> Duration {
-    wait_dig(server, name, "A", timeout, a(ips)).await.unwrap()
+    wait_dig(server, name, qtype, timeout, a(data))
+        .await
+        .unwrap()
 }
 
 fn nxdomain(answer: &xcc_e2e::xcc::DigAnswer) -> bool {
@@ -306,7 +309,7 @@ pub(crate) async fn walkthrough(binaries: &xcc_e2e::Binaries, ingress: &str) -> 
     ])
     .await
     .unwrap();
-    let took = wait_a(agent_b.dns, KUARD, &[&ip], Duration::from_secs(30)).await;
+    let took = wait_answer(agent_b.dns, KUARD, "A", &[&ip], Duration::from_secs(30)).await;
     Walkthrough {
         _controller: controller,
         agent_a,
@@ -332,12 +335,27 @@ async fn the_walkthrough_and_every_change_after_it() {
     );
     // What a pod on cluster-b asks: its cluster's CoreDNS, which forwards the zone to our agent.
     let coredns_b = coredns(bed, cb, agent_b).await;
-    wait_a(coredns_b.dns, KUARD, &["10.1.2.3"], Duration::from_secs(10)).await;
-    wait_a(agent_a.dns, KUARD, &["10.1.2.3"], Duration::from_secs(5)).await;
+    wait_answer(
+        coredns_b.dns,
+        KUARD,
+        "A",
+        &["10.1.2.3"],
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_answer(
+        agent_a.dns,
+        KUARD,
+        "A",
+        &["10.1.2.3"],
+        Duration::from_secs(5),
+    )
+    .await;
     // The bare gateway name too, and NODATA (not NXDOMAIN) for a type it lacks.
-    wait_a(
+    wait_answer(
         agent_b.dns,
         "gateway.cluster-a.dev-team.clusters.xcc.test",
+        "A",
         &["10.1.2.3"],
         Duration::from_secs(5),
     )
@@ -359,7 +377,14 @@ async fn the_walkthrough_and_every_change_after_it() {
 
     // The load-balancer address changes: the new answer follows in well under a second.
     set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
-    let took = wait_a(coredns_b.dns, KUARD, &["10.1.2.4"], Duration::from_secs(10)).await;
+    let took = wait_answer(
+        coredns_b.dns,
+        KUARD,
+        "A",
+        &["10.1.2.4"],
+        Duration::from_secs(10),
+    )
+    .await;
     eprintln!(
         "LB change visible on cluster-b after {:.3} s",
         took.as_secs_f64()
@@ -368,26 +393,24 @@ async fn the_walkthrough_and_every_change_after_it() {
 
     // IPv6 → AAAA; a load balancer host name → CNAME.
     set_lb(ca, r#"[{"ip":"10.1.2.4"},{"ip":"fd00::4"}]"#).await;
-    wait_dig(
+    wait_answer(
         agent_b.dns,
         KUARD,
         "AAAA",
+        &["fd00::4"],
         Duration::from_secs(10),
-        a(&["fd00::4"]),
     )
-    .await
-    .unwrap();
+    .await;
     envoy(cb, r#"[{"hostname":"lb-1234.elb.example.com"}]"#).await;
     let kuard_b = "kuard.gateway.cluster-b.dev-team.clusters.xcc.test";
-    wait_dig(
+    wait_answer(
         agent_a.dns,
         kuard_b,
         "CNAME",
+        &["lb-1234.elb.example.com."],
         Duration::from_secs(10),
-        a(&["lb-1234.elb.example.com."]),
     )
-    .await
-    .unwrap();
+    .await;
     mgmt.kubectl(&[
         "-n",
         "dev-team",
@@ -407,9 +430,10 @@ async fn the_walkthrough_and_every_change_after_it() {
     )
     .await
     .unwrap();
-    wait_a(
+    wait_answer(
         agent_b.dns,
         "manual.xcc.test",
+        "A",
         &["10.9.9.9"],
         Duration::from_secs(10),
     )
@@ -445,15 +469,14 @@ async fn the_walkthrough_and_every_change_after_it() {
     ])
     .await
     .unwrap();
-    wait_dig(
+    wait_answer(
         agent_a.dns,
         kuard_b,
         "CNAME",
+        &["lb-1234.elb.example.com."],
         Duration::from_secs(10),
-        a(&["lb-1234.elb.example.com."]),
     )
-    .await
-    .unwrap();
+    .await;
 
     // Service deleted → withdrawn; restored → back.
     ca.kubectl(&["-n", "projectcontour", "delete", "service", "envoy"])
@@ -463,7 +486,14 @@ async fn the_walkthrough_and_every_change_after_it() {
         .await
         .unwrap();
     envoy(ca, r#"[{"ip":"10.1.2.5"}]"#).await;
-    wait_a(agent_b.dns, KUARD, &["10.1.2.5"], Duration::from_secs(10)).await;
+    wait_answer(
+        agent_b.dns,
+        KUARD,
+        "A",
+        &["10.1.2.5"],
+        Duration::from_secs(10),
+    )
+    .await;
 
     // GatewayDNS deleted → NXDOMAIN everywhere; the person's slice stays.
     mgmt.kubectl(&[
@@ -521,7 +551,14 @@ async fn agents_keep_answering_while_the_management_cluster_is_down() {
     ])
     .await
     .unwrap();
-    wait_a(agent_a.dns, KUARD, &["10.1.2.3"], Duration::from_secs(30)).await;
+    wait_answer(
+        agent_a.dns,
+        KUARD,
+        "A",
+        &["10.1.2.3"],
+        Duration::from_secs(30),
+    )
+    .await;
 
     let down = std::time::Instant::now();
     mgmt.stop();
@@ -542,7 +579,14 @@ async fn agents_keep_answering_while_the_management_cluster_is_down() {
     );
     // The controller recovers by itself: a change after the restart propagates.
     set_lb(ca, r#"[{"ip":"10.1.2.9"}]"#).await;
-    let took = wait_a(agent_a.dns, KUARD, &["10.1.2.9"], Duration::from_secs(60)).await;
+    let took = wait_answer(
+        agent_a.dns,
+        KUARD,
+        "A",
+        &["10.1.2.9"],
+        Duration::from_secs(60),
+    )
+    .await;
     eprintln!(
         "after the management cluster came back, a change propagated in {:.2} s",
         took.as_secs_f64()
