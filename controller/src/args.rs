@@ -82,7 +82,7 @@ pub struct Args {
     pub uninstall: bool,
 
     #[command(flatten)]
-    pub leader: xcc_kube::LeaderElectArgs,
+    pub leader: xcc_sync::LeaderElectArgs,
 
     /// Namespace of the leader-election Lease (the controller's own namespace; the environment
     /// variable is the original XCC's name, from the downward API).

@@ -1,4 +1,4 @@
-//! Wiring: clients, leader election (through `xcc_kube::run_while_leading`, as the agent's), the
+//! Wiring: clients, leader election (through `xcc_sync::run_while_leading`, as the agent's), the
 //! controller and its triggers, admin HTTP (`xcc_sync::admin`), shutdown by cancellation token.
 
 use std::sync::{
@@ -91,13 +91,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     if args.leader.leader_elect {
-        let config = xcc_kube::LeaseConfig {
+        let config = xcc_sync::LeaseConfig {
             namespace: args.lease_namespace.clone(),
             name: "xcc-controller".into(),
             identity,
             duration: LEASE_DURATION,
         };
-        xcc_kube::run_while_leading(
+        xcc_sync::run_while_leading(
             client,
             config,
             Arc::new(AtomicBool::new(false)),

@@ -1,8 +1,7 @@
 //! Kubernetes plumbing that more than one xcc binary needs: the one gate through which a
 //! kubeconfig in a Secret (Cluster API's `<cluster>-kubeconfig`, cluster-registry's peer Secrets,
 //! a SecretImport's service cluster) becomes a client ([`trust`]), the cache of those peer
-//! clients ([`PeerClients`]), leader election over a Lease ([`run_while_leading`]), and status
-//! conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
+//! clients ([`PeerClients`]), and status conditions that follow the API conventions (`observedGeneration`, `lastTransitionTime` kept
 //! while the status does not change), and the [`announcement`] by which an xcc-agent tells
 //! xcc-controller which parts of the record feed it reads; and what every binary does the same
 //! way: [`logging`], the common [`metrics`], errors on one line ([`report`]),
@@ -23,7 +22,6 @@ pub mod finalizers;
 pub mod flags;
 pub mod h2;
 mod kubeconfig;
-mod leader;
 pub mod logging;
 pub mod metrics;
 mod peers;
@@ -49,6 +47,5 @@ pub use conditions::{
 pub use kubeconfig::{
     KubeconfigArgs, KubeconfigError, own_cluster, own_cluster_client, own_cluster_with_token,
 };
-pub use leader::{LeaderElectArgs, LeaseConfig, run_while_leading};
 pub use peers::{PROBE_DEADLINE, PROBE_INTERVAL, PeerClients, Reach};
 pub use trust::{PeerClient, PeerTls, PeerTrust};

@@ -4,9 +4,9 @@
 //!
 //! A crate of its own rather than a module tree of `xcc-kube`: it is the layer between the
 //! plumbing every binary needs (`xcc-kube`: the trust gate, the peer-client cache, HTTP/2
-//! clients, backoff, conditions, leader election) and the reconcilers, and only the binaries that
-//! run reconcilers on shared watches need it (the agent today, the controller next); the CLI and
-//! the CoreDNS patcher link `xcc-kube` without it. The peer clients stay in `xcc-kube`
+//! clients, backoff, conditions) and the reconcilers, and only the binaries that run reconcilers
+//! (the agent and the controller) need it, with the process skeleton they share (the admin
+//! server, leader election); the CLI and the CoreDNS patcher link `xcc-kube` without it. The peer clients stay in `xcc-kube`
 //! ([`PeerClients`], re-exported here) because the controller builds and probes its workload
 //! clients with them without the rest of this core, and they sit on the trust gate and the HTTP/2
 //! client there.
@@ -17,6 +17,7 @@
 //! - [`metrics`]: per watch, peer server and reconciler.
 //! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
 //! - [`admin`]: the admin HTTP server of every process (health, readiness, metrics, own routes).
+//! - [`leader`]: leader election over a Lease ([`run_while_leading`], `--leader-elect`).
 #![cfg_attr(
     test,
     allow(
@@ -28,12 +29,14 @@
 
 pub mod admin;
 pub mod kit;
+pub mod leader;
 pub mod metrics;
 pub mod sink;
 pub mod sources;
 pub mod wakers;
 
 use kube::Client;
+pub use leader::{LeaderElectArgs, LeaseConfig, run_while_leading};
 pub use xcc_kube::PeerClients;
 
 use crate::{

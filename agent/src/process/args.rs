@@ -277,7 +277,7 @@ pub struct SyncArgs {
 
     #[doc = "Leader election (`--leader-elect`)."]
     #[command(flatten)]
-    pub leader: xcc_kube::LeaderElectArgs,
+    pub leader: xcc_sync::LeaderElectArgs,
 
     /// Name of the Lease of `--leader-elect`.
     #[arg(long, env = "XCC_LEASE_NAME", default_value = "xcc-agent")]

@@ -273,7 +273,7 @@ fn start_sync(
         reconcilers: args.sync.reconcilers.clone(),
     };
     if args.sync.leader.leader_elect {
-        let config = xcc_kube::LeaseConfig {
+        let config = xcc_sync::LeaseConfig {
             namespace: args.kube.namespace.clone(),
             name: args.sync.lease_name.clone(),
             identity: args
@@ -284,7 +284,7 @@ fn start_sync(
             duration: args.sync.lease_duration,
         };
         let alive = tasks.watch("sync reconcilers");
-        let elected = xcc_kube::run_while_leading(
+        let elected = xcc_sync::run_while_leading(
             client.clone(),
             config,
             leading.clone(),

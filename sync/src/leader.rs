@@ -1,13 +1,14 @@
 //! Leader election over a Lease (`coordination.k8s.io/v1`), for work that only one replica may
-//! do at a time (the agent's sync reconcilers, the controller): [`run_while_leading`] runs that work while this
-//! process holds the Lease, stops it when the Lease is lost, and on shutdown stops it first and
-//! then releases the Lease, so that a rolling update hands over at once.
+//! do at a time (the agent's sync reconcilers, the controller), part of the process skeleton
+//! both share: [`run_while_leading`] runs that work while this process holds the Lease, stops it
+//! when the Lease is lost, and on shutdown stops it first and then releases the Lease, so that a
+//! rolling update hands over at once.
 //!
 //! The Lease itself is kept by `kube-lease-manager` (server-side apply, renewal before expiry,
 //! forced takeover of an expired Lease). What it lacks is a fast handover: a replica waiting for
 //! the Lease sleeps until the holder's lease would expire, also when the holder has released it
-//! on shutdown. So a waiting replica also watches the Lease, and when it sees it without a holder
-//! it asks again at once.
+//! on shutdown. So a waiting replica also watches the Lease (with [`sources::watch`], on the
+//! local schedule), and when it sees it without a holder it asks again at once.
 //!
 //! ```text
 //!   waiting ──(lease acquired)──► leading: work runs ──(lease lost)──► work stopped ─┐
@@ -31,6 +32,8 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
+
+use crate::sources::{self, Schedule};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 
@@ -88,7 +91,7 @@ pub async fn run_while_leading<W, F>(
 {
     let released = released_notices(client.clone(), &config);
     let mut released = std::pin::pin!(released);
-    let mut failures = crate::Backoff::local();
+    let mut failures = xcc_kube::Backoff::local();
     loop {
         if *shutdown.borrow() {
             return;
@@ -96,7 +99,7 @@ pub async fn run_while_leading<W, F>(
         let manager = match manager(&client, &config).await {
             Ok(manager) => manager,
             Err(error) => {
-                let delay = failures.next().unwrap_or(crate::Backoff::LOCAL_MAX);
+                let delay = failures.next().unwrap_or(xcc_kube::Backoff::LOCAL_MAX);
                 tracing::warn!(%error, lease = %config.name, "cannot set up leader election; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
@@ -124,7 +127,7 @@ pub async fn run_while_leading<W, F>(
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        failures = crate::Backoff::local();
+        failures = xcc_kube::Backoff::local();
         tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
         leading.store(true, Ordering::Release);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -189,16 +192,19 @@ fn released_notices(
 ) -> impl futures::Stream<Item = ()> + Send + use<> {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let fields = format!("metadata.name={}", config.name);
-    watcher(api, watcher::Config::default().fields(&fields))
-        .backoff(crate::Backoff::local())
-        .applied_objects()
-        .filter_map(|lease| {
-            let free = lease.ok().is_some_and(|lease| {
-                lease
-                    .spec
-                    .and_then(|spec| spec.holder_identity)
-                    .is_none_or(|holder| holder.is_empty())
-            });
-            std::future::ready(free.then_some(()))
-        })
+    sources::watch(
+        api,
+        watcher::Config::default().fields(&fields),
+        Schedule::Local,
+    )
+    .applied_objects()
+    .filter_map(|lease| {
+        let free = lease.ok().is_some_and(|lease| {
+            lease
+                .spec
+                .and_then(|spec| spec.holder_identity)
+                .is_none_or(|holder| holder.is_empty())
+        });
+        std::future::ready(free.then_some(()))
+    })
 }

@@ -1,0 +1,130 @@
+//! Every watch of xcc is opened by the sync core (`xcc_sync::sources::watch`, and the shared
+//! sources, typed watches and wakers built on it), so that all of them relist after a failure
+//! and retry on the same schedules. This test reads the sources of every workspace crate except
+//! the core (`sync/src`) and the test bed (`tests/`), and fails on a call that opens a watch
+//! itself: kube-runtime's `watcher(`, `metadata_watcher(`, `watch_object(`, `reflector(` or a
+//! `Controller::new(` (which opens its own watch; `Controller::for_shared_stream` or
+//! `for_stream` on the core's watches instead).
+
+use std::path::{Path, PathBuf};
+
+/// Files that still open a watch of their own, each with why; an entry whose file opens none
+/// fails the test, so the list only shrinks.
+const ALLOWED: &[(&str, &str)] = &[];
+
+/// The calls that open a watch.
+const OPENERS: &[&str] = &[
+    "watcher(",
+    "metadata_watcher(",
+    "watch_object(",
+    "reflector(",
+    "Controller::new(",
+];
+
+/// The lines (1-based) of `source` that open a watch, outside comments.
+fn watches_opened(source: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let opens = OPENERS.iter().any(|opener| {
+            code.match_indices(opener).any(|(at, _)| {
+                // A whole name: `metadata_watcher(` is not also a `watcher(`, nor is `my_watcher(`.
+                !code[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        });
+        if opens {
+            found.push(i + 1);
+        }
+    }
+    found
+}
+
+/// The workspace's members, as its Cargo.toml lists them.
+fn members(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .expect("the workspace lists its members on one line");
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_watch_is_opened_outside_the_sync_core() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let members = members(root);
+    assert!(members.len() > 5, "read the members: {members:?}");
+    let mut opened = Vec::new();
+    let mut files = 0;
+    for member in members.iter().filter(|m| *m != "sync" && *m != "tests") {
+        let mut sources = Vec::new();
+        rust_files(&root.join(member).join("src"), &mut sources);
+        for path in sources {
+            files += 1;
+            let source = std::fs::read_to_string(&path).unwrap();
+            let relative = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            for line in watches_opened(&source) {
+                opened.push((relative.clone(), line));
+            }
+        }
+    }
+    assert!(files > 50, "read the workspace's sources ({files} files)");
+    let unexplained: Vec<String> = opened
+        .iter()
+        .filter(|(file, _)| !ALLOWED.iter().any(|(allowed, _)| allowed == file))
+        .map(|(file, line)| format!("{file}:{line}"))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "watches opened outside the sync core (open them with xcc_sync::sources::watch, or \
+         Wakers::ensure for a watch that wakes one object): {unexplained:?}"
+    );
+    let stale: Vec<&str> = ALLOWED
+        .iter()
+        .filter(|(allowed, _)| !opened.iter().any(|(file, _)| file == allowed))
+        .map(|(allowed, _)| *allowed)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "these files open no watch any more: remove them from ALLOWED: {stale:?}"
+    );
+}
+
+#[test]
+fn the_rule_finds_calls_that_open_a_watch_and_passes_the_rest() {
+    let opening = "let a = watcher(api, watcher::Config::default());\n\
+                   let b = reflector::reflector(writer, stream);\n\
+                   let c = metadata_watcher(api, config);\n\
+                   let d = kube::runtime::watcher::watch_object(api, name);\n\
+                   let e = Controller::new(api, config);\n";
+    assert_eq!(watches_opened(opening), [1, 2, 3, 4, 5]);
+    let passing = "let config = watcher::Config::default();\n\
+                   // watcher(api, config) in a comment\n\
+                   let events = xcc_sync::sources::watch(api, config, Schedule::Local);\n\
+                   let store = events.reflect(writer);\n\
+                   let mine = my_watcher(api);\n\
+                   let c = Controller::for_shared_stream(handle, store);\n";
+    assert!(watches_opened(passing).is_empty(), "{passing}");
+}
