@@ -21,7 +21,8 @@ use xcc_e2e::{Binaries, Blackhole, Cluster, Testbed, free_port, require_testbed,
 
 use crate::{
     projection::{publish_root_ca, ready},
-    resource_sync::{manifest, repo, start_agent_with, wait_for},
+    resource_sync::{repo, start_agent_with, wait_for},
+    secrets::apply_manifest,
 };
 
 const GROUP: &str = "projection.apiresources.multicluster.x-tanzu.vmware.com";
@@ -140,6 +141,22 @@ pub(crate) async fn start_workload_agent(cluster: &Cluster) -> (Agent, String) {
     )
 }
 
+/// Waits (at most `timeout`) until the object `name` of `api` has each of `conditions` True for
+/// its current generation.
+async fn wait_true(api: &Api<DynamicObject>, name: &str, conditions: &[&str], timeout: Duration) {
+    let what = format!("{name}: {} True", conditions.join(", "));
+    wait_for(&what, timeout, || async {
+        let object = api.get(name).await.ok()?;
+        for type_ in conditions {
+            if condition(&object, type_)?.0 != "True" {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
 pub(crate) async fn install(cluster: &Cluster) {
     cluster
         .install_crds(&repo().join("manifests/crds"))
@@ -149,10 +166,7 @@ pub(crate) async fn install(cluster: &Cluster) {
         "manifests/agent/agent.yaml",
         "manifests/agent/projection.yaml",
     ] {
-        cluster
-            .kubectl(&["apply", "-f", &manifest(file)])
-            .await
-            .unwrap();
+        apply_manifest(cluster, file).await;
     }
 }
 
@@ -209,14 +223,11 @@ pub(crate) async fn project(binaries: &Binaries) -> Projected {
             .await
             .unwrap();
     }
-    services
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/projection-upstream-cluster-link.yaml"),
-        ])
-        .await
-        .unwrap();
+    apply_manifest(
+        services,
+        "manifests/examples/projection-upstream-cluster-link.yaml",
+    )
+    .await;
     services
         .kubectl(&[
             "create",
@@ -301,14 +312,11 @@ spec:
         .create(&PostParams::default(), &pumpkin_seeds)
         .await
         .unwrap();
-    workload
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/projection-downstream-cluster-link.yaml"),
-        ])
-        .await
-        .unwrap();
+    apply_manifest(
+        workload,
+        "manifests/examples/projection-downstream-cluster-link.yaml",
+    )
+    .await;
     let (workload_agent, port) = start_workload_agent(workload).await;
 
     let links: Api<DynamicObject> = Api::namespaced_with(
@@ -385,24 +393,17 @@ spec:
         "manifests/examples/projection-cluster-api-group-import.yaml",
         "manifests/examples/projection-api-resource-import.yaml",
     ] {
-        workload
-            .kubectl(&["apply", "-f", &manifest(file)])
-            .await
-            .unwrap();
+        apply_manifest(workload, file).await;
     }
     let imports: Api<DynamicObject> = Api::all_with(
         workload.client.clone(),
         &projection("ClusterAPIGroupImport"),
     );
-    wait_for(
-        "ClusterAPIGroupImport Ready",
+    wait_true(
+        &imports,
+        "rabbitmq.com",
+        &["APIServicesReady", "Ready"],
         Duration::from_secs(60),
-        || async {
-            let import = imports.get("rabbitmq.com").await.ok()?;
-            (condition(&import, "APIServicesReady")?.0 == "True"
-                && condition(&import, "Ready")?.0 == "True")
-                .then_some(())
-        },
     )
     .await;
     let resource_imports: Api<DynamicObject> = Api::namespaced_with(
@@ -410,15 +411,11 @@ spec:
         "team-1",
         &projection("APIResourceImport"),
     );
-    wait_for(
-        "APIResourceImport Ready",
+    wait_true(
+        &resource_imports,
+        "rabbitmq.com-import",
+        &["ResourcesAvailable", "Ready"],
         Duration::from_secs(30),
-        || async {
-            let import = resource_imports.get("rabbitmq.com-import").await.ok()?;
-            (condition(&import, "ResourcesAvailable")?.0 == "True"
-                && condition(&import, "Ready")?.0 == "True")
-                .then_some(())
-        },
     )
     .await;
     wait_for(
@@ -1149,14 +1146,11 @@ async fn a_stopped_service_cluster_breaks_neither_discovery_nor_namespace_deleti
         .kubectl(&["create", "namespace", "team-1"])
         .await
         .unwrap();
-    workload
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/examples/projection-api-resource-import.yaml"),
-        ])
-        .await
-        .unwrap();
+    apply_manifest(
+        workload,
+        "manifests/examples/projection-api-resource-import.yaml",
+    )
+    .await;
     wait_for(
         "kubectl get lists the kept object again",
         Duration::from_secs(30),
