@@ -128,8 +128,36 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
     let Some(hostname) = slice.annotations().get(HOSTNAME_ANNOTATION) else {
         return Ok(None);
     };
+    let name = host_name(hostname)?;
+    let mut records = ready_records(slice)?;
+    if records.addresses.is_empty() && records.cname.is_none() {
+        return Ok(Some(Vec::new()));
+    }
+    // A TTL the controller chose for these answers (global names); one that does not parse or
+    // is out of range is ignored: the zone's TTL is always a safe answer.
+    records.ttl = ttl(slice, xcc_kube::announcement::TTL_ANNOTATION);
+    let mut entries = vec![(name.clone(), records.clone())];
+    if name.is_wildcard() {
+        entries.push((name.base_name(), records.clone()));
+    }
+    // The global name this gateway also answers on this cluster (the controller sets it only
+    // where the global answer includes it), with the TTL of its answers.
+    if let Some(global) = slice.annotations().get(GLOBAL_HOSTNAME_ANNOTATION) {
+        let global_name = host_name(global)?;
+        records.ttl = ttl(slice, GLOBAL_TTL_ANNOTATION);
+        let base = global_name.is_wildcard().then(|| global_name.base_name());
+        entries.push((global_name, records.clone()));
+        if let Some(base) = base {
+            entries.push((base, records));
+        }
+    }
+    Ok(Some(entries))
+}
+
+/// A host name annotation as a fully qualified name with no empty label.
+fn host_name(hostname: &str) -> Result<Name, SliceError> {
     let bad_host = |reason: String| SliceError::BadHostname {
-        hostname: hostname.clone(),
+        hostname: hostname.to_string(),
         reason,
     };
     let mut name = Name::from_ascii(hostname.trim()).map_err(|e| bad_host(e.to_string()))?;
@@ -137,6 +165,21 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
     if name.num_labels() == 0 || name.iter().any(|l| l.is_empty()) {
         return Err(bad_host("empty label".into()));
     }
+    Ok(name)
+}
+
+/// The TTL in annotation `key`, if it parses and is at most [`MAX_TTL`].
+fn ttl(slice: &EndpointSlice, key: &str) -> Option<u32> {
+    slice
+        .annotations()
+        .get(key)
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|t| *t <= MAX_TTL)
+}
+
+/// The addresses (or the one CNAME target) of the slice's endpoints that are not marked not
+/// ready, as its address type says, without a TTL.
+fn ready_records(slice: &EndpointSlice) -> Result<HostRecords, SliceError> {
     let addresses = slice
         .endpoints
         .iter()
@@ -175,45 +218,7 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
         }
         other => return Err(SliceError::UnknownAddressType(other.to_string())),
     }
-    if records.addresses.is_empty() && records.cname.is_none() {
-        return Ok(Some(Vec::new()));
-    }
-    // A TTL the controller chose for these answers (global names); one that does not parse or
-    // is out of range is ignored: the zone's TTL is always a safe answer.
-    records.ttl = slice
-        .annotations()
-        .get(xcc_kube::announcement::TTL_ANNOTATION)
-        .and_then(|t| t.trim().parse::<u32>().ok())
-        .filter(|t| *t <= MAX_TTL);
-    let mut entries = vec![(name.clone(), records.clone())];
-    if name.is_wildcard() {
-        entries.push((name.base_name(), records.clone()));
-    }
-    // The global name this gateway also answers on this cluster (the controller sets it only
-    // where the global answer includes it), with the TTL of its answers.
-    if let Some(global) = slice.annotations().get(GLOBAL_HOSTNAME_ANNOTATION) {
-        let bad_host = |reason: String| SliceError::BadHostname {
-            hostname: global.clone(),
-            reason,
-        };
-        let mut global_name =
-            Name::from_ascii(global.trim()).map_err(|e| bad_host(e.to_string()))?;
-        global_name.set_fqdn(true);
-        if global_name.num_labels() == 0 || global_name.iter().any(|l| l.is_empty()) {
-            return Err(bad_host("empty label".into()));
-        }
-        records.ttl = slice
-            .annotations()
-            .get(GLOBAL_TTL_ANNOTATION)
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            .filter(|t| *t <= MAX_TTL);
-        let base = global_name.is_wildcard().then(|| global_name.base_name());
-        entries.push((global_name, records.clone()));
-        if let Some(base) = base {
-            entries.push((base, records));
-        }
-    }
-    Ok(Some(entries))
+    Ok(records)
 }
 
 fn source_of(slice: &EndpointSlice) -> String {

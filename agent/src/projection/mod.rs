@@ -177,6 +177,11 @@ fn log_result<K: Resource, E: std::fmt::Display>(
     }
 }
 
+/// Resolves once `stop` is raised.
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
 /// The workload-cluster side: DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport
 /// and the aggregated API server that serves the imports.
 async fn run_workload_side(
@@ -184,14 +189,65 @@ async fn run_workload_side(
     settings: Settings,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let recorder = core.recorder();
     let links = Typed::<DownstreamClusterLink>::new();
     let groups = Typed::<ClusterAPIGroupImport>::new();
     let resources = Typed::<APIResourceImport>::new();
-    // The aggregated server's own ServiceAccount: its first token before anything uses it.
+    let (identity, renewer) = proxy_identity(&core, &settings, &stop).await;
+    let (namespaces, namespace_watch) = watch_namespaces(&identity);
+    let proxy = Arc::new(proxy::Proxy::new(
+        identity.clone(),
+        core.peers.clone(),
+        groups.store(),
+        resources.store(),
+        namespaces,
+        core.metrics.clone(),
+    ));
+    let server = serve_proxy(&proxy, settings.proxy_listen, &stop).await;
+    let link_controller = downstream_controller(&core, &settings, &links, &proxy, &stop);
+    let import_ctx = Arc::new(import::Context {
+        client: core.client.clone(),
+        recorder: core.recorder(),
+        proxy: proxy.clone(),
+        links: links.store(),
+        imports: groups.store(),
+        counted: Counted {
+            metrics: core.metrics.clone(),
+            reconciler: "projection-import",
+        },
+    });
+    let group_controller = group_controller(&links, &groups, import_ctx.clone(), &stop);
+    let resource_controller = resource_controller(&groups, &resources, import_ctx, &stop);
+    let watches = [
+        tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone())),
+        tokio::spawn(groups.run(Api::all(core.client.clone()), core.metrics.clone())),
+        tokio::spawn(resources.run(Api::all(core.client.clone()), core.metrics.clone())),
+    ];
+    tracing::info!(
+        "API projection running (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)"
+    );
+    futures::join!(link_controller, group_controller, resource_controller);
+    for watch in watches {
+        watch.abort();
+    }
+    namespace_watch.abort();
+    if let Some(renewer) = renewer {
+        renewer.abort();
+    }
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+}
+
+/// The aggregated server's own ServiceAccount, with its first token before anything uses it,
+/// and the task that renews that token until `stop` (none if the first token failed).
+async fn proxy_identity(
+    core: &Core,
+    settings: &Settings,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> (
+    Arc<proxy::identity::Identity>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
     let identity = Arc::new(
         proxy::identity::Identity::new(
             core.client.clone(),
@@ -209,7 +265,17 @@ async fn run_workload_side(
                 .renew_forever(first, backoff, stopped(stop.clone())),
         )
     });
-    // Which namespaces are being deleted, for the aggregated server (metadata only).
+    (identity, renewer)
+}
+
+/// Which namespaces are being deleted, for the aggregated server (metadata only), and the task
+/// that watches them.
+fn watch_namespaces(
+    identity: &proxy::identity::Identity,
+) -> (
+    reflector::Store<PartialObjectMeta<Namespace>>,
+    tokio::task::JoinHandle<()>,
+) {
     let (namespaces, namespace_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let namespace_watch = tokio::spawn(
         xcc_sync::sources::watch(
@@ -224,30 +290,42 @@ async fn run_workload_side(
             }
         }),
     );
-    let proxy = Arc::new(proxy::Proxy::new(
-        identity.clone(),
-        core.peers.clone(),
-        groups.store(),
-        resources.store(),
-        namespaces,
-        core.metrics.clone(),
-    ));
-    let server = match tokio::net::TcpListener::bind(settings.proxy_listen).await {
+    (namespaces, namespace_watch)
+}
+
+/// The aggregated API server on `listen` until `stop`; none if it cannot listen (the
+/// DownstreamClusterLinks then say so).
+async fn serve_proxy(
+    proxy: &Arc<proxy::Proxy>,
+    listen: std::net::SocketAddr,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => {
-            tracing::info!(listen = %settings.proxy_listen, "aggregated API server listening");
+            tracing::info!(%listen, "aggregated API server listening");
             Some(tokio::spawn(
                 proxy.clone().serve(listener, stopped(stop.clone())),
             ))
         }
         Err(error) => {
-            tracing::warn!(listen = %settings.proxy_listen, %error, "cannot listen: the aggregated API server is off (DownstreamClusterLinks say NotListening)");
+            tracing::warn!(%listen, %error, "cannot listen: the aggregated API server is off (DownstreamClusterLinks say NotListening)");
             None
         }
-    };
+    }
+}
 
+/// The DownstreamClusterLink controller, woken also when a link's kubeconfig or TLS Secret
+/// changes.
+fn downstream_controller(
+    core: &Core,
+    settings: &Settings,
+    links: &Typed<DownstreamClusterLink>,
+    proxy: &Arc<proxy::Proxy>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let link_ctx = Arc::new(downstream::Context {
         client: core.client.clone(),
-        recorder: recorder.clone(),
+        recorder: core.recorder(),
         peers: core.peers.clone(),
         proxy: proxy.clone(),
         endpoint: settings.endpoint.clone(),
@@ -279,27 +357,24 @@ async fn run_workload_side(
                 .map(|l| ObjectRef::from_obj(l.as_ref()))
         }
     });
-    let link_controller = Controller::for_shared_stream(links.subscribe(), links.store())
+    Controller::for_shared_stream(links.subscribe(), links.store())
         .reconcile_on(secret_wakes)
         .trigger_backoff(xcc_kube::Backoff::local())
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(downstream::reconcile, downstream::error_policy, link_ctx)
-        .for_each(|result| async move { log_result("DownstreamClusterLink", result) });
+        .for_each(|result| async move { log_result("DownstreamClusterLink", result) })
+}
 
-    let import_ctx = Arc::new(import::Context {
-        client: core.client.clone(),
-        recorder,
-        proxy: proxy.clone(),
-        links: links.store(),
-        imports: groups.store(),
-        counted: Counted {
-            metrics: core.metrics.clone(),
-            reconciler: "projection-import",
-        },
-    });
+/// The ClusterAPIGroupImport controller, woken also by a change of the link an import names.
+fn group_controller(
+    links: &Typed<DownstreamClusterLink>,
+    groups: &Typed<ClusterAPIGroupImport>,
+    import_ctx: Arc<import::Context>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let group_controller = Controller::for_shared_stream(groups.subscribe(), groups.store());
     let group_store = group_controller.store();
-    let group_controller = group_controller
+    group_controller
         .watches_shared_stream(
             links.subscribe(),
             move |link: Arc<DownstreamClusterLink>| {
@@ -321,14 +396,22 @@ async fn run_workload_side(
         .run(
             import::reconcile_group,
             import::error_policy_group,
-            import_ctx.clone(),
+            import_ctx,
         )
-        .for_each(|result| async move { log_result("ClusterAPIGroupImport", result) });
+        .for_each(|result| async move { log_result("ClusterAPIGroupImport", result) })
+}
 
+/// The APIResourceImport controller, woken also by a change of the group import it belongs to.
+fn resource_controller(
+    groups: &Typed<ClusterAPIGroupImport>,
+    resources: &Typed<APIResourceImport>,
+    import_ctx: Arc<import::Context>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let resource_controller =
         Controller::for_shared_stream(resources.subscribe(), resources.store());
     let resource_store = resource_controller.store();
-    let resource_controller = resource_controller
+    resource_controller
         .watches_shared_stream(
             groups.subscribe(),
             move |group: Arc<ClusterAPIGroupImport>| {
@@ -348,27 +431,7 @@ async fn run_workload_side(
             import::error_policy_resources,
             import_ctx,
         )
-        .for_each(|result| async move { log_result("APIResourceImport", result) });
-
-    let watches = [
-        tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone())),
-        tokio::spawn(groups.run(Api::all(core.client.clone()), core.metrics.clone())),
-        tokio::spawn(resources.run(Api::all(core.client.clone()), core.metrics.clone())),
-    ];
-    tracing::info!(
-        "API projection running (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)"
-    );
-    futures::join!(link_controller, group_controller, resource_controller);
-    for watch in watches {
-        watch.abort();
-    }
-    namespace_watch.abort();
-    if let Some(renewer) = renewer {
-        renewer.abort();
-    }
-    if let Some(server) = server {
-        let _ = server.await;
-    }
+        .for_each(|result| async move { log_result("APIResourceImport", result) })
 }
 
 /// The service-cluster side: UpstreamClusterLink and APIExportRoleBinding.
@@ -377,16 +440,30 @@ async fn run_service_side(
     advertise_url: String,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let recorder = core.recorder();
     let links = Typed::<UpstreamClusterLink>::new();
     let bindings = Typed::<APIExportRoleBinding>::new();
+    let link_controller = upstream_controller(&core, advertise_url, &links, &stop);
+    let binding_controller = binding_controller(&core, &links, &bindings, &stop);
+    let link_watch = tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone()));
+    let binding_watch =
+        tokio::spawn(bindings.run(Api::all(core.client.clone()), core.metrics.clone()));
+    tracing::info!("API projection running (UpstreamClusterLink, APIExportRoleBinding)");
+    futures::join!(link_controller, binding_controller);
+    link_watch.abort();
+    binding_watch.abort();
+}
 
+/// The UpstreamClusterLink controller, woken also when a kubeconfig Secret it owns is deleted
+/// or edited (from the process's one Secret watch).
+fn upstream_controller(
+    core: &Core,
+    advertise_url: String,
+    links: &Typed<UpstreamClusterLink>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let link_ctx = Arc::new(link::Context {
         client: core.client.clone(),
-        recorder: recorder.clone(),
+        recorder: core.recorder(),
         advertise_url,
         token_seconds: link::TOKEN_SECONDS,
         counted: Counted {
@@ -394,7 +471,6 @@ async fn run_service_side(
             reconciler: "projection-link",
         },
     });
-    // A kubeconfig Secret deleted or edited wakes its link, from the process's one Secret watch.
     let secret_wakes = core
         .local_secrets
         .changes()
@@ -410,24 +486,24 @@ async fn run_service_side(
                 SecretChange::Listed | SecretChange::Missed => None,
             }
         });
-    let link_controller = Controller::for_shared_stream(links.subscribe(), links.store())
+    Controller::for_shared_stream(links.subscribe(), links.store())
         .reconcile_on(secret_wakes)
         .trigger_backoff(xcc_kube::Backoff::local())
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(link::reconcile, link::error_policy, link_ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object, "UpstreamClusterLink reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(object = %object, %error, "UpstreamClusterLink reconcile failed; retrying")
-                }
-                Err(error) => tracing::debug!(%error, "UpstreamClusterLink controller"),
-            }
-        });
+        .for_each(|result| async move { log_result("UpstreamClusterLink", result) })
+}
 
+/// The APIExportRoleBinding controller, woken also by a change of the link a binding names.
+fn binding_controller(
+    core: &Core,
+    links: &Typed<UpstreamClusterLink>,
+    bindings: &Typed<APIExportRoleBinding>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let binding_ctx = Arc::new(binding::Context {
         client: core.client.clone(),
-        recorder,
+        recorder: core.recorder(),
         counted: Counted {
             metrics: core.metrics.clone(),
             reconciler: "projection-binding",
@@ -435,7 +511,7 @@ async fn run_service_side(
     });
     let binding_controller = Controller::for_shared_stream(bindings.subscribe(), bindings.store());
     let binding_store = binding_controller.store();
-    let binding_controller = binding_controller
+    binding_controller
         .watches_shared_stream(links.subscribe(), move |link: Arc<UpstreamClusterLink>| {
             let namespace = link.namespace().unwrap_or_default();
             let name = link.name_any();
@@ -452,23 +528,7 @@ async fn run_service_side(
         .trigger_backoff(xcc_kube::Backoff::local())
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(binding::reconcile, binding::error_policy, binding_ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object, "APIExportRoleBinding reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(object = %object, %error, "APIExportRoleBinding reconcile failed; retrying")
-                }
-                Err(error) => tracing::debug!(%error, "APIExportRoleBinding controller"),
-            }
-        });
-
-    let link_watch = tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone()));
-    let binding_watch =
-        tokio::spawn(bindings.run(Api::all(core.client.clone()), core.metrics.clone()));
-    tracing::info!("API projection running (UpstreamClusterLink, APIExportRoleBinding)");
-    futures::join!(link_controller, binding_controller);
-    link_watch.abort();
-    binding_watch.abort();
+        .for_each(|result| async move { log_result("APIExportRoleBinding", result) })
 }
 
 /// What the reconcilers' unit tests read of the requests a
