@@ -133,6 +133,10 @@ pub struct SyncMetrics {
 impl SyncMetrics {
     /// The metrics, registered in `registry` under `xcc_sync_` (every series of the help
     /// text present from the start).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the registration list of every sync series, each with its help text, in the order /metrics shows them"
+    )]
     pub fn register(registry: &mut Registry) -> SyncMetrics {
         let metrics = SyncMetrics {
             watch_state: Family::default(),

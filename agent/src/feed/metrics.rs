@@ -175,6 +175,10 @@ impl Metrics {
     /// The metrics of an agent serving `zones` (as [`xcc_dns::RecordTable::zones`] lists them,
     /// whose positions [`Answered::zone`] gives) on `server` (`dns://ADDR:PORT`, CoreDNS's
     /// `server` label); `records_file` in standalone mode.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the registration list of every series the agent exports, each with its help text, in the order /metrics shows them"
+    )]
     pub fn new(server: &str, zones: &[String], records_file: bool) -> Self {
         let mut registry = Registry::default();
         xcc_kube::metrics::register_common(&mut registry, "xcc", env!("CARGO_PKG_VERSION"));
