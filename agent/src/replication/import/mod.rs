@@ -17,10 +17,12 @@ mod copy;
 mod remote;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
+
+use dashmap::{DashMap, DashSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -62,11 +64,12 @@ pub struct Context {
     pub counted: crate::sink::Counted,
     /// The imports given the finalizer a moment ago.
     pub finalizer_asked: super::FinalizerAsked,
-    /// Per import: what its watch of the remote Secret holds ([`Seen`]).
-    pub seen: Arc<Mutex<HashMap<ObjectRef<SecretImport>, Seen>>>,
+    /// Per import: what its watch of the remote Secret holds ([`Seen`]). Written by the watches'
+    /// tasks while reconciles read it: a concurrent map.
+    pub seen: Arc<DashMap<ObjectRef<SecretImport>, Seen>>,
     /// Peer API servers (by URL) that refused a streamed list (`sendInitialEvents`, Kubernetes
     /// 1.32 and 1.34 on by default): their watches list first, one request more.
-    pub list_first: Arc<Mutex<HashSet<String>>>,
+    pub list_first: Arc<DashSet<String>>,
 }
 
 /// What an import's status was last set to.
@@ -455,7 +458,7 @@ mod tests {
             tls: xcc_kube::PeerTls::Verified,
         };
         let identity = ctx.remote_identity(&peer, "project-1", "dumbo");
-        ctx.seen.lock().unwrap().insert(
+        ctx.seen.insert(
             ObjectRef::from_obj(import),
             Seen {
                 identity,
@@ -517,8 +520,6 @@ mod tests {
         let failed = async {
             while ctx
                 .seen
-                .lock()
-                .unwrap()
                 .get(&key)
                 .is_none_or(|s| !matches!(s.state, SeenState::Unknown))
             {

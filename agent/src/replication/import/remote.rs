@@ -2,7 +2,9 @@
 //! before each event wakes the import, so that a reconcile takes the remote Secret from it instead
 //! of reading it while the watch is listed and connected.
 
-use std::{collections::HashMap, sync::Mutex, time::Instant};
+use std::time::Instant;
+
+use dashmap::DashMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -40,12 +42,12 @@ impl Context {
         import: &ObjectRef<SecretImport>,
         identity: &str,
     ) -> Option<Remote> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match seen.get(import) {
-            Some(Seen {
+        let seen = self.seen.get(import)?;
+        match seen.value() {
+            Seen {
                 identity: id,
                 state: SeenState::Known(known),
-            }) if id == identity => Some(match known {
+            } if id == identity => Some(match known {
                 Some(secret) => Remote::Found(secret.clone()),
                 None => Remote::NotFound,
             }),
@@ -59,23 +61,19 @@ impl Context {
         import: &ObjectRef<SecretImport>,
         identity: &str,
     ) -> Option<Instant> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        match seen.get(import) {
-            Some(Seen {
+        let seen = self.seen.get(import)?;
+        match seen.value() {
+            Seen {
                 identity: id,
                 state: SeenState::Listing(_, since),
-            }) if id == identity => Some(*since),
+            } if id == identity => Some(*since),
             _ => None,
         }
     }
 
     /// Whether watches through `server` stream their first list.
     pub(super) fn streams_lists(&self, server: &str) -> bool {
-        !self
-            .list_first
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(server)
+        !self.list_first.contains(server)
     }
 
     /// Names the watch of remote Secret `namespace/name` through `peer` (and how it lists).
@@ -89,10 +87,7 @@ impl Context {
     }
 
     pub(super) fn forget_remote(&self, import: &ObjectRef<SecretImport>) {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(import);
+        self.seen.remove(import);
     }
 }
 
@@ -117,13 +112,15 @@ pub(super) fn watch_remote(
     let identity = ctx.remote_identity(peer, namespace, name);
     {
         // A watch about to start is listing: a reconcile leaves it that time.
-        let mut seen = ctx.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.get(&import).is_none_or(|s| s.identity != identity) {
-            let listing = Seen {
+        let mut seen = ctx.seen.entry(import.clone()).or_insert_with(|| Seen {
+            identity: identity.clone(),
+            state: SeenState::Listing(None, Instant::now()),
+        });
+        if seen.identity != identity {
+            *seen = Seen {
                 identity: identity.clone(),
                 state: SeenState::Listing(None, Instant::now()),
             };
-            seen.insert(import.clone(), listing);
         }
     }
     let seen = ctx.seen.clone();
@@ -139,10 +136,7 @@ pub(super) fn watch_remote(
             if streamed && refuses_streamed_lists(event) {
                 // The failure wakes the import, whose reconcile then starts a listing watch.
                 tracing::info!(%server, "the service cluster does not stream lists; its watches list first");
-                list_first
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(server.clone());
+                list_first.insert(server.clone());
             }
             record(&seen, &key, &id, event)
         });
@@ -162,13 +156,12 @@ fn refuses_streamed_lists(event: &Result<watcher::Event<Secret>, watcher::Error>
 /// Keeps what the watch `identity` of `import`'s remote Secret holds, before its event wakes the
 /// import.
 fn record(
-    seen: &Mutex<HashMap<ObjectRef<SecretImport>, Seen>>,
+    seen: &DashMap<ObjectRef<SecretImport>, Seen>,
     import: &ObjectRef<SecretImport>,
     identity: &str,
     event: &Result<watcher::Event<Secret>, watcher::Error>,
 ) {
-    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-    let entry = seen.entry(import.clone()).or_insert_with(|| Seen {
+    let mut entry = seen.entry(import.clone()).or_insert_with(|| Seen {
         identity: identity.to_string(),
         state: SeenState::Unknown,
     });
@@ -203,10 +196,9 @@ mod tests {
 
     #[test]
     fn a_listed_watch_tells_the_remote_secret_and_a_failed_one_does_not() {
-        let seen = Mutex::new(HashMap::new());
+        let seen = DashMap::new();
         let import = ObjectRef::<SecretImport>::new("dumbo").within("project-1");
-        let state = |seen: &Mutex<HashMap<ObjectRef<SecretImport>, Seen>>, identity: &str| {
-            let seen = seen.lock().unwrap();
+        let state = |seen: &DashMap<ObjectRef<SecretImport>, Seen>, identity: &str| {
             seen.get(&import)
                 .filter(|s| s.identity == identity)
                 .map(|s| match &s.state {
