@@ -358,7 +358,7 @@ async fn write_copy(
         None => writer.apply(&write.desired, write.current.as_ref()).await,
     };
     if let Ok(Written::Applied(version) | Written::Unchanged(version)) = &written {
-        ctx.written().insert(
+        ctx.written.insert(
             names.origin.clone(),
             (
                 write.remote_version.clone(),

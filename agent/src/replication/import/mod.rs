@@ -16,11 +16,7 @@
 mod copy;
 mod remote;
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use dashmap::{DashMap, DashSet};
 
@@ -55,11 +51,11 @@ pub struct Context {
     /// and the local resourceVersion that write left. While both still hold, the copy is current
     /// and a reconcile writes nothing and reads nothing locally: the wakes that follow an
     /// import's own writes (its status, its copy) cost one read of the remote Secret only.
-    pub written: Mutex<HashMap<String, (String, String)>>,
+    pub written: DashMap<String, (String, String)>,
     /// Set once `local` holds the first full list.
     pub local_listed: Arc<std::sync::atomic::AtomicBool>,
     /// Per import (by uid): what its status was last given.
-    pub said: Mutex<HashMap<String, Said>>,
+    pub said: DashMap<String, Said>,
     /// Where the copies' writes are counted.
     pub counted: crate::sink::Counted,
     /// The imports given the finalizer a moment ago.
@@ -89,21 +85,14 @@ impl Context {
         self.local_listed.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn said(&self) -> std::sync::MutexGuard<'_, HashMap<String, Said>> {
-        self.said.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, String)>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Whether the local copy `namespace/name` is the one written from `origin` at remote
     /// version `remote_version`, untouched since.
     fn current(&self, origin: &str, namespace: &str, name: &str, remote_version: &str) -> bool {
         let Some(local) = self.local_meta(namespace, name) else {
             return false;
         };
-        self.written().get(origin).is_some_and(|(remote, written)| {
+        self.written.get(origin).is_some_and(|entry| {
+            let (remote, written) = entry.value();
             remote == remote_version && local.resource_version().as_deref() == Some(written)
         })
     }
@@ -181,12 +170,12 @@ async fn apply(
         verdict: verdict.clone(),
     };
     let key = import.uid().unwrap_or_default();
-    let reason_changed = if ctx.said().get(&key) == Some(&said) {
+    let reason_changed = if ctx.said.get(&key).is_some_and(|last| *last == said) {
         false
     } else {
         let changed =
             write_status(api, import, import.status.as_ref(), &verdict, &ctx.counted).await?;
-        ctx.said().insert(key, said);
+        ctx.said.insert(key, said);
         changed
     };
     if reason_changed {
@@ -361,7 +350,7 @@ async fn cleanup(import: &SecretImport, ctx: &Context) -> Result<Action, Error> 
     let namespace = import.namespace().unwrap_or_default();
     ctx.remote.stop(&ObjectRef::from_obj(import));
     ctx.forget_remote(&ObjectRef::from_obj(import));
-    ctx.said().remove(&import.uid().unwrap_or_default());
+    ctx.said.remove(&import.uid().unwrap_or_default());
     let source = &import.spec.secret.name;
     let origin = sink::origin(&import.spec.remote_kubeconfig.name, &namespace, source);
     let local: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -579,8 +568,8 @@ mod tests {
         assert_eq!(verdict.reason, Reason::Replicated);
         server.done().await;
         assert_eq!(
-            ctx.written().get(ORIGIN),
-            Some(&("42".to_string(), "7".to_string()))
+            ctx.written.get(ORIGIN).map(|entry| entry.value().clone()),
+            Some(("42".to_string(), "7".to_string()))
         );
     }
 
