@@ -243,7 +243,8 @@ mod tests {
     use serde_json::json;
     use xcc_kube::scenario::{Running, Scenario};
 
-    fn e(cluster: &str, status: ApplyState) -> ApplyStatus {
+    /// The test Deployment's apply status on `cluster` (also read by the plan's tests).
+    pub(super) fn e(cluster: &str, status: ApplyState) -> ApplyStatus {
         ApplyStatus {
             cluster: cluster.into(),
             kind: "Deployment".into(),

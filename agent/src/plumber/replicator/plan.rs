@@ -542,15 +542,7 @@ mod tests {
         }
     }
 
-    fn e(cluster: &str, status: ApplyState) -> ApplyStatus {
-        ApplyStatus {
-            cluster: cluster.into(),
-            kind: "Deployment".into(),
-            name: "nginx".into(),
-            apply_status: status,
-            message: Some("why".into()),
-        }
-    }
+    use super::super::tests::e;
 
     #[test]
     fn the_ready_condition_names_the_worst_state() {
