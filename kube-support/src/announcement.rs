@@ -17,7 +17,7 @@
 //!   the safe side (a Lease would do too, but the agent's Lease belongs to leader election, which
 //!   rewrites it every few seconds);
 //! - it outlives agent restarts and upgrades (the next start rewrites it), and removing it is
-//!   the one step that makes a cluster safe for the original dns-server again (see README.md,
+//!   the one step that makes a cluster safe for the original dns-server again (see docs/gateway-dns.md,
 //!   "Going back to the original XCC").
 
 use std::collections::BTreeSet;

@@ -58,6 +58,14 @@ fn checked_for_names(path: &Path) -> bool {
         "docs/troubleshooting.md",
         "docs/security.md",
         "docs/managed-coredns.md",
+        "docs/install.md",
+        "docs/gateway-dns.md",
+        "docs/secret-replication.md",
+        "docs/resource-sync.md",
+        "docs/plumber.md",
+        "docs/api-projection.md",
+        "docs/cli.md",
+        "docs/kubeconfig-trust.md",
     ]
     .iter()
     .any(|p| path == Path::new(p))
@@ -696,11 +704,11 @@ fn documented_overlays_build() {
                     "the overlay without the patcher Job still has it"
                 );
             }
-            if page == Path::new("README.md") {
+            if page == Path::new("docs/install.md") {
                 assert!(
                     manifests.contains("value: clusters.example.com")
                         && !manifests.contains("plumber.jnytnai0613.github.io"),
-                    "the README's overlay sets the zone and leaves plumber out"
+                    "the install page's overlay sets the zone and leaves plumber out"
                 );
             }
             built += 1;
@@ -881,4 +889,25 @@ fn the_trust_rules_are_what_the_security_page_says() {
         PeerTrust::default(),
     )
     .unwrap_or_else(|e| panic!("a token is refused: {e}"));
+}
+
+/// The README is the way in, not the reference: what xcc is, the quick start, the install and one
+/// path per reader, each pointing into docs/. It stays short enough to read in one sitting.
+#[test]
+fn the_readme_is_short_and_leads_into_the_docs() {
+    let text = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let lines = text.lines().count();
+    assert!(lines <= 300, "README.md has {lines} lines (at most 300): move reference into docs/");
+    for page in [
+        "docs/install.md",
+        "docs/migration.md",
+        "docs/troubleshooting.md",
+        "CHANGELOG.md",
+    ] {
+        assert!(
+            text.contains(&format!("]({page}")),
+            "README.md does not link {page}"
+        );
+    }
+    assert!(text.contains("./test.sh"), "README.md lost the test command");
 }
