@@ -12,9 +12,9 @@
 # `kubectl krew install --manifest=dist/krew/xcc.yaml` (or goes to krew-index).
 #
 # Environment:
-#   RELEASE_REPOSITORY  the project's URL (default: `repository` of Cargo.toml's
-#                       [workspace.package], else https://github.com/OWNER/xcc, a placeholder
-#                       to replace); archives are expected at
+#   RELEASE_REPOSITORY  the project's URL, the manifest's homepage (default: `repository` of
+#                       Cargo.toml's [workspace.package]; with neither, the script refuses
+#                       rather than publish a placeholder); archives are expected at
 #                       RELEASE_REPOSITORY/releases/download/VERSION/ARCHIVE
 #   RELEASE_VERSION     the release tag (default: v + the workspace version of Cargo.toml)
 #   KREW_MANIFEST_OUT   output directory (default: dist/krew)
@@ -34,8 +34,8 @@ workspace_field() {
 version=${RELEASE_VERSION:-v$(workspace_field version)}
 repository=${RELEASE_REPOSITORY:-$(workspace_field repository)}
 if [[ -z $repository ]]; then
-    repository=https://github.com/OWNER/xcc
-    echo "warning: no RELEASE_REPOSITORY and no repository in Cargo.toml: the manifest points at $repository" >&2
+    echo "error: no project URL for the manifest's homepage and download links: set \`repository\` in Cargo.toml's [workspace.package] or RELEASE_REPOSITORY" >&2
+    exit 2
 fi
 repository=${repository%/}
 out=${KREW_MANIFEST_OUT:-dist/krew}

@@ -122,3 +122,60 @@ fn bad_platforms_are_refused_with_the_accepted_form() {
     assert!(stderr.contains("OS/ARCH=BINARY"), "{stderr}");
     assert!(!dir.path().join("krew/xcc.yaml").exists());
 }
+
+/// A copy of the script in a tree of its own whose Cargo.toml's `[workspace.package]` holds
+/// `package` (the script reads the version and the project's URL there).
+fn script_in_tree(tree: &Path, package: &str) -> Command {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    std::fs::create_dir_all(tree.join("tools")).unwrap();
+    std::fs::copy(
+        root.join("tools/krew-manifest.sh"),
+        tree.join("tools/krew-manifest.sh"),
+    )
+    .unwrap();
+    std::fs::write(
+        tree.join("Cargo.toml"),
+        format!("[workspace]\nmembers = []\n\n[workspace.package]\n{package}\n"),
+    )
+    .unwrap();
+    let mut command = Command::new("bash");
+    command
+        .arg(tree.join("tools/krew-manifest.sh"))
+        .env("KREW_MANIFEST_OUT", tree.join("krew"))
+        .env_remove("RELEASE_REPOSITORY")
+        .env_remove("RELEASE_VERSION");
+    command
+}
+
+#[test]
+fn the_homepage_is_the_repository_of_cargo_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    run(script_in_tree(
+        &tree,
+        "version = \"1.2.3\"\nrepository = \"https://example.net/org/xcc\"",
+    )
+    .arg(format!("linux/amd64={PLUGIN}")));
+    let manifest: Value =
+        xcc_kube::yaml::from_str(&std::fs::read_to_string(tree.join("krew/xcc.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["spec"]["homepage"], "https://example.net/org/xcc");
+    assert_eq!(manifest["spec"]["version"], "v1.2.3");
+}
+
+#[test]
+fn without_a_project_url_no_manifest_with_a_placeholder_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    let out = script_in_tree(&tree, "version = \"1.2.3\"")
+        .arg(format!("linux/amd64={PLUGIN}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("repository") && stderr.contains("RELEASE_REPOSITORY"),
+        "{stderr}"
+    );
+    assert!(!tree.join("krew/xcc.yaml").exists());
+}
