@@ -280,7 +280,10 @@ mod tests {
         let (_, _, after) = xcc_sync::admin::testing::get(&router, "/metrics").await;
         // Other tests of this process may panic meanwhile: at least this one is counted.
         assert!(panics(&after) > before, "{after}");
-        assert!(after.contains("# TYPE xcc_panics_total counter\n"), "{after}");
+        assert!(
+            after.contains("# TYPE xcc_panics_total counter\n"),
+            "{after}"
+        );
         assert_eq!(
             xcc_sync::admin::testing::get(&router, "/healthz").await.0,
             StatusCode::OK
