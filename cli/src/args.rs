@@ -143,7 +143,7 @@ mod examples {
 #[command(
     name = "kubectl-xcc",
     bin_name = "kubectl xcc",
-    version,
+    version = xcc_kube::metrics::VERSION,
     after_help = examples::root!(),
     after_long_help = concat!(examples::root!(), "\n\n", exit_codes!()),
     // The logging flags of every xcc binary, after any subcommand too, and quiet by default: a

@@ -98,7 +98,7 @@ fn the_krew_manifest_names_the_archive_it_was_built_with() {
     let version_line = run(Command::new(unpacked.join(bin)).arg("--version"));
     assert_eq!(
         version_line.trim(),
-        format!("kubectl-xcc {}", env!("CARGO_PKG_VERSION"))
+        format!("kubectl-xcc {}", xcc_kube::metrics::VERSION)
     );
 
     // The same binary gives the same archive (a release can be rebuilt and checked).

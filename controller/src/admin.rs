@@ -70,7 +70,7 @@ pub fn router(state: AdminState) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xcc_sync::admin::testing::get;
+    use xcc_sync::admin::testing::{get, get_accepting};
 
     #[tokio::test]
     async fn ready_once_started_and_an_unknown_gatewaydns_is_not_found() {
@@ -90,8 +90,16 @@ mod tests {
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
         let (status, kind, body) = get(&router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(kind.as_deref(), Some(xcc_sync::admin::OPENMETRICS));
+        assert_eq!(kind.as_deref(), Some(xcc_sync::admin::CLASSIC));
         assert!(body.contains("xcc_build_info"), "{body}");
+        assert!(
+            body.contains("# TYPE xcc_controller_reconciles_total counter\n"),
+            "{body}"
+        );
+        let openmetrics = "application/openmetrics-text;version=1.0.0";
+        let (_, kind, body) = get_accepting(&router, "/metrics", Some(openmetrics)).await;
+        assert_eq!(kind.as_deref(), Some(xcc_sync::admin::OPENMETRICS));
+        assert!(body.ends_with("# EOF\n"), "{body}");
         let (status, kind, body) = get(&router, "/gatewaydns/dev-team/missing").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(kind.as_deref(), Some("text/plain"));

@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "xcc-controller",
-    version,
+    version = xcc_kube::metrics::VERSION,
     about,
     long_about,
     mut_arg("kubeconfig", |arg| arg.help(

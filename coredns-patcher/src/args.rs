@@ -25,7 +25,12 @@ use clap::Parser;
 /// Exits 0 when the Corefile is as wanted (changed or not), non-zero with a one-line error
 /// otherwise.
 #[derive(Debug, Parser)]
-#[command(name = "xcc-coredns-patcher", version, about, long_about)]
+#[command(
+    name = "xcc-coredns-patcher",
+    version = xcc_kube::metrics::VERSION,
+    about,
+    long_about
+)]
 pub struct Args {
     /// Namespace of the Service whose ClusterIP CoreDNS forwards to.
     #[arg(long, env = "DNS_SERVICE_NAMESPACE", default_value = "xcc-dns")]

@@ -38,6 +38,10 @@ pub struct Answered {
     pub ipv6: bool,
     /// From the parsed request to the response handed to the socket.
     pub elapsed: Duration,
+    /// Size of the request message in bytes (over TCP without its 2-byte length prefix).
+    pub request_bytes: usize,
+    /// Size of the response message in bytes; 0 when none could be sent.
+    pub response_bytes: usize,
 }
 
 impl Answered {
@@ -131,11 +135,25 @@ fn echoed_question(queries: &Queries) -> Option<Queries> {
 
 #[async_trait::async_trait]
 impl RequestHandler for Handler {
+    /// Answers `request`. The observer is not told: the servers tell it once the response's
+    /// encoded size is known ([`Handler::respond`]).
     async fn handle_request<R: ResponseHandler, T: Time>(
         &self,
         request: &Request,
-        mut response_handle: R,
+        response_handle: R,
     ) -> ResponseInfo {
+        self.respond(request, response_handle).await.0
+    }
+}
+
+impl Handler {
+    /// Answers `request` through `response_handle`; returns what was sent and what the observer
+    /// is to be told of it, but for the response's size (0: the caller knows the bytes).
+    pub(crate) async fn respond<R: ResponseHandler>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> (ResponseInfo, Answered) {
         let started = Instant::now();
         let mut metadata = Metadata::response_from_request(&request.metadata);
 
@@ -199,14 +217,16 @@ impl RequestHandler for Handler {
                 counts: HeaderCounts::default(),
             })
         });
-        self.observer.observe(&Answered {
+        let answered = Answered {
             qtype,
             rcode: info.response_code,
             zone,
             tcp: request.protocol() == hickory_server::net::xfer::Protocol::Tcp,
             ipv6: Answered::is_ipv6(request.src()),
             elapsed: started.elapsed(),
-        });
-        info
+            request_bytes: request.as_slice().len(),
+            response_bytes: 0,
+        };
+        (info, answered)
     }
 }

@@ -13,8 +13,8 @@ use hickory_proto::{
     serialize::binary::{BinEncodable, BinEncoder},
 };
 use hickory_server::{
-    net::{NetError, runtime::TokioTime, xfer::Protocol},
-    server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
+    net::{NetError, xfer::Protocol},
+    server::{Request, ResponseHandler, ResponseInfo},
     zone_handler::MessageResponse,
 };
 
@@ -147,6 +147,8 @@ impl Answerer {
                     tcp: self.collect.protocol == Protocol::Tcp,
                     ipv6: crate::Answered::is_ipv6(peer),
                     elapsed: started.elapsed(),
+                    request_bytes: msg.len(),
+                    response_bytes: out.len(),
                 });
                 Some(true)
             }
@@ -161,13 +163,16 @@ impl Answerer {
         out.clear();
         match Request::from_bytes(msg.to_vec(), peer, self.collect.protocol) {
             Ok(request) => {
-                // The handler reports the query to the observer itself.
-                self.handler
-                    .handle_request::<_, TokioTime>(&request, self.collect.clone())
-                    .await;
+                let (_, answered) = self.handler.respond(&request, self.collect.clone()).await;
                 // Swap buffers rather than copy: both stay allocated for the next one.
-                let mut collected = self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
-                std::mem::swap(&mut *collected, out);
+                {
+                    let mut collected = self.collect.out.lock().unwrap_or_else(|e| e.into_inner());
+                    std::mem::swap(&mut *collected, out);
+                }
+                self.handler.observer().observe(&crate::Answered {
+                    response_bytes: out.len(),
+                    ..answered
+                });
                 !out.is_empty()
             }
             Err(error) => {
@@ -195,6 +200,8 @@ impl Answerer {
             tcp: self.collect.protocol == Protocol::Tcp,
             ipv6: crate::Answered::is_ipv6(peer),
             elapsed: started.elapsed(),
+            request_bytes: msg.len(),
+            response_bytes: out.len(),
         });
         true
     }

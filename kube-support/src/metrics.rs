@@ -1,15 +1,20 @@
-//! Metrics every xcc binary with an admin server exports beside its own: `xcc_build_info` and
-//! the `process_*` metrics of the Prometheus client libraries (read from `/proc` at each
-//! scrape), and the renderer of the generated metrics reference (`docs/metrics.md`).
+//! Metrics every xcc binary with an admin server exports beside its own: `xcc_build_info`,
+//! `xcc_panics_total` and the `process_*` metrics of the Prometheus client libraries (read from
+//! `/proc` at each scrape); the classic text format of a scrape ([`classic`]); and the renderer
+//! of the generated metrics reference (`docs/metrics.md`).
 
-use std::{fmt::Write as _, time::SystemTime};
+use std::{
+    fmt::Write as _,
+    sync::{LazyLock, Once},
+    time::SystemTime,
+};
 
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
     metrics::{
         MetricType,
-        counter::ConstCounter,
+        counter::{ConstCounter, Counter},
         family::Family,
         gauge::{ConstGauge, Gauge},
     },
@@ -23,14 +28,37 @@ struct BuildLabels {
     rustversion: &'static str,
 }
 
-/// The source revision the binary was built from (`XCC_REVISION` at build time).
-pub const REVISION: &str = match option_env!("XCC_REVISION") {
-    Some(revision) => revision,
-    None => "unknown",
-};
+pub mod classic;
 
-/// Registers `build_info` (under the registry's prefix: `xcc_build_info`) with this binary's
-/// `version`, and the `process_*` metrics, which carry no prefix, on `root`.
+/// The source revision the binary was built from: `XCC_REVISION` at build time when set, else
+/// git's short commit of the checkout (`-dirty` after it when tracked files differed), else
+/// `unknown` (see `build.rs`).
+pub const REVISION: &str = env!("XCC_REVISION");
+
+/// What every binary's `--version` says after its name: `<version> (<revision>)`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("XCC_REVISION"), ")");
+
+/// The panics of this process so far (`xcc_panics_total`), counted by the hook
+/// [`count_panics`] installs.
+static PANICS: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// Counts every panic of the process (in any thread or task) in `xcc_panics_total`, then hands
+/// it to the hook installed before (the default one writes the message and where to stderr).
+/// Installed once, however often it is called.
+pub fn count_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.inc();
+            before(info);
+        }));
+    });
+}
+
+/// Registers `build_info` and `panics` (under the registry's prefix: `xcc_build_info`,
+/// `xcc_panics_total`) with this binary's `version`, and the `process_*` metrics, which carry
+/// no prefix, on `root`; installs the panic counter ([`count_panics`]).
 pub fn register_common(root: &mut Registry, xcc: &str, version: &'static str) {
     let build = Family::<BuildLabels, Gauge>::default();
     build
@@ -40,11 +68,19 @@ pub fn register_common(root: &mut Registry, xcc: &str, version: &'static str) {
             rustversion: env!("XCC_RUSTC_VERSION"),
         })
         .set(1);
-    root.sub_registry_with_prefix(xcc).register(
+    let prefixed = root.sub_registry_with_prefix(xcc);
+    prefixed.register(
         "build_info",
         "A metric with a constant '1' value labelled by the version and revision the binary was \
          built from and the Rust compiler that built it",
         build,
+    );
+    count_panics();
+    prefixed.register(
+        "panics",
+        "Panics of the process so far, in any thread or task (each one's message and place are \
+         on stderr)",
+        PANICS.clone(),
     );
     root.register_collector(Box::new(ProcessCollector::new()));
 }
@@ -202,7 +238,7 @@ pub struct Descriptor {
     pub series_labels: Option<Vec<String>>,
 }
 
-/// The metrics in the OpenMetrics text `text`, in order, series or not.
+/// The metrics in the OpenMetrics or classic text `text`, in order, series or not.
 pub fn descriptors_lenient(text: &str) -> Vec<Descriptor> {
     let mut out: Vec<Descriptor> = Vec::new();
     let mut help = String::new();
@@ -212,7 +248,8 @@ pub fn descriptors_lenient(text: &str) -> Vec<Descriptor> {
             help = text.replace("\\n", " ").replace("\\\\", "\\");
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
-            let name = if kind == "counter" {
+            // OpenMetrics names a counter family without its `_total`, the classic format with.
+            let name = if kind == "counter" && !name.ends_with("_total") {
                 format!("{name}_total")
             } else {
                 name.to_string()
@@ -408,6 +445,7 @@ mod tests {
             "{text}"
         );
         for name in [
+            "xcc_panics_total ",
             "process_cpu_seconds_total ",
             "process_resident_memory_bytes ",
             "process_start_time_seconds ",
@@ -429,6 +467,76 @@ mod tests {
         assert!(
             start > now - 86_400.0 * 365.0 && start <= now + 1.0,
             "{start}"
+        );
+    }
+
+    fn panics(registry: &Registry) -> u64 {
+        let text = text(registry);
+        text.lines()
+            .find_map(|l| l.strip_prefix("xcc_panics_total "))
+            .unwrap_or_else(|| panic!("no xcc_panics_total in {text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_panic_in_any_thread_is_counted() {
+        let mut root = Registry::default();
+        register_common(&mut root, "xcc", "1.2.3");
+        let before = panics(&root);
+        let thread = std::thread::spawn(|| panic!("a panic the test causes, to be counted"));
+        assert!(thread.join().is_err());
+        // Other tests of this process may panic meanwhile: at least this one is counted.
+        assert!(panics(&root) > before, "{}", text(&root));
+        // A second registration neither adds a second hook nor a second counter.
+        let mut again = Registry::default();
+        register_common(&mut again, "xcc", "1.2.3");
+        assert_eq!(panics(&again), panics(&root));
+    }
+
+    /// In a git checkout, the revision is the commit of HEAD (not `unknown`), and `--version`
+    /// says it after the version.
+    #[test]
+    fn the_revision_is_the_checkouts_commit() {
+        assert_eq!(
+            VERSION,
+            format!("{} ({REVISION})", env!("CARGO_PKG_VERSION"))
+        );
+        if std::env::var_os("XCC_REVISION").is_some() {
+            eprintln!("SKIPPED: XCC_REVISION is set, so the revision is not git's");
+            return;
+        }
+        let head = std::process::Command::new("git")
+            .args([
+                "-C",
+                env!("CARGO_MANIFEST_DIR"),
+                "rev-parse",
+                "--short=12",
+                "HEAD",
+            ])
+            .output();
+        let head = match head {
+            Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
+            _ if std::env::var("CI").as_deref() == Ok("true") => {
+                panic!("CI runs in a git checkout with git installed")
+            }
+            _ => {
+                eprintln!("SKIPPED: not a git checkout, or no git: the revision is {REVISION}");
+                return;
+            }
+        };
+        let head = head.trim();
+        assert_eq!(head.len(), 12, "{head}");
+        assert!(
+            REVISION == head || REVISION == format!("{head}-dirty"),
+            "the revision {REVISION} is not HEAD's {head}"
+        );
+        let mut root = Registry::default();
+        register_common(&mut root, "xcc", "1.2.3");
+        let text = text(&root);
+        assert!(
+            text.contains(&format!(r#"revision="{REVISION}""#)),
+            "{text}"
         );
     }
 

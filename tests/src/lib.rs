@@ -31,6 +31,7 @@ pub mod images;
 mod lb;
 pub mod node;
 mod process;
+pub mod scrape;
 pub mod xcc;
 
 pub use binaries::{Binaries, NodeBinaries, require_node_testbed, require_testbed};

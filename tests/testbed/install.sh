@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently, one line per step:
-#  - Debian packages: dnsutils (dig), dnsperf, zsh and fish (kubectl-xcc's completion tests);
+#  - Debian packages: dnsutils (dig), dnsperf, zsh and fish (kubectl-xcc's completion tests),
+#    prometheus (for promtool only);
 #  - the test bed's real binaries, built from their Go modules with this machine's Go toolchain and
 #    cached outside the repository, keyed by version:
 #      kube-apiserver, kubectl, kube-controller-manager  (k8s.io/kubernetes $K8S_VERSION)
@@ -30,6 +31,8 @@ command -v dnsperf >/dev/null || pkgs+=(dnsperf)
 command -v knotd >/dev/null || pkgs+=(knot)
 command -v zsh >/dev/null || pkgs+=(zsh)
 command -v fish >/dev/null || pkgs+=(fish)
+# promtool (`promtool check metrics` on every binary's /metrics); the package's server is not run.
+command -v promtool >/dev/null || pkgs+=(prometheus)
 # The nodes: container runtime, CNI plugins, kube-proxy's tools, test images.
 command -v containerd >/dev/null || pkgs+=(containerd)
 command -v runc >/dev/null || pkgs+=(runc)
@@ -43,6 +46,10 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # The prometheus package enables its server where systemd runs: only promtool is wanted.
+  case " ${pkgs[*]} " in *" prometheus "*)
+    if [ -d /run/systemd/system ]; then $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true; fi ;;
+  esac
 fi
 
 command -v go >/dev/null || { echo "testbed: the Go toolchain is needed to build the test bed" >&2; exit 1; }

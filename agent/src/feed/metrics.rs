@@ -2,23 +2,27 @@
 //!
 //! The DNS series are named and labelled as CoreDNS's (`coredns_dns_requests_total{server,zone,
 //! proto,family,type}`, `..._responses_total{server,zone,rcode}`,
-//! `..._request_duration_seconds{server,zone,type}`): a CoreDNS dashboard or alert works with
-//! the prefix `xcc_` instead of `coredns_`. The per-query path touches only handles resolved in
+//! `..._request_duration_seconds{server,zone,type}`, `..._request_size_bytes{server,zone,proto}`,
+//! `..._response_size_bytes{server,zone,proto}`): a CoreDNS dashboard or alert works with the
+//! prefix `xcc_` instead of `coredns_`. The per-query path touches only handles resolved in
 //! advance (an index into a table of counters, an atomic increment): no label set is built or
-//! hashed per query.
+//! hashed per query, and the size histograms take no lock ([`SizeHistogram`]).
 //!
 //! Every series of a known label set exists from the start at 0 (each zone × proto × family for
 //! A and AAAA, each zone × response code), so that `absent()` and `rate()` need no first query.
 //! `docs/metrics.md` is generated from this registry (`metrics_reference` test).
 
 use std::sync::{
-    OnceLock,
-    atomic::{AtomicI64, AtomicU64},
+    Arc, OnceLock,
+    atomic::{AtomicI64, AtomicU64, Ordering},
 };
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{
+        MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge,
+        histogram::Histogram,
+    },
     registry::Registry,
 };
 use xcc_dns::{
@@ -47,6 +51,75 @@ struct DurationLabels {
     server: String,
     zone: String,
     r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SizeLabels {
+    server: String,
+    zone: String,
+    proto: &'static str,
+}
+
+/// CoreDNS's buckets of its request and response size histograms, in bytes (511: the largest
+/// classic UDP message; 1023 .. 64e3: EDNS and TCP).
+const SIZE_BUCKETS: [u64; 14] = [
+    0, 100, 200, 300, 400, 511, 1023, 2047, 4095, 8291, 16_000, 32_000, 48_000, 64_000,
+];
+
+/// A histogram of message sizes in bytes, CoreDNS's buckets, that takes no lock: one atomic
+/// counter per bucket, the count and the sum (sizes are whole bytes).
+#[derive(Clone, Debug, Default)]
+pub struct SizeHistogram {
+    inner: Arc<SizeInner>,
+}
+
+#[derive(Debug, Default)]
+struct SizeInner {
+    /// Observations per bucket (not cumulative); the last one is +Inf.
+    buckets: [AtomicU64; SIZE_BUCKETS.len() + 1],
+    count: AtomicU64,
+    sum: AtomicU64,
+}
+
+impl SizeHistogram {
+    /// One message of `bytes` bytes.
+    pub fn observe(&self, bytes: usize) {
+        let bytes = bytes as u64;
+        let bucket = SIZE_BUCKETS.partition_point(|bound| *bound < bytes);
+        let inner = &*self.inner;
+        inner.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        inner.sum.fetch_add(bytes, Ordering::Relaxed);
+        inner.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for SizeHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for SizeHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let inner = &*self.inner;
+        let buckets: Vec<(f64, u64)> = SIZE_BUCKETS
+            .iter()
+            .map(|bound| *bound as f64)
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(inner.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
+            .collect();
+        // The count as the buckets add up, so that a scrape during an observation stays
+        // consistent (`_count` equal to the +Inf bucket).
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        encoder.encode_histogram::<NoLabelSet>(
+            inner.sum.load(Ordering::Relaxed) as f64,
+            count,
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -162,6 +235,10 @@ pub struct Metrics {
     request_slots: Slots<Counter>,
     response_slots: Slots<Counter>,
     duration_slots: Slots<Histogram>,
+    request_sizes: Family<SizeLabels, SizeHistogram>,
+    response_sizes: Family<SizeLabels, SizeHistogram>,
+    /// Per zone × proto: the request's and the response's histogram.
+    size_slots: Slots<(SizeHistogram, SizeHistogram)>,
     malformed: Family<MalformedLabels, Counter>,
     dropped: Counter,
     table_names: Gauge,
@@ -210,6 +287,18 @@ impl Metrics {
             "Time to answer one DNS request, from the parsed request to the response handed to \
              the socket, by server, zone and query type",
             durations.clone(),
+        );
+        let request_sizes = Family::<SizeLabels, SizeHistogram>::default();
+        xcc.register(
+            "dns_request_size_bytes",
+            "Size of DNS requests in bytes, by server, zone and transport (udp, tcp)",
+            request_sizes.clone(),
+        );
+        let response_sizes = Family::<SizeLabels, SizeHistogram>::default();
+        xcc.register(
+            "dns_response_size_bytes",
+            "Size of DNS responses in bytes, by server, zone and transport (udp, tcp)",
+            response_sizes.clone(),
         );
         let malformed = Family::<MalformedLabels, Counter>::default();
         xcc.register(
@@ -279,10 +368,13 @@ impl Metrics {
             request_slots: Slots::new(zone_count * PROTOS.len() * FAMILIES.len() * TYPE_COUNT),
             response_slots: Slots::new(zone_count * RCODES.len()),
             duration_slots: Slots::new(zone_count * TYPE_COUNT),
+            size_slots: Slots::new(zone_count * PROTOS.len()),
             zones: zone_labels,
             requests,
             responses,
             durations,
+            request_sizes,
+            response_sizes,
             malformed,
             dropped,
             table_names,
@@ -304,8 +396,25 @@ impl Metrics {
             for rcode in 0..RCODES.len() {
                 metrics.response(zone, rcode);
             }
+            for proto in 0..PROTOS.len() {
+                metrics.sizes(zone, proto);
+            }
         }
         metrics
+    }
+
+    fn sizes(&self, zone: usize, proto: usize) -> &(SizeHistogram, SizeHistogram) {
+        self.size_slots.get(zone * PROTOS.len() + proto, || {
+            let labels = SizeLabels {
+                server: self.server.clone(),
+                zone: self.zones[zone].clone(),
+                proto: PROTOS[proto],
+            };
+            (
+                self.request_sizes.get_or_create(&labels).clone(),
+                self.response_sizes.get_or_create(&labels).clone(),
+            )
+        })
     }
 
     fn request(&self, zone: usize, proto: usize, family: usize, kind: usize) -> &Counter {
@@ -404,6 +513,11 @@ impl QueryObserver for Metrics {
         self.response(zone, rcode_index(answered.rcode)).inc();
         self.duration(zone, kind)
             .observe(answered.elapsed.as_secs_f64());
+        let (request, response) = self.sizes(zone, usize::from(answered.tcp));
+        request.observe(answered.request_bytes);
+        if answered.response_bytes > 0 {
+            response.observe(answered.response_bytes);
+        }
     }
 
     fn malformed(&self, cause: Cause) {
@@ -437,6 +551,8 @@ mod tests {
             tcp: false,
             ipv6: false,
             elapsed: Duration::from_micros(7),
+            request_bytes: 40,
+            response_bytes: 56,
         }
     }
 
@@ -456,6 +572,8 @@ mod tests {
             r#"xcc_dns_request_duration_seconds_count{server="dns://0.0.0.0:53",zone="b.test.",type="A"} 0"#,
             r#"xcc_records_last_reload_success 0"#,
             r#"xcc_records_reloads_total{result="ok"} 0"#,
+            r#"xcc_dns_request_size_bytes_count{server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 0"#,
+            r#"xcc_dns_response_size_bytes_bucket{le="+Inf",server="dns://0.0.0.0:53",zone="dropped",proto="udp"} 0"#,
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
@@ -470,6 +588,12 @@ mod tests {
         metrics.observe(&Answered {
             qtype: Some(RecordType::Unknown(999)),
             ..answered(RecordType::A, ResponseCode::NoError, Some(0))
+        });
+        metrics.observe(&Answered {
+            tcp: true,
+            request_bytes: 500,
+            response_bytes: 9000,
+            ..answered(RecordType::TXT, ResponseCode::NoError, Some(1))
         });
         metrics.malformed(Cause::QuestionCount);
         metrics.malformed(Cause::QuestionCount);
@@ -486,6 +610,19 @@ mod tests {
             r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="a.test.",rcode="NXDOMAIN"} 1"#,
             r#"xcc_dns_responses_total{server="dns://0.0.0.0:53",zone="dropped",rcode="REFUSED"} 1"#,
             r#"xcc_dns_request_duration_seconds_count{server="dns://0.0.0.0:53",zone="b.test.",type="A"} 2"#,
+            // Three requests of 40 bytes in b.test. over UDP, answered with 56 bytes each.
+            r#"xcc_dns_request_size_bytes_sum{server="dns://0.0.0.0:53",zone="b.test.",proto="udp"} 120"#,
+            r#"xcc_dns_request_size_bytes_bucket{le="0.0",server="dns://0.0.0.0:53",zone="b.test.",proto="udp"} 0"#,
+            r#"xcc_dns_request_size_bytes_bucket{le="100.0",server="dns://0.0.0.0:53",zone="b.test.",proto="udp"} 3"#,
+            r#"xcc_dns_response_size_bytes_count{server="dns://0.0.0.0:53",zone="b.test.",proto="udp"} 3"#,
+            r#"xcc_dns_response_size_bytes_sum{server="dns://0.0.0.0:53",zone="b.test.",proto="udp"} 168"#,
+            // 500 bytes: above 400, within 511; 9000: above 8291, within 16000.
+            r#"xcc_dns_request_size_bytes_bucket{le="400.0",server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 1"#,
+            r#"xcc_dns_request_size_bytes_bucket{le="511.0",server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 2"#,
+            r#"xcc_dns_response_size_bytes_bucket{le="8291.0",server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 1"#,
+            r#"xcc_dns_response_size_bytes_bucket{le="16000.0",server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 2"#,
+            r#"xcc_dns_response_size_bytes_bucket{le="+Inf",server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 2"#,
+            r#"xcc_dns_response_size_bytes_count{server="dns://0.0.0.0:53",zone="a.test.",proto="tcp"} 2"#,
             r#"xcc_records_reloads_total{result="invalid_records"} 1"#,
             "xcc_records_last_reload_success 0",
             r#"xcc_dns_malformed_total{cause="question_count"} 2"#,

@@ -1,5 +1,6 @@
 //! Admin HTTP: `/healthz` (the process answers and none of its core tasks has died), `/readyz`
-//! (that, the table holds a first full load, and no shutdown has begun) and `/metrics`. Neither depends on leading the
+//! (that, the table holds a first full load, and no shutdown has begun) and `/metrics` (in the
+//! format the scraper asks for, [`xcc_sync::admin::negotiate`]). Neither depends on leading the
 //! sync reconcilers: a standby replica serves DNS like the leader.
 
 use std::sync::{
@@ -258,6 +259,35 @@ mod tests {
         tasks.stopping();
         drop(guard);
         assert!(tasks.dead().is_empty());
+    }
+
+    /// `xcc_panics_total` on `/metrics` rises when a task panics (and `/healthz` stays as it
+    /// was: the task was no core task).
+    #[tokio::test]
+    async fn a_panicking_task_is_counted_on_the_metrics_route() {
+        let router = router(state());
+        let panics = |text: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix("xcc_panics_total "))
+                .unwrap_or_else(|| panic!("no xcc_panics_total in {text}"))
+                .parse()
+                .unwrap()
+        };
+        let (_, _, before) = xcc_sync::admin::testing::get(&router, "/metrics").await;
+        let before = panics(&before);
+        let task = tokio::spawn(async { panic!("a panic the test causes, to be counted") });
+        assert!(task.await.unwrap_err().is_panic());
+        let (_, _, after) = xcc_sync::admin::testing::get(&router, "/metrics").await;
+        // Other tests of this process may panic meanwhile: at least this one is counted.
+        assert!(panics(&after) > before, "{after}");
+        assert!(
+            after.contains("# TYPE xcc_panics_total counter\n"),
+            "{after}"
+        );
+        assert_eq!(
+            xcc_sync::admin::testing::get(&router, "/healthz").await.0,
+            StatusCode::OK
+        );
     }
 
     #[tokio::test]

@@ -37,7 +37,7 @@ use clap::{Args as ArgGroup, Parser, Subcommand};
 /// file and reloads it when it changes. A bad file is reported (line and field) and the last good
 /// table keeps being served.
 #[derive(Debug, Parser)]
-#[command(name = "xcc-agent", version, about, long_about)]
+#[command(name = "xcc-agent", version = xcc_kube::metrics::VERSION, about, long_about)]
 pub struct Args {
     #[doc = "A command other than serving, if one is given."]
     #[command(subcommand)]

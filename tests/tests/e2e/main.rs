@@ -22,6 +22,7 @@ mod install;
 mod isolation;
 mod least_privilege;
 mod measure;
+mod metrics;
 mod mixed_fleet;
 mod moved_copies;
 mod nodes;

@@ -176,7 +176,10 @@ pub(crate) fn controller(bed: &Testbed, kubeconfig: &Path) -> xcc_e2e::Process {
 }
 
 /// The controller and the address of its admin server.
-fn controller_with_admin(bed: &Testbed, kubeconfig: &Path) -> (xcc_e2e::Process, SocketAddr) {
+pub(crate) fn controller_with_admin(
+    bed: &Testbed,
+    kubeconfig: &Path,
+) -> (xcc_e2e::Process, SocketAddr) {
     let mgmt = bed.cluster("management");
     let admin: SocketAddr = format!("127.0.0.1:{}", xcc_e2e::free_port())
         .parse()
