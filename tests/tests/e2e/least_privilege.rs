@@ -598,16 +598,18 @@ spec:
     )
     .await;
     // What `kubectl auth can-i` says, for the record.
-    let can_i = |ns: &'static str| {
-        member.kubectl(&[
-            "auth",
-            "can-i",
-            "get",
-            "secrets",
-            "-n",
-            ns,
-            "--as=system:serviceaccount:xcc-dns:xcc-cluster-reader",
-        ])
+    let can_i = |ns: &'static str| async move {
+        member
+            .kubectl(&[
+                "auth",
+                "can-i",
+                "get",
+                "secrets",
+                "-n",
+                ns,
+                "--as=system:serviceaccount:xcc-dns:xcc-cluster-reader",
+            ])
+            .await
     };
     assert_eq!(can_i("a").await.unwrap().trim(), "yes");
     let refused = can_i("b").await.unwrap_err().to_string();
