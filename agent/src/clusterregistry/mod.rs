@@ -22,6 +22,7 @@ mod convergence;
 mod decide;
 mod engine;
 mod feature;
+mod grants;
 mod links;
 pub mod reconciler;
 mod rules;
@@ -113,13 +114,15 @@ async fn local_cluster_id(
 }
 
 /// What of resource sync runs besides the Cluster reconciler and the rules.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// The built-in rules that form the group ([`core`]).
     pub group_sync: bool,
     /// Publish the ClusterFeature the original cluster-registry-controller reads peers by
     /// ([`feature`]).
     pub core_resources_source: bool,
+    /// The ServiceAccount the peers read this cluster with ([`grants`]).
+    pub reader: grants::Reader,
 }
 
 /// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
@@ -131,6 +134,7 @@ pub async fn run(
     let Settings {
         group_sync,
         core_resources_source,
+        reader,
     } = settings;
     let client = core.client.clone();
     let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
@@ -172,6 +176,13 @@ pub async fn run(
         },
     });
     let clusters = run_clusters(controller, secrets, ctx, core.metrics.clone(), stop.clone());
+    let grants = tokio::spawn(grants::run(
+        core.clone(),
+        reader,
+        clusters_store.clone(),
+        group_sync,
+        stop.clone(),
+    ));
     let engine = engine::Engine::new(
         &core,
         local_id.clone(),
@@ -193,6 +204,8 @@ pub async fn run(
     });
     tracing::info!(cluster_id = %local_id, "resource sync running (Cluster, ClusterFeature, ResourceSyncRule)");
     futures::join!(clusters, engine.run(stop));
+    // It returns on the same stop.
+    let _ = grants.await;
     if let Some(published) = published {
         // It returns on the same stop.
         let _ = published.await;

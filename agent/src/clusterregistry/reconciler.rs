@@ -59,6 +59,19 @@ pub struct ResourceSync {
         value_name = "BOOL"
     )]
     pub core_resources_source: bool,
+
+    /// With resource sync: the ServiceAccount (in the agent's namespace) whose token the other
+    /// members read this cluster with (`kubectl xcc cluster join` mints it). It holds no Secret
+    /// permission of its own: the agent binds ClusterRole xcc-cluster-reader-secrets to it in
+    /// each namespace where the group's rules and Clusters read Secrets, and unbinds it when no
+    /// longer needed.
+    #[arg(
+        long = "cluster-reader",
+        env = "XCC_CLUSTER_READER",
+        default_value = "xcc-cluster-reader",
+        value_name = "NAME"
+    )]
+    pub cluster_reader: String,
 }
 
 impl Reconciler for ResourceSync {
@@ -80,10 +93,14 @@ impl Reconciler for ResourceSync {
         super::crds()
     }
 
-    fn start(&self, core: Core, _: &Env, stop: CancellationToken) -> BoxFuture<'static, ()> {
+    fn start(&self, core: Core, env: &Env, stop: CancellationToken) -> BoxFuture<'static, ()> {
         let settings = super::Settings {
             group_sync: self.group_sync,
             core_resources_source: self.core_resources_source,
+            reader: super::grants::Reader {
+                namespace: env.namespace.clone(),
+                name: self.cluster_reader.clone(),
+            },
         };
         Box::pin(super::run(core, settings, stop_flag(&stop)))
     }

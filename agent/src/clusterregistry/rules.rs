@@ -357,6 +357,35 @@ impl RuleSet {
             })
     }
 
+    /// The namespaces this rule can match objects in, read from its match entries
+    /// (`objectKey.namespace`, `namespace`, `namespaces`); `None` when some entry (or an entry
+    /// list left empty) matches in any namespace. The peers' readers may read the rule's kind
+    /// there only ([`grants`](super::grants)).
+    pub fn namespaces(&self) -> Option<std::collections::BTreeSet<String>> {
+        let mut all = std::collections::BTreeSet::new();
+        for rule in &self.rules {
+            if rule.matches.is_empty() {
+                return None;
+            }
+            for m in &rule.matches {
+                match (&m.namespace, m.namespaces.is_empty()) {
+                    // Both: the object must be in `namespace` and in `namespaces`.
+                    (Some(one), true) => {
+                        all.insert(one.clone());
+                    }
+                    (Some(one), false) => {
+                        if m.namespaces.contains(one) {
+                            all.insert(one.clone());
+                        }
+                    }
+                    (None, false) => all.extend(m.namespaces.iter().cloned()),
+                    (None, true) => return None,
+                }
+            }
+        }
+        Some(all)
+    }
+
     /// Whether a rule needs the peers' ClusterFeatures.
     pub fn uses_features(&self) -> bool {
         !self.features.is_empty()

@@ -72,6 +72,10 @@ pub struct SourceId {
     pub gvk: GroupVersionKind,
     /// A field selector (`type=...`), when the source watches only part of the kind.
     pub fields: Option<String>,
+    /// The one namespace watched, when the client may read the kind only there (a peer's
+    /// reader that may read Secrets in the namespaces the group's rules name, not in all);
+    /// `None`: every namespace.
+    pub namespace: Option<String>,
 }
 
 impl SourceId {
@@ -82,6 +86,7 @@ impl SourceId {
             identity: LOCAL.into(),
             gvk,
             fields: None,
+            namespace: None,
         }
     }
 

@@ -128,9 +128,15 @@ impl Sources {
             })),
         });
         let (full_views, wanted) = watch::channel(usize::from(detail == Detail::Full));
-        let apis = Apis {
-            full: Api::all_with(client.clone(), resource),
-            metadata: Api::all_with(client, resource),
+        let apis = match &id.namespace {
+            Some(namespace) => Apis {
+                full: Api::namespaced_with(client.clone(), namespace, resource),
+                metadata: Api::namespaced_with(client, namespace, resource),
+            },
+            None => Apis {
+                full: Api::all_with(client.clone(), resource),
+                metadata: Api::all_with(client, resource),
+            },
         };
         let task = tokio::spawn(run_source(
             state.clone(),
@@ -139,7 +145,7 @@ impl Sources {
             wanted,
             self.metrics.clone(),
         ));
-        tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, fields = ?id.fields, "watch started");
+        tracing::debug!(cluster = %id.cluster, kind = %id.gvk.kind, fields = ?id.fields, namespace = ?id.namespace, "watch started");
         Shared {
             state,
             full_views,

@@ -399,3 +399,259 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
         token_request("xcc-coredns-patcher").await,
     );
 }
+
+/// Every ServiceAccount of the install, as `(namespace, name)`.
+const ACCOUNTS: [(&str, &str); 5] = [
+    ("xcc-dns", "xcc-agent"),
+    ("xcc-dns", "xcc-cluster-reader"),
+    ("xcc-dns", "xcc-projection-proxy"),
+    ("xcc-dns", "xcc-coredns-patcher"),
+    ("xcc-system", "xcc-controller"),
+];
+const VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "patch", "update", "delete",
+];
+/// The namespaces asked about; `*` is every namespace at once (a cluster-wide list or watch).
+const NAMESPACES: [&str; 6] = ["a", "b", "cluster-registry", "kube-system", "xcc-dns", "*"];
+/// `(API group, resource, namespaced)`.
+const RESOURCES: [(&str, &str, bool); 3] = [
+    ("", "secrets", true),
+    ("rbac.authorization.k8s.io", "rolebindings", true),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", false),
+];
+
+/// Whether ServiceAccount `namespace/name` may `verb` `resource` in `scope`, asked of the API
+/// server with a SubjectAccessReview (what `kubectl auth can-i --as` asks).
+async fn may(
+    admin: &Client,
+    (namespace, name): (&str, &str),
+    verb: &str,
+    (group, resource): (&str, &str),
+    scope: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({"spec": {
+        "user": format!("system:serviceaccount:{namespace}:{name}"),
+        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"),
+                   "system:authenticated"],
+        "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                               "namespace": if scope == "*" { "" } else { scope }},
+    }}))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// The whole table, ServiceAccount × resource × namespace × verb, as one line per
+/// `account resource namespace` with the verbs allowed there (lines with none left out).
+async fn can_i_table(admin: &Client) -> Vec<String> {
+    let mut asks = Vec::new();
+    for account in ACCOUNTS {
+        for (group, resource, namespaced) in RESOURCES {
+            let scopes: &[&str] = if namespaced { &NAMESPACES } else { &["*"] };
+            for scope in scopes {
+                asks.push((account, group, resource, *scope));
+            }
+        }
+    }
+    let lines = futures::future::join_all(asks.into_iter().map(
+        |(account, group, resource, scope)| async move {
+            let mut allowed = Vec::new();
+            for verb in VERBS {
+                if may(admin, account, verb, (group, resource), scope).await {
+                    allowed.push(verb);
+                }
+            }
+            (!allowed.is_empty())
+                .then(|| format!("{} {resource} {scope}: {}", account.1, allowed.join(" ")))
+        },
+    ))
+    .await;
+    lines.into_iter().flatten().collect()
+}
+
+/// The lines of `account resource` with `verbs` in each of `scopes`.
+fn rows(account: &str, resource: &str, scopes: &[&str], verbs: &str) -> Vec<String> {
+    scopes
+        .iter()
+        .map(|scope| format!("{account} {resource} {scope}: {verbs}"))
+        .collect()
+}
+
+/// What every ServiceAccount may do with the reader allowed Secrets in `reader_scopes`.
+fn expected_table(reader_scopes: &[&str]) -> Vec<String> {
+    let all = "get list watch create patch update delete";
+    let mut table = Vec::new();
+    // The agent: Secrets and RoleBindings everywhere (replication, resource sync and plumber
+    // write copies where users choose: docs/security.md says why); ClusterRoleBindings of API
+    // projection and of the reader's cluster-wide grant.
+    table.extend(rows("xcc-agent", "secrets", &NAMESPACES, all));
+    table.extend(rows("xcc-agent", "rolebindings", &NAMESPACES, all));
+    table.extend(rows(
+        "xcc-agent",
+        "clusterrolebindings",
+        &["*"],
+        "get create patch update delete",
+    ));
+    // The reader: Secrets where the group reads them, nothing else of these.
+    table.extend(rows(
+        "xcc-cluster-reader",
+        "secrets",
+        reader_scopes,
+        "get list watch",
+    ));
+    // The controller reads Cluster API's kubeconfig Secrets, in any namespace.
+    table.extend(rows(
+        "xcc-controller",
+        "secrets",
+        &NAMESPACES,
+        "get list watch",
+    ));
+    table.sort();
+    table
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reader_reads_secrets_only_where_a_rule_or_the_group_reads_them() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["member"]).await.unwrap();
+    let member = bed.cluster("member");
+    // Our manifests (every feature's RBAC), the member's own Cluster and kubeconfig Secret in
+    // namespace cluster-registry, as `kubectl xcc cluster join` leaves them.
+    let prepared = crate::resource_sync::prepare_member(&binaries, member).await;
+    for file in [
+        "manifests/agent/plumber.yaml",
+        "manifests/agent/projection.yaml",
+        "manifests/controller/controller.yaml",
+        "manifests/coredns-patcher/job.yaml",
+    ] {
+        member
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    for ns in ["a", "b"] {
+        member.kubectl(&["create", "namespace", ns]).await.unwrap();
+    }
+    let admin = member.client.clone();
+    let table = || can_i_table(&admin);
+    // Waits until the table is `want` (the aggregated roles and the agent's grants take a
+    // moment), or fails with both tables.
+    let settle = |want: Vec<String>, what: &'static str| {
+        let table = &table;
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let mut got = table().await;
+                got.sort();
+                if got == want {
+                    return;
+                }
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(30),
+                    "{what}: got\n{}\nwanted\n{}",
+                    got.join("\n"),
+                    want.join("\n")
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    };
+    // Installed, the agent not started: the reader may read no Secret anywhere.
+    settle(expected_table(&[]), "as installed").await;
+
+    let agent = crate::resource_sync::start_agent_with(
+        member,
+        "xcc-agent.log",
+        &[
+            "--secret-replication=false",
+            "--plumber=false",
+            "--api-projection=false",
+        ],
+    )
+    .await;
+    let _member = prepared.start(agent);
+    // Group sync reads the Clusters' kubeconfig Secrets: namespace cluster-registry only.
+    settle(expected_table(&["cluster-registry"]), "group sync").await;
+
+    // A rule that syncs the Secrets of namespace `a`: the reader reads there too, and not in
+    // `b` or kube-system.
+    let rule_a = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: secrets-of-a}
+spec:
+  groupVersionKind: {version: v1, kind: Secret}
+  rules:
+  - match:
+    - namespaces: [a]
+";
+    member.apply_yaml(rule_a).await.unwrap();
+    settle(
+        expected_table(&["a", "cluster-registry"]),
+        "a rule naming namespace a",
+    )
+    .await;
+    // What `kubectl auth can-i` says, for the record.
+    let can_i = |ns: &'static str| async move {
+        member
+            .kubectl(&[
+                "auth",
+                "can-i",
+                "get",
+                "secrets",
+                "-n",
+                ns,
+                "--as=system:serviceaccount:xcc-dns:xcc-cluster-reader",
+            ])
+            .await
+    };
+    assert_eq!(can_i("a").await.unwrap().trim(), "yes");
+    let refused = can_i("b").await.unwrap_err().to_string();
+    assert!(!refused.contains("error:"), "{refused}");
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = Api::namespaced(admin.clone(), "a")
+        .get("xcc-cluster-reader-secrets")
+        .await
+        .unwrap();
+    assert_eq!(
+        binding
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("xcc.test/origin")
+            .map(String::as_str),
+        Some("resource-sync/reader-grant/secrets"),
+        "the grant carries the origin annotation"
+    );
+
+    // The rule gone, so is the grant.
+    member
+        .kubectl(&["delete", "resourcesyncrule", "secrets-of-a"])
+        .await
+        .unwrap();
+    settle(expected_table(&["cluster-registry"]), "the rule deleted").await;
+
+    // A rule that selects Secrets by label alone reads every namespace: the one case of a
+    // cluster-wide grant, gone with the rule.
+    let by_label = "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: secrets-by-label}
+spec:
+  groupVersionKind: {version: v1, kind: Secret}
+  rules:
+  - match:
+    - labels: [{matchLabels: {sync: \"yes\"}}]
+";
+    member.apply_yaml(by_label).await.unwrap();
+    settle(expected_table(&NAMESPACES), "a rule naming no namespace").await;
+    member
+        .kubectl(&["delete", "resourcesyncrule", "secrets-by-label"])
+        .await
+        .unwrap();
+    settle(expected_table(&["cluster-registry"]), "that rule deleted").await;
+}

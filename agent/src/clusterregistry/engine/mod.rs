@@ -51,6 +51,7 @@ use crate::{
     sources::{Detail, SourceId, Sources, View},
     sync_metrics::SyncMetrics,
 };
+pub(super) use plan::is_secret;
 use queue::{Wake, WakeQueue};
 use watches::{Kind, Watches};
 
@@ -262,7 +263,7 @@ impl Engine {
 
 /// The rules in the shared source's store (objects that do not parse as rules are logged and
 /// left out: the API server validated them against the CRD, so this means a newer schema).
-fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
+pub(super) fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
     view.store()
         .state()
         .iter()

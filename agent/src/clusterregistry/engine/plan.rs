@@ -3,15 +3,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::super::{api::GroupVersionKind, builtin, rules::RuleSet};
+use super::super::{api::GroupVersionKind, builtin, grants::SecretScope, rules::RuleSet};
 use crate::sources::LOCAL;
 
-/// Where a source watches: a kind in the local cluster or in a peer's.
+/// Where a source watches: a kind in the local cluster or in a peer's, in every namespace or in
+/// one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Place {
     /// `None`: the local cluster; otherwise a peer's Cluster name.
     pub cluster: Option<String>,
     pub gvk: GroupVersionKind,
+    /// `None`: every namespace; otherwise the one namespace watched (peer Secrets, which the
+    /// peer's reader may read only where the group's rules and Clusters name them).
+    pub namespace: Option<String>,
 }
 
 impl Place {
@@ -19,6 +23,7 @@ impl Place {
         Place {
             cluster: None,
             gvk: gvk.clone(),
+            namespace: None,
         }
     }
 
@@ -26,7 +31,14 @@ impl Place {
         Place {
             cluster: Some(name.to_string()),
             gvk: gvk.clone(),
+            namespace: None,
         }
+    }
+
+    /// Whether this place's watch sees objects of namespace `namespace` (`None`: a
+    /// cluster-scoped object).
+    pub fn covers(&self, namespace: Option<&str>) -> bool {
+        self.namespace.is_none() || self.namespace.as_deref() == namespace
     }
 }
 
@@ -46,6 +58,8 @@ pub struct Needs<'a> {
     pub features: bool,
     /// (peer, kind) pairs this agent may not list and watch.
     pub unreadable: &'a BTreeSet<Place>,
+    /// Where the peers let this agent read Secrets.
+    pub secrets: &'a SecretScope,
 }
 
 /// The ClusterFeature kind, read on the peers when a rule matches peers by feature.
@@ -86,7 +100,19 @@ pub fn wanted(
                 Some(fields) => format!("{}?fieldSelector={fields}", peer.identity),
                 None => peer.identity.to_string(),
             };
-            wanted.insert(place, identity);
+            // Peer Secrets are read in the namespaces the peer grants, one watch each, unless a
+            // rule reads them everywhere.
+            if is_secret(gvk) && !needs.secrets.everywhere {
+                for namespace in &needs.secrets.namespaces {
+                    let place = Place {
+                        namespace: Some(namespace.clone()),
+                        ..place.clone()
+                    };
+                    wanted.insert(place, identity.clone());
+                }
+            } else {
+                wanted.insert(place, identity);
+            }
         }
     }
     wanted
@@ -132,10 +158,15 @@ pub fn diff<'a>(
 /// peer is asked for those alone (`type=...`), not for every Secret it holds. Local watches are
 /// never filtered: a local object of any type must be seen to win over a copy.
 pub fn peer_field_selector(gvk: &GroupVersionKind, rules: Option<&[RuleSet]>) -> Option<String> {
-    let secrets = gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Secret";
+    let secrets = is_secret(gvk);
     let rules = rules?;
     (secrets && !rules.is_empty() && rules.iter().all(builtin::is_core))
         .then(|| format!("type={}", super::super::SECRET_TYPE))
+}
+
+/// Whether `gvk` is core/v1 Secret.
+pub fn is_secret(gvk: &GroupVersionKind) -> bool {
+    gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Secret"
 }
 
 /// Whether a peer source whose identity carries a `type=` field selector lists objects of
@@ -232,7 +263,12 @@ mod tests {
             .iter()
             .map(|(place, identity)| {
                 let cluster = place.cluster.as_deref().unwrap_or("here");
-                format!("{cluster}/{} {identity}", place.gvk.kind)
+                let namespace = place
+                    .namespace
+                    .as_ref()
+                    .map(|n| format!(" in {n}"))
+                    .unwrap_or_default();
+                format!("{cluster}/{}{namespace} {identity}", place.gvk.kind)
             })
             .collect()
     }
@@ -262,6 +298,13 @@ mod tests {
             .filter(|r| r.gvk == secret_gvk())
             .collect();
         let refused = BTreeSet::from([Place::peer("third", &gvk("", "ConfigMap"))]);
+        let everywhere = rule(
+            "every-secret",
+            serde_json::json!({
+                "groupVersionKind": {"version": "v1", "kind": "Secret"},
+                "rules": [{"match": [{"labels": [{"matchLabels": {"sync": "yes"}}]}]}],
+            }),
+        );
         let nothing = BTreeSet::new();
         // (what, rules, features, unreadable, kinds not served, the watches wanted)
         type Case<'a> = (
@@ -289,8 +332,8 @@ mod tests {
                 &[],
                 vec![
                     "here/Secret local",
-                    "second/Secret ns/second@u",
-                    "third/Secret ns/third@u",
+                    "second/Secret in cluster-registry ns/second@u",
+                    "third/Secret in cluster-registry ns/third@u",
                 ],
             ),
             (
@@ -352,8 +395,20 @@ mod tests {
                 &[],
                 vec![
                     "here/Secret local",
-                    "second/Secret ns/second@u?fieldSelector=type=k8s.cisco.com/cluster-registry-secret",
-                    "third/Secret ns/third@u?fieldSelector=type=k8s.cisco.com/cluster-registry-secret",
+                    "second/Secret in cluster-registry ns/second@u?fieldSelector=type=k8s.cisco.com/cluster-registry-secret",
+                    "third/Secret in cluster-registry ns/third@u?fieldSelector=type=k8s.cisco.com/cluster-registry-secret",
+                ],
+            ),
+            (
+                "peer Secrets of a rule that names no namespace are read everywhere",
+                vec![everywhere.clone()],
+                false,
+                &nothing,
+                &[],
+                vec![
+                    "here/Secret local",
+                    "second/Secret ns/second@u",
+                    "third/Secret ns/third@u",
                 ],
             ),
         ];
@@ -367,11 +422,23 @@ mod tests {
                     .extend(rule.targets());
                 rules.entry(rule.gvk.clone()).or_default().push(rule);
             }
+            // Where the peers grant Secrets: the Clusters' default Secret namespace, and what
+            // the rules name.
+            let mut secrets = SecretScope::default();
+            for rule in rules.values().flatten() {
+                match rule.namespaces() {
+                    _ if builtin::is_core(rule) => {}
+                    Some(namespaces) => secrets.namespaces.extend(namespaces),
+                    None => secrets.everywhere |= is_secret(&rule.gvk),
+                }
+            }
+            secrets.namespaces.insert("cluster-registry".into());
             let needs = Needs {
                 rules: &rules,
                 targets: &targets,
                 features,
                 unreadable,
+                secrets: &secrets,
             };
             let served = |g: &GroupVersionKind| !unserved.contains(&g.kind.as_str());
             let mut got = lines(&wanted(&needs, served, &peers));

@@ -94,11 +94,18 @@ impl Engine {
                 match table.get(&name) {
                     None => true,
                     Some(state) if !state.live => false,
-                    Some(_) => self
-                        .watches
-                        .sources
-                        .get(&Place::peer(&name, gvk))
-                        .is_none_or(|source| !source.view.listed()),
+                    Some(_) => {
+                        // Every watch of the kind on the peer (one per namespace for Secrets).
+                        let mut held = self.watches.sources.iter().filter(|(place, _)| {
+                            place.cluster.as_ref() == Some(&name) && place.gvk == *gvk
+                        });
+                        let mut any = false;
+                        let all_listed = held.all(|(_, source)| {
+                            any = true;
+                            source.view.listed()
+                        });
+                        !(any && all_listed)
+                    }
                 }
             })
     }
@@ -122,7 +129,11 @@ impl Engine {
         let sources = &self.watches.sources;
         let peers = sources
             .iter()
-            .filter(|(place, _)| place.cluster.is_some() && place.gvk == *gvk)
+            .filter(|(place, _)| {
+                place.cluster.is_some()
+                    && place.gvk == *gvk
+                    && place.covers(key.namespace.as_deref())
+            })
             .filter_map(|(place, source)| {
                 let name = place.cluster.as_ref()?;
                 let state = table.get(name)?;

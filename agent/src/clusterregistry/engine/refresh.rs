@@ -17,6 +17,7 @@ use crate::clusterregistry::{
     access::Access,
     api::{GroupVersionKind, ResourceSyncRule},
     builtin,
+    grants::secret_scope,
     rules::RuleSet,
 };
 
@@ -152,7 +153,17 @@ impl Engine {
         };
         let resource = self.catalog.kinds[&compiled.gvk].resource.clone();
         let mut refused = Vec::new();
-        for (peer, missing) in self.peer_refusals(&resource, peers).await {
+        // Secrets of the namespaces a rule names are granted by each peer's agent as the rule
+        // reaches it (grants.rs), so a check now would only see the moment before: their
+        // watches retry until the grant is there. A rule that reads Secrets everywhere is
+        // checked like any kind.
+        let granted = plan::is_secret(&compiled.gvk) && compiled.namespaces().is_some();
+        let refusals = if granted {
+            Vec::new()
+        } else {
+            self.peer_refusals(&resource, peers).await
+        };
+        for (peer, missing) in refusals {
             refused.push(format!("{peer} ({missing})"));
             admitted
                 .unreadable
@@ -265,11 +276,17 @@ impl Engine {
     /// Starts and stops watches to match what `admitted` needs ([`plan::wanted`],
     /// [`plan::diff`]).
     fn rewatch(&mut self, admitted: &Admitted, features: bool, peers: &[LivePeer]) {
+        let secrets = secret_scope(
+            admitted.rules.values().flatten(),
+            &self.group.clusters.state(),
+            self.group.group_sync,
+        );
         let needs = Needs {
             rules: &admitted.rules,
             targets: &admitted.targets,
             features,
             unreadable: &admitted.unreadable,
+            secrets: &secrets,
         };
         let ids: Vec<PeerId<'_>> = peers
             .iter()

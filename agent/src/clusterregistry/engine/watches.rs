@@ -155,7 +155,11 @@ impl Starter<'_> {
         kind: &Kind,
         links: &Arc<Links>,
     ) -> Source {
-        let Place { cluster, gvk } = place.clone();
+        let Place {
+            cluster,
+            gvk,
+            namespace,
+        } = place.clone();
         let id = SourceId {
             cluster: cluster.clone().unwrap_or_else(|| LOCAL.into()),
             identity: match &cluster {
@@ -166,6 +170,7 @@ impl Starter<'_> {
             fields: identity
                 .split_once("?fieldSelector=")
                 .map(|(_, fields)| fields.to_string()),
+            namespace,
         };
         let view = self.registry.view(id, client, &kind.resource, Detail::Full);
         // Local objects are indexed by the source they name.

@@ -45,6 +45,7 @@ pub fn ensure_watched(ctx: &Context, cluster: &Cluster, objects: &[Object]) {
                 identity: cluster.identity.clone(),
                 gvk,
                 fields: None,
+                namespace: None,
             }
         };
         let view = ctx
