@@ -38,9 +38,9 @@ pub fn show_duration(duration: Duration) -> String {
     let secs = duration.as_secs();
     if duration.subsec_millis() != 0 || secs == 0 && millis != 0 {
         format!("{millis}ms")
-    } else if secs != 0 && secs % 3600 == 0 {
+    } else if secs != 0 && secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs != 0 && secs % 60 == 0 {
+    } else if secs != 0 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")

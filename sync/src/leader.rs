@@ -219,29 +219,27 @@ pub async fn run_while_leading<W, F>(
             }
         };
         tracing::info!(identity = %config.identity, lease = %config.name, "waiting for the Lease");
-        // After a release, ask again at once; after an error, in --leader-elect-retry-period.
-        let mut pause = Duration::from_millis(100);
-        let acquired = loop {
+        // Not acquired: ask again after this pause (at once after a release, in
+        // --leader-elect-retry-period after an error).
+        let retry_after = loop {
             tokio::select! {
                 changed = manager.changed() => match changed {
-                    Ok(true) => break true,
+                    Ok(true) => break None,
                     Ok(false) => {}
                     Err(error) => {
                         tracing::warn!(%error, lease = %config.name, "leader election failed; retrying");
-                        pause = config.retry_period;
-                        break false;
+                        break Some(config.retry_period);
                     }
                 },
                 // Released by its holder: a new manager reads the Lease afresh and takes it.
-                Some(()) = released.next() => break false,
+                Some(()) = released.next() => break Some(Duration::from_millis(100)),
                 _ = shutdown.wait_for(|stop| *stop) => return,
             }
         };
-        if !acquired {
-            tokio::select! {
-                () = tokio::time::sleep(pause) => continue,
-                _ = shutdown.wait_for(|stop| *stop) => return,
-            }
+        if let Some(pause) = retry_after {
+            // Cut short by shutdown, which the top of the loop sees.
+            let _ = tokio::time::timeout(pause, shutdown.wait_for(|stop| *stop)).await;
+            continue;
         }
         failures = xcc_kube::Backoff::local();
         tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
