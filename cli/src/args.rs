@@ -149,9 +149,11 @@ mod examples {
     // The logging flags of every xcc binary, after any subcommand too, and quiet by default: a
     // command's outcome is its output on stdout and one line on stderr.
     mut_arg("level", |arg| arg.global(true).help(
-        "Diagnostics on stderr: a level (error, warn, info, debug, trace) or a RUST_LOG-style \
-         filter such as `warn,kube=debug`. Default: $RUST_LOG, else warnings only; a failed \
-         command says why in one line on stderr either way"
+        "Diagnostics on stderr: a level (error, warn, info, debug, trace), a RUST_LOG-style \
+         filter such as `warn,kube=debug`, or a klog verbosity as kubectl's (`-v 4`, `--v=4`: \
+         0-1 info, 2-3 debug for xcc's own code, 4 debug, 5 and more trace). Default: \
+         $RUST_LOG, else warnings only; a failed command says why in one line on stderr either \
+         way"
     )),
     mut_arg("format", |arg| arg.global(true)),
 )]

@@ -60,7 +60,7 @@ pub struct LeaderElectArgs {
     pub leader_elect: bool,
 
     /// How long the Lease stays valid without renewal: how long a replica that died without
-    /// releasing it holds up the others. Longer than --leader-elect-renew-deadline.
+    /// releasing it holds up the others. Longer than --leader-elect-renew-deadline; 1s to 1h.
     #[arg(
         long,
         alias = "lease-duration",
@@ -72,7 +72,8 @@ pub struct LeaderElectArgs {
     pub leader_elect_lease_duration: Duration,
 
     /// How long after its last renewal the leader renews the Lease at the latest (the rest of
-    /// the lease duration is the margin for clock skew). Longer than --leader-elect-retry-period.
+    /// the lease duration is the margin for clock skew). Longer than --leader-elect-retry-period;
+    /// 1s to 1h.
     #[arg(
         long,
         env = "XCC_LEADER_ELECT_RENEW_DEADLINE",
@@ -82,8 +83,8 @@ pub struct LeaderElectArgs {
     )]
     pub leader_elect_renew_deadline: Duration,
 
-    /// How long a replica waits before it tries again after a failed attempt to take or set up
-    /// the Lease.
+    /// How long a replica waits before it tries again after a failed attempt to take the Lease
+    /// (1s to 1h).
     #[arg(
         long,
         env = "XCC_LEADER_ELECT_RETRY_PERIOD",
@@ -157,7 +158,7 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// How long after its last renewal the holder renews the Lease at the latest.
     pub renew_deadline: Duration,
-    /// The wait before trying again after a failed attempt to take or set up the Lease.
+    /// The wait before trying again after a failed attempt to take the Lease.
     pub retry_period: Duration,
 }
 
