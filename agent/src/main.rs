@@ -11,7 +11,10 @@
 use std::process::ExitCode;
 
 use xcc_agent::process::{args, run};
-use xcc_kube::report::{EXIT_FAILURE, EXIT_USAGE, one_line};
+use xcc_kube::{
+    logging::fatal,
+    report::{EXIT_FAILURE, EXIT_USAGE, one_line},
+};
 
 /// Logs when nothing else asks: info, and hickory's own logs only from warn.
 const DEFAULT_LOG: &str = "info,hickory_server=warn,hickory_proto=warn,hickory_net=warn";
@@ -22,7 +25,10 @@ fn main() -> ExitCode {
         return match run::print_crds(&args.sync.reconcilers, dir.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                eprintln!("xcc-agent: error: {}", one_line(error.as_ref()));
+                fatal(
+                    "xcc-agent",
+                    &format!("xcc-agent: error: {}", one_line(error.as_ref())),
+                );
                 ExitCode::from(EXIT_FAILURE)
             }
         };
@@ -32,13 +38,18 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // Once, on one line, each cause once.
-            eprintln!("xcc-agent: error: {}", one_line(error.as_ref()));
+            fatal(
+                "xcc-agent",
+                &format!("xcc-agent: error: {}", one_line(error.as_ref())),
+            );
             // A records file that cannot be used at start is the operator's input, as a flag.
             let usage = error.chain().any(|cause| {
                 matches!(
                     cause.downcast_ref::<xcc_dns::Error>(),
                     Some(
-                        xcc_dns::Error::InvalidRecords { .. } | xcc_dns::Error::InvalidZone { .. }
+                        xcc_dns::Error::InvalidRecords { .. }
+                            | xcc_dns::Error::ReadRecords { .. }
+                            | xcc_dns::Error::InvalidZone { .. }
                     )
                 )
             });

@@ -149,9 +149,11 @@ mod examples {
     // The logging flags of every xcc binary, after any subcommand too, and quiet by default: a
     // command's outcome is its output on stdout and one line on stderr.
     mut_arg("level", |arg| arg.global(true).help(
-        "Diagnostics on stderr: a level (error, warn, info, debug, trace) or a RUST_LOG-style \
-         filter such as `warn,kube=debug`. Default: $RUST_LOG, else warnings only; a failed \
-         command says why in one line on stderr either way"
+        "Diagnostics on stderr: a level (error, warn, info, debug, trace), a RUST_LOG-style \
+         filter such as `warn,kube=debug`, or a klog verbosity as kubectl's (`-v 4`, `--v=4`: \
+         0-1 info, 2-3 debug for xcc's own code, 4 debug, 5 and more trace). Default: \
+         $RUST_LOG, else warnings only; a failed command says why in one line on stderr either \
+         way"
     )),
     mut_arg("format", |arg| arg.global(true)),
 )]
@@ -240,13 +242,10 @@ pub enum Output {
 /// The per-request timeout when neither --request-timeout nor its former name is given.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// kubectl's `--request-timeout` value: a duration (`10s`, `1m`, `1h30m`), or `0` for none.
+/// kubectl's `--request-timeout` value: seconds (`5`), a duration (`10s`, `1m`, `1h30m`), or
+/// `0` for none.
 pub fn parse_request_timeout(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("{e}; give a duration with its unit (e.g. 10s, 1m) or 0 for none"))
+    xcc_kube::flags::request_timeout(text)
 }
 
 /// Where the kubeconfig is, and how long an API call may take.
@@ -257,7 +256,7 @@ pub struct KubeArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// How long each connection and API call may take, as kubectl's --request-timeout
-    /// (e.g. 10s, 1m; 0: no limit) [default: 10s].
+    /// (seconds such as 5, or 10s, 1m; 0: no limit; up to 24h) [default: 10s].
     #[arg(long, env = "XCC_REQUEST_TIMEOUT", value_parser = parse_request_timeout)]
     pub request_timeout: Option<Duration>,
 
@@ -296,7 +295,7 @@ pub struct PlumberArgs {
     pub namespace: String,
 
     /// How long each connection and API call may take, as kubectl's --request-timeout
-    /// (e.g. 10s, 1m; 0: no limit) [default: 10s].
+    /// (seconds such as 5, or 10s, 1m; 0: no limit; up to 24h) [default: 10s].
     #[arg(long, env = "XCC_REQUEST_TIMEOUT", value_parser = parse_request_timeout, global = true)]
     pub request_timeout: Option<Duration>,
 
@@ -400,8 +399,14 @@ pub struct JoinArgs {
     )]
     pub contexts: Vec<String>,
 
-    /// Lifetime requested for the reader tokens (the API server may shorten it).
-    #[arg(long, env = "XCC_TOKEN_TTL", default_value = "8760h", value_parser = humantime::parse_duration)]
+    /// Lifetime requested for the reader tokens (the API server may shorten it; 10m to 87600h).
+    #[arg(
+        long,
+        env = "XCC_TOKEN_TTL",
+        default_value = "8760h",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(Duration::from_secs(600), Duration::from_secs(87_600 * 3600))
+    )]
     pub token_ttl: Duration,
 
     #[command(flatten)]
@@ -457,8 +462,14 @@ pub struct LinkArgs {
     pub name: Option<String>,
 
     /// How long to wait for each link to become Ready (e.g. 60s, 2m). Each API call is bounded
-    /// by --request-timeout.
-    #[arg(long, env = "XCC_LINK_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    /// by --request-timeout (1s to 24h).
+    #[arg(
+        long,
+        env = "XCC_LINK_TIMEOUT",
+        default_value = "60s",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(Duration::from_secs(1), Duration::from_secs(86_400))
+    )]
     pub timeout: Duration,
 
     /// Kubeconfig file (default: the files in $KUBECONFIG, else ~/.kube/config).
@@ -466,7 +477,7 @@ pub struct LinkArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// How long each connection and API call may take, as kubectl's --request-timeout
-    /// (e.g. 10s, 1m; 0: no limit).
+    /// (seconds such as 5, or 10s, 1m; 0: no limit; up to 24h).
     #[arg(long, env = "XCC_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_request_timeout)]
     pub request_timeout: Duration,
 }
@@ -797,9 +808,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let e = parse(&["status", "--request-timeout", "5"]).unwrap_err();
+        // A bare number is seconds, as kubectl reads it.
+        assert_eq!(
+            timeout(&["status", "--request-timeout", "5"]),
+            Duration::from_secs(5)
+        );
+        let e = parse(&["status", "--request-timeout", "soon"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ValueValidation);
-        assert!(e.to_string().contains("0 for none"), "{e}");
+        assert!(e.to_string().contains("0 for no limit"), "{e}");
         // The former name is accepted, not advertised.
         let help = Cli::command()
             .find_subcommand_mut("status")

@@ -17,6 +17,7 @@ use std::{path::Path, process::ExitCode};
 
 use clap::{CommandFactory, Parser};
 use kubectl_xcc::{Cli, complete, exit};
+use xcc_kube::logging::fatal;
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
@@ -59,9 +60,9 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let command = complete::command_path(Cli::command(), &rest);
-            eprintln!(
-                "{}",
-                kubectl_xcc::usage_line(&e.render().to_string(), &command)
+            fatal(
+                "kubectl-xcc",
+                &kubectl_xcc::usage_line(&e.render().to_string(), &command),
             );
             return ExitCode::from(exit::USAGE);
         }
@@ -73,14 +74,20 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            fatal(
+                "kubectl-xcc",
+                &format!("error: cannot start the async runtime: {e}"),
+            );
             return ExitCode::from(exit::ERROR);
         }
     };
     match runtime.block_on(kubectl_xcc::run(cli)) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("error: {}", kubectl_xcc::one_line(&e.to_string()));
+            fatal(
+                "kubectl-xcc",
+                &format!("error: {}", kubectl_xcc::one_line(&e.to_string())),
+            );
             ExitCode::from(e.exit_code())
         }
     }

@@ -3,6 +3,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::{Parser, Subcommand};
+use xcc_kube::flags::{Checked, EnvAlias, duration, number, readable_file};
 
 /// Publishes the gateways of Cluster API workload clusters in DNS.
 ///
@@ -27,10 +28,17 @@ use clap::{Parser, Subcommand};
     mut_arg("kubeconfig", |arg| arg.help(
         "Kubeconfig of the management cluster; default: in-cluster or $KUBECONFIG"
     )),
-    mut_arg("leader_elect", |arg| arg.alias("leader-election").help(
-        "Elect a leader through the Lease `xcc-controller` in --lease-namespace, so that several \
-         replicas are safe (`--leader-elect`, `--leader-elect=true|false`, as Kubernetes \
-         components; `--leader-election` is the older spelling)"
+    mut_arg("leader_elect", |arg| arg.aliases(["leader-election", "enable-leader-election"]).help(
+        "Elect a leader through the Lease `--leader-elect-resource-name` (default \
+         xcc-controller) in `--leader-elect-resource-namespace` (default: $NAMESPACE, else \
+         xcc-system), so that several replicas are safe (`--leader-elect`, \
+         `--leader-elect=true|false`, as Kubernetes components; `--leader-election` and the \
+         original XCC's `--enable-leader-election` are older spellings)"
+    )),
+    mut_arg("leader_elect_resource_namespace", |arg| arg.help(
+        "Namespace of the leader-election Lease (the controller's own namespace; also read \
+         from $NAMESPACE, the original XCC's variable, from the downward API) [default: \
+         xcc-system]"
     ))
 )]
 pub struct Args {
@@ -51,25 +59,51 @@ pub struct Args {
     #[command(flatten)]
     pub own: xcc_kube::KubeconfigArgs,
 
-    /// Backstop resync of every GatewayDNS; Service watches propagate changes at once.
-    #[arg(long, env = "XCC_RESYNC_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    /// Backstop resync of every GatewayDNS; Service watches propagate changes at once (1s to
+    /// 24h; also read from $GATEWAY_DNS_POLLING_INTERVAL, the original XCC's poll).
+    #[arg(
+        long,
+        env = "XCC_RESYNC_INTERVAL",
+        default_value = "5m",
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_secs(1), Duration::from_secs(86_400))
+    )]
     pub resync_interval: Duration,
 
     /// How long a workload cluster's xcc-agent announcement (ConfigMap xcc-dns/xcc-agent) is
     /// trusted before it is read again. Clusters without one get no IPv6 slices (the original
-    /// XCC dns-server may run there); one that gets an agent is sent them within this time.
-    #[arg(long, env = "XCC_ANNOUNCEMENT_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
+    /// XCC dns-server may run there); one that gets an agent is sent them within this time (1s
+    /// to 1h).
+    #[arg(
+        long,
+        env = "XCC_ANNOUNCEMENT_TTL",
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_secs(1), Duration::from_secs(3600))
+    )]
     pub announcement_ttl: Duration,
 
     /// How often every workload cluster's API server is asked for its version: the health
-    /// check behind `Unreachable`, and the unit of `spec.staleRecords.readmitAfter`.
-    #[arg(long, env = "XCC_PROBE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// check behind `Unreachable`, and the unit of `spec.staleRecords.readmitAfter` (1s to 10m).
+    #[arg(
+        long,
+        env = "XCC_PROBE_INTERVAL",
+        default_value = "5s",
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_secs(1), Duration::from_secs(600))
+    )]
     pub probe_interval: Duration,
 
     /// Most writes to workload clusters in flight at once, over all clusters. Each cluster has
     /// its own queue: a slow one holds at most one of these places, and changes made while its
-    /// write is in flight are merged into the next.
-    #[arg(long, env = "XCC_MAX_WRITES_IN_FLIGHT", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    /// write is in flight are merged into the next (1 to 10000).
+    #[arg(
+        long,
+        env = "XCC_MAX_WRITES_IN_FLIGHT",
+        default_value_t = 64,
+        value_name = "COUNT",
+        value_parser = number::<u16>("writes", 1, 10_000)
+    )]
     pub max_writes_in_flight: u16,
 
     /// Undo what xcc-controller did, then exit (run it with the controller stopped, before going
@@ -83,11 +117,6 @@ pub struct Args {
 
     #[command(flatten)]
     pub leader: xcc_sync::LeaderElectArgs,
-
-    /// Namespace of the leader-election Lease (the controller's own namespace; the environment
-    /// variable is the original XCC's name, from the downward API).
-    #[arg(long, env = "NAMESPACE", default_value = "xcc-system")]
-    pub lease_namespace: String,
 
     /// Identity in the Lease and on Events (the pod name).
     #[arg(long, env = "XCC_POD_NAME")]
@@ -108,6 +137,56 @@ pub struct Args {
 
     #[command(flatten)]
     pub log: xcc_kube::logging::LogArgs,
+}
+
+/// The Lease's namespace when neither the flag nor `NAMESPACE` names one.
+pub const LEASE_NAMESPACE: &str = "xcc-system";
+/// The Lease's name when the flag names none.
+pub const LEASE_NAME: &str = "xcc-controller";
+
+impl Args {
+    /// The leader-election Lease's namespace.
+    pub fn lease_namespace(&self) -> &str {
+        self.leader
+            .leader_elect_resource_namespace
+            .as_deref()
+            .unwrap_or(LEASE_NAMESPACE)
+    }
+
+    /// The leader-election Lease's name.
+    pub fn lease_name(&self) -> &str {
+        self.leader
+            .leader_elect_resource_name
+            .as_deref()
+            .unwrap_or(LEASE_NAME)
+    }
+}
+
+impl Checked for Args {
+    /// The original XCC controller's variables, and the former name of `--leader-elect`'s.
+    const ENV_ALIASES: &'static [EnvAlias] = &[
+        EnvAlias {
+            var: "NAMESPACE",
+            flag: "leader-elect-resource-namespace",
+        },
+        EnvAlias {
+            var: "GATEWAY_DNS_POLLING_INTERVAL",
+            flag: "resync-interval",
+        },
+        EnvAlias {
+            var: "XCC_LEADER_ELECTION",
+            flag: "leader-elect",
+        },
+    ];
+
+    /// The leader election's timing, and the kubeconfig file the flag names.
+    fn check(&self) -> Result<(), String> {
+        self.leader.check()?;
+        if let Some(file) = &self.own.kubeconfig {
+            readable_file("--kubeconfig", file)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Subcommand)]

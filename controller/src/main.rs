@@ -32,7 +32,10 @@ mod workload;
 
 use std::process::ExitCode;
 
-use xcc_kube::report::{EXIT_FAILURE, one_line};
+use xcc_kube::{
+    logging::fatal,
+    report::{EXIT_FAILURE, one_line},
+};
 
 fn main() -> ExitCode {
     let mut args: args::Args = xcc_kube::flags::parse("xcc-controller");
@@ -51,7 +54,10 @@ fn main() -> ExitCode {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("xcc-controller: error: cannot start the async runtime: {e}");
+                    fatal(
+                        "xcc-controller",
+                        &format!("xcc-controller: error: cannot start the async runtime: {e}"),
+                    );
                     return ExitCode::from(EXIT_FAILURE);
                 }
             };
@@ -60,9 +66,12 @@ fn main() -> ExitCode {
                     Ok(true) => ExitCode::SUCCESS,
                     Ok(false) => ExitCode::from(EXIT_FAILURE),
                     Err(error) => {
-                        eprintln!(
-                            "xcc-controller --uninstall: error: {}",
-                            one_line(error.as_ref())
+                        fatal(
+                            "xcc-controller",
+                            &format!(
+                                "xcc-controller --uninstall: error: {}",
+                                one_line(error.as_ref())
+                            ),
                         );
                         ExitCode::from(EXIT_FAILURE)
                     }
@@ -72,7 +81,10 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     // Once, on one line, each cause once.
-                    eprintln!("xcc-controller: error: {}", one_line(error.as_ref()));
+                    fatal(
+                        "xcc-controller",
+                        &format!("xcc-controller: error: {}", one_line(error.as_ref())),
+                    );
                     ExitCode::from(EXIT_FAILURE)
                 }
             }

@@ -44,11 +44,6 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
     Ok(args.own.client().await?)
 }
 
-/// How long the Lease stays valid without renewal: how long a replica that died without
-/// releasing it holds up the others (kube-lease-manager's default, which the controller used
-/// before it shared the agent's leader election).
-const LEASE_DURATION: std::time::Duration = std::time::Duration::from_secs(30);
-
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let args = Arc::new(args);
     let client = client(&args).await?;
@@ -91,12 +86,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     if args.leader.leader_elect {
-        let config = xcc_sync::LeaseConfig {
-            namespace: args.lease_namespace.clone(),
-            name: "xcc-controller".into(),
+        let config = xcc_sync::LeaseConfig::new(
+            &args.leader,
+            crate::args::LEASE_NAME,
+            crate::args::LEASE_NAMESPACE,
             identity,
-            duration: LEASE_DURATION,
-        };
+        );
         xcc_sync::run_while_leading(
             client,
             config,

@@ -61,7 +61,10 @@ pub async fn run(args: &Args) -> anyhow::Result<bool> {
         println!("left: {line}");
     }
     for line in &report.failures {
-        eprintln!("xcc-controller --uninstall: {line}");
+        xcc_kube::logging::fatal(
+            "xcc-controller",
+            &format!("xcc-controller --uninstall: {line}"),
+        );
     }
     println!(
         "uninstall: {} finalizer(s) removed, {} EndpointSlice(s) deleted, {} left, {} cluster(s) failed",
@@ -84,14 +87,15 @@ async fn uninstall(client: Client, args: &Args) -> anyhow::Result<Report> {
 /// Fails while a controller holds the leader Lease: one still running would put back at once
 /// what this removes.
 async fn refuse_while_running(client: &Client, args: &Args) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
-    match leases.get_opt(LEASE_NAME).await {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), args.lease_namespace());
+    let lease_name = args.lease_name();
+    match leases.get_opt(lease_name).await {
         Ok(Some(lease)) => {
             if let Some(holder) = live_holder(&lease, Timestamp::now()) {
                 anyhow::bail!(
-                    "xcc-controller {holder} holds Lease {}/{LEASE_NAME}: it is still running and would undo the uninstall; stop it first (kubectl -n {} scale deployment xcc-controller --replicas=0) and run again once its Lease has expired",
-                    args.lease_namespace,
-                    args.lease_namespace
+                    "xcc-controller {holder} holds Lease {}/{lease_name}: it is still running and would undo the uninstall; stop it first (kubectl -n {} scale deployment xcc-controller --replicas=0) and run again once its Lease has expired",
+                    args.lease_namespace(),
+                    args.lease_namespace()
                 );
             }
         }
@@ -262,9 +266,6 @@ async fn clean_cluster(
         Err(failures.join("; "))
     }
 }
-
-/// The leader-election Lease of the controller (`--leader-election`).
-const LEASE_NAME: &str = "xcc-controller";
 
 /// The holder of `lease` if its last renewal is younger than its duration at `now`.
 fn live_holder(lease: &Lease, now: Timestamp) -> Option<String> {

@@ -68,8 +68,14 @@ pub struct Args {
     #[arg(long, env = "XCC_FORWARD_TO", value_parser = parse_forward_to, value_name = "ADDR")]
     pub forward_to: Option<ForwardTo>,
 
-    /// How long to wait for the Service to have a ClusterIP (polled every 500 ms).
-    #[arg(long, env = "XCC_SERVICE_WAIT", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// How long to wait for the Service to have a ClusterIP (polled every 500 ms; 0 to 1h).
+    #[arg(
+        long,
+        env = "XCC_SERVICE_WAIT",
+        default_value = "5s",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(Duration::ZERO, Duration::from_secs(3600))
+    )]
     pub service_wait: Duration,
 
     /// Take the block out of the Corefile again, and do nothing else (no Service is needed).
@@ -81,6 +87,16 @@ pub struct Args {
 
     #[command(flatten)]
     pub log: xcc_kube::logging::LogArgs,
+}
+
+impl xcc_kube::flags::Checked for Args {
+    /// The kubeconfig file the flag names.
+    fn check(&self) -> Result<(), String> {
+        match &self.own.kubeconfig {
+            Some(file) => xcc_kube::flags::readable_file("--kubeconfig", file),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Where CoreDNS forwards the zones to, as its `forward` plugin writes it.

@@ -25,7 +25,10 @@ mod report;
 mod run;
 mod service;
 
-use xcc_kube::report::{EXIT_FAILURE, one_line};
+use xcc_kube::{
+    logging::fatal,
+    report::{EXIT_FAILURE, one_line},
+};
 
 fn main() -> std::process::ExitCode {
     let args: args::Args = xcc_kube::flags::parse("xcc-coredns-patcher");
@@ -36,14 +39,20 @@ fn main() -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("xcc-coredns-patcher: error: cannot start the async runtime: {e}");
+            fatal(
+                "xcc-coredns-patcher",
+                &format!("xcc-coredns-patcher: error: cannot start the async runtime: {e}"),
+            );
             return std::process::ExitCode::from(EXIT_FAILURE);
         }
     };
     match runtime.block_on(run::run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("xcc-coredns-patcher: error: {}", one_line(error.as_ref()));
+            fatal(
+                "xcc-coredns-patcher",
+                &format!("xcc-coredns-patcher: error: {}", one_line(error.as_ref())),
+            );
             std::process::ExitCode::from(EXIT_FAILURE)
         }
     }

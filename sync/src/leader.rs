@@ -37,11 +37,15 @@ use crate::sources::{self, Schedule};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 
-/// `--leader-elect`, as Kubernetes components spell it: alone, or `=true`/`=false`; env
-/// `XCC_LEADER_ELECT`. Flatten it into a binary's `Args`; each binary says in its help what the
+/// Leader election's flags, as kube-controller-manager names them: `--leader-elect` (alone, or
+/// `=true`/`=false`), `--leader-elect-lease-duration`, `--leader-elect-renew-deadline`,
+/// `--leader-elect-retry-period`, `--leader-elect-resource-name`,
+/// `--leader-elect-resource-namespace`, each with its variable (`XCC_LEADER_ELECT...`); the
+/// former names (`--lease-duration`, `--lease-name`, `--lease-namespace`) are hidden aliases
+/// for one release. Flatten it into a binary's `Args`; each binary says in its help what the
 /// Lease guards (`#[command(mut_arg("leader_elect", |a| a.help(...)))]` on the struct that
-/// flattens it).
-#[derive(Clone, Copy, Debug, Default, clap::Args)]
+/// flattens it) and which Lease it is by default, and calls [`LeaderElectArgs::check`].
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct LeaderElectArgs {
     /// Elect a leader through a Lease, so that several replicas are safe.
     #[arg(
@@ -54,6 +58,90 @@ pub struct LeaderElectArgs {
         value_name = "BOOL"
     )]
     pub leader_elect: bool,
+
+    /// How long the Lease stays valid without renewal: how long a replica that died without
+    /// releasing it holds up the others. Longer than --leader-elect-renew-deadline; 1s to 1h.
+    #[arg(
+        long,
+        alias = "lease-duration",
+        env = "XCC_LEADER_ELECT_LEASE_DURATION",
+        default_value = "15s",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(MIN_PERIOD, MAX_LEASE)
+    )]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long after its last renewal the leader renews the Lease at the latest (the rest of
+    /// the lease duration is the margin for clock skew). Longer than --leader-elect-retry-period;
+    /// 1s to 1h.
+    #[arg(
+        long,
+        env = "XCC_LEADER_ELECT_RENEW_DEADLINE",
+        default_value = "10s",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(MIN_PERIOD, MAX_LEASE)
+    )]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How long a replica waits before it tries again after a failed attempt to take the Lease
+    /// (1s to 1h).
+    #[arg(
+        long,
+        env = "XCC_LEADER_ELECT_RETRY_PERIOD",
+        default_value = "2s",
+        value_name = "DURATION",
+        value_parser = xcc_kube::flags::duration(MIN_PERIOD, MAX_LEASE)
+    )]
+    pub leader_elect_retry_period: Duration,
+
+    /// Name of the Lease (default: the binary's name).
+    #[arg(
+        long,
+        alias = "lease-name",
+        env = "XCC_LEADER_ELECT_RESOURCE_NAME",
+        value_name = "NAME"
+    )]
+    pub leader_elect_resource_name: Option<String>,
+
+    /// Namespace of the Lease (default: the binary's namespace).
+    #[arg(
+        long,
+        alias = "lease-namespace",
+        env = "XCC_LEADER_ELECT_RESOURCE_NAMESPACE",
+        value_name = "NAMESPACE",
+        value_parser = xcc_kube::flags::namespace
+    )]
+    pub leader_elect_resource_namespace: Option<String>,
+}
+
+/// Shortest lease duration, renew deadline and retry period.
+const MIN_PERIOD: Duration = Duration::from_secs(1);
+/// Longest lease duration (and so renew deadline and retry period).
+const MAX_LEASE: Duration = Duration::from_secs(3600);
+
+impl LeaderElectArgs {
+    /// Lease duration > renew deadline > retry period, as Kubernetes components require;
+    /// `Err` says the rule and the values given.
+    pub fn check(&self) -> Result<(), String> {
+        let (lease, renew, retry) = (
+            self.leader_elect_lease_duration,
+            self.leader_elect_renew_deadline,
+            self.leader_elect_retry_period,
+        );
+        if lease > renew && renew > retry {
+            return Ok(());
+        }
+        let show = xcc_kube::flags::show_duration;
+        Err(format!(
+            "invalid leader election timing: --leader-elect-lease-duration ({}) must be longer \
+             than --leader-elect-renew-deadline ({}), and that longer than \
+             --leader-elect-retry-period ({}), each at least 1s (Kubernetes components' defaults: \
+             15s, 10s, 2s)",
+            show(lease),
+            show(renew),
+            show(retry)
+        ))
+    }
 }
 
 /// Where the Lease lives and who this replica is.
@@ -68,6 +156,30 @@ pub struct LeaseConfig {
     /// How long a Lease is valid without renewal: how long a replica that died without
     /// releasing it (kill -9, a lost node) holds up the others.
     pub duration: Duration,
+    /// How long after its last renewal the holder renews the Lease at the latest.
+    pub renew_deadline: Duration,
+    /// The wait before trying again after a failed attempt to take the Lease.
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// The Lease of `args` (name and namespace, or the binary's defaults) held as `identity`.
+    pub fn new(args: &LeaderElectArgs, name: &str, namespace: &str, identity: String) -> Self {
+        Self {
+            namespace: args
+                .leader_elect_resource_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_owned()),
+            name: args
+                .leader_elect_resource_name
+                .clone()
+                .unwrap_or_else(|| name.to_owned()),
+            identity,
+            duration: args.leader_elect_lease_duration,
+            renew_deadline: args.leader_elect_renew_deadline,
+            retry_period: args.leader_elect_retry_period,
+        }
+    }
 }
 
 /// How long the work gets to stop when leadership ends.
@@ -108,23 +220,26 @@ pub async fn run_while_leading<W, F>(
             }
         };
         tracing::info!(identity = %config.identity, lease = %config.name, "waiting for the Lease");
-        let acquired = loop {
+        // Not acquired: ask again after this pause (at once after a release, in
+        // --leader-elect-retry-period after an error).
+        let retry_after = loop {
             tokio::select! {
                 changed = manager.changed() => match changed {
-                    Ok(true) => break true,
+                    Ok(true) => break None,
                     Ok(false) => {}
                     Err(error) => {
                         tracing::warn!(%error, lease = %config.name, "leader election failed; retrying");
-                        break false;
+                        break Some(config.retry_period);
                     }
                 },
                 // Released by its holder: a new manager reads the Lease afresh and takes it.
-                Some(()) = released.next() => break false,
+                Some(()) = released.next() => break Some(Duration::from_millis(100)),
                 _ = shutdown.wait_for(|stop| *stop) => return,
             }
         };
-        if !acquired {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(pause) = retry_after {
+            // Cut short by shutdown, which the top of the loop sees.
+            let _ = tokio::time::timeout(pause, shutdown.wait_for(|stop| *stop)).await;
             continue;
         }
         failures = xcc_kube::Backoff::local();
@@ -176,11 +291,19 @@ async fn manager(
     client: &Client,
     config: &LeaseConfig,
 ) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+    // Renewed when `grace` is left: at the renew deadline after the last renewal (whole
+    // seconds, as the Lease counts them).
+    let grace = config
+        .duration
+        .saturating_sub(config.renew_deadline)
+        .as_secs()
+        .max(1);
+    let duration = config.duration.as_secs().max(grace + 1);
     LeaseManagerBuilder::new(client.clone(), config.name.clone())
         .with_namespace(config.namespace.clone())
         .with_identity(config.identity.clone())
-        .with_duration(config.duration.as_secs().max(2))
-        .with_grace((config.duration.as_secs() / 3).max(1))
+        .with_duration(duration)
+        .with_grace(grace)
         .build()
         .await
 }

@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ArgGroup, Parser, Subcommand};
+use xcc_kube::flags::{Checked, EnvAlias, duration, number, readable_file};
 
 /// The xcc agent of a member cluster: serves the xcc DNS zone, and runs the cross-cluster sync
 /// reconcilers.
@@ -68,6 +69,43 @@ pub struct Args {
     pub log: xcc_kube::logging::LogArgs,
 }
 
+impl Checked for Args {
+    /// The original XCC's variables (its dns-server's `NAMESPACE`, its `DOMAIN_SUFFIX`) and the
+    /// former names of the leader election's variables.
+    const ENV_ALIASES: &'static [EnvAlias] = &[
+        EnvAlias {
+            var: "NAMESPACE",
+            flag: "namespace",
+        },
+        EnvAlias {
+            var: "DOMAIN_SUFFIX",
+            flag: "zone",
+        },
+        EnvAlias {
+            var: "XCC_LEASE_NAME",
+            flag: "leader-elect-resource-name",
+        },
+        EnvAlias {
+            var: "XCC_LEASE_DURATION",
+            flag: "leader-elect-lease-duration",
+        },
+    ];
+
+    /// The leader election's timing, and the files the flags name.
+    fn check(&self) -> Result<(), String> {
+        self.sync.leader.check()?;
+        if let Some(file) = &self.records.file {
+            readable_file("--records", file)?;
+        }
+        if self.records.file.is_none()
+            && let Some(file) = &self.kube.own.kubeconfig
+        {
+            readable_file("--kubeconfig", file)?;
+        }
+        Ok(())
+    }
+}
+
 /// The DNS server's flags.
 #[derive(Debug, ArgGroup)]
 #[command(next_help_heading = "DNS")]
@@ -93,50 +131,90 @@ pub struct DnsArgs {
     )]
     pub zones: Vec<String>,
 
-    /// TTL of positive answers, in seconds.
-    #[arg(long, env = "XCC_TTL", default_value_t = 30)]
+    /// TTL of positive answers, in seconds (1 to 86400).
+    #[arg(
+        long,
+        env = "XCC_TTL",
+        default_value_t = 30,
+        value_name = "SECONDS",
+        value_parser = number::<u32>("seconds", 1, 86_400)
+    )]
     pub ttl: u32,
 
-    /// TTL of negative answers (NXDOMAIN, NODATA) and the SOA MINIMUM, in seconds.
-    #[arg(long, env = "XCC_NEGATIVE_TTL", default_value_t = 30)]
+    /// TTL of negative answers (NXDOMAIN, NODATA) and the SOA MINIMUM, in seconds (0 to 86400).
+    #[arg(
+        long,
+        env = "XCC_NEGATIVE_TTL",
+        default_value_t = 30,
+        value_name = "SECONDS",
+        value_parser = number::<u32>("seconds", 0, 86_400)
+    )]
     pub negative_ttl: u32,
 
     /// UDP sockets sharing the port (SO_REUSEPORT), each served by its own thread; 0 means one
-    /// per CPU.
-    #[arg(long, env = "XCC_UDP_SOCKETS", default_value_t = 0)]
+    /// per CPU (0 to 1024).
+    #[arg(
+        long,
+        env = "XCC_UDP_SOCKETS",
+        default_value_t = 0,
+        value_name = "COUNT",
+        value_parser = number::<usize>("sockets", 0, 1024)
+    )]
     pub udp_sockets: usize,
 
     /// Receive buffer asked for on each UDP socket, in bytes (capped by net.core.rmem_max);
-    /// 0 keeps the kernel's default (net.core.rmem_default).
-    #[arg(long, env = "XCC_UDP_RECV_BUFFER", default_value_t = xcc_dns::UDP_RECV_BUFFER)]
+    /// 0 keeps the kernel's default (net.core.rmem_default). Up to 1 GiB.
+    #[arg(
+        long,
+        env = "XCC_UDP_RECV_BUFFER",
+        default_value_t = xcc_dns::UDP_RECV_BUFFER,
+        value_name = "BYTES",
+        value_parser = number::<usize>("bytes", 0, 1 << 30)
+    )]
     pub udp_recv_buffer: usize,
 
     /// Async worker threads: TCP, the UDP queries the serving threads hand over (those that need
-    /// more than the fast path), the admin server and the sync reconcilers; 0 means one per CPU.
-    #[arg(long, env = "XCC_THREADS", default_value_t = 0)]
+    /// more than the fast path), the admin server and the sync reconcilers; 0 means one per CPU
+    /// (0 to 1024).
+    #[arg(
+        long,
+        env = "XCC_THREADS",
+        default_value_t = 0,
+        value_name = "COUNT",
+        value_parser = number::<usize>("threads", 0, 1024)
+    )]
     pub threads: usize,
 
-    /// TCP connections open at once. At the cap a new connection closes the longest-idle one;
-    /// the cap is also kept below the open-file limit (which the agent raises to its maximum).
-    #[arg(long, env = "XCC_TCP_MAX_CONNECTIONS", default_value_t = 1000)]
+    /// TCP connections open at once (1 to 1000000). At the cap a new connection closes the
+    /// longest-idle one; the cap is also kept below the open-file limit (which the agent raises
+    /// to its maximum).
+    #[arg(
+        long,
+        env = "XCC_TCP_MAX_CONNECTIONS",
+        default_value_t = 1000,
+        value_name = "COUNT",
+        value_parser = number::<usize>("connections", 1, 1_000_000)
+    )]
     pub tcp_max_connections: usize,
 
-    /// How long an idle TCP connection is kept open waiting for its next query.
+    /// How long an idle TCP connection is kept open waiting for its next query (100ms to 1h).
     #[arg(
         long,
         env = "XCC_TCP_IDLE_TIMEOUT",
         default_value = "10s",
-        value_parser = humantime::parse_duration
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_millis(100), Duration::from_secs(3600))
     )]
     pub tcp_idle_timeout: Duration,
 
     /// How long a TCP query may take to arrive once it has started (and its answer to be
-    /// written); a client that stalls half-way is disconnected.
+    /// written); a client that stalls half-way is disconnected (100ms to 10m).
     #[arg(
         long,
         env = "XCC_TCP_READ_TIMEOUT",
         default_value = "3s",
-        value_parser = humantime::parse_duration
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_millis(100), Duration::from_secs(600))
     )]
     pub tcp_read_timeout: Duration,
 }
@@ -160,12 +238,13 @@ pub struct RecordsArgs {
     #[arg(long = "records", env = "XCC_RECORDS", value_name = "FILE")]
     pub file: Option<PathBuf>,
 
-    /// How often the records file is checked for changes.
+    /// How often the records file is checked for changes (10ms to 1h).
     #[arg(
         long = "records-poll-interval",
         env = "XCC_RECORDS_POLL_INTERVAL",
         default_value = "250ms",
-        value_parser = humantime::parse_duration
+        value_name = "DURATION",
+        value_parser = duration(Duration::from_millis(10), Duration::from_secs(3600))
     )]
     pub poll_interval: Duration,
 
@@ -176,6 +255,7 @@ pub struct RecordsArgs {
         long = "records-max-removed-share",
         env = "XCC_RECORDS_MAX_REMOVED_SHARE",
         default_value_t = 0.5,
+        value_name = "SHARE",
         value_parser = share
     )]
     pub max_removed_share: f64,
@@ -207,7 +287,7 @@ impl RecordsArgs {
 fn share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
-        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+        _ => Err("expected a share from 0 to 1, such as 0.5".to_owned()),
     }
 }
 
@@ -220,8 +300,14 @@ fn share(text: &str) -> Result<f64, String> {
     ))
 )]
 pub struct KubeArgs {
-    /// Namespace whose EndpointSlices feed the table.
-    #[arg(long, env = "XCC_NAMESPACE", default_value = "xcc-dns")]
+    /// Namespace whose EndpointSlices feed the table (also read from $NAMESPACE, the original
+    /// XCC dns-server's variable).
+    #[arg(
+        long,
+        env = "XCC_NAMESPACE",
+        default_value = "xcc-dns",
+        value_parser = xcc_kube::flags::namespace
+    )]
     pub namespace: String,
 
     #[doc = "The agent's own cluster (`--kubeconfig`)."]
@@ -263,11 +349,13 @@ pub enum Command {
 #[command(
     next_help_heading = "Sync reconcilers (when --records is not given)",
     mut_arg("leader_elect", |arg| arg.help(
-        "Run the sync reconcilers only on the replica holding the Lease `--lease-name` in \
-         `--namespace` (on in the manifest, which runs 2 replicas). DNS serving and the record \
-         feed run on every replica; readiness never depends on leading. The Lease is released \
-         on SIGTERM, so a rolling update hands over at once; a replica that dies without \
-         releasing it is replaced after `--lease-duration`"
+        "Run the sync reconcilers only on the replica holding the Lease \
+         `--leader-elect-resource-name` (default xcc-agent) in \
+         `--leader-elect-resource-namespace` (default: --namespace) (on in the manifest, which \
+         runs 2 replicas). DNS serving and the record feed run on every replica; readiness never \
+         depends on leading. The Lease is released on SIGTERM, so a rolling update hands over at \
+         once; a replica that dies without releasing it is replaced after \
+         `--leader-elect-lease-duration`"
     ))
 )]
 pub struct SyncArgs {
@@ -275,23 +363,9 @@ pub struct SyncArgs {
     #[command(flatten)]
     pub reconcilers: crate::reconcilers::ReconcilerFlags,
 
-    #[doc = "Leader election (`--leader-elect`)."]
+    #[doc = "Leader election (`--leader-elect...`)."]
     #[command(flatten)]
     pub leader: xcc_sync::LeaderElectArgs,
-
-    /// Name of the Lease of `--leader-elect`.
-    #[arg(long, env = "XCC_LEASE_NAME", default_value = "xcc-agent")]
-    pub lease_name: String,
-
-    /// How long the Lease stays valid without renewal: how long a replica that died without
-    /// releasing it holds up the sync.
-    #[arg(
-        long,
-        env = "XCC_LEASE_DURATION",
-        default_value = "15s",
-        value_parser = humantime::parse_duration
-    )]
-    pub lease_duration: Duration,
 
     #[doc = "The trust rules for peers' kubeconfigs."]
     #[command(flatten)]
@@ -316,11 +390,11 @@ pub struct AdminArgs {
     /// first moment, so that every node's kube-proxy has dropped this endpoint before the
     /// sockets close (a rollout without failed lookups). The sync reconcilers stop and the Lease
     /// is released at once. A second SIGTERM or SIGINT ends the wait. Default: 5s in a pod
-    /// reading a cluster (KUBERNETES_SERVICE_HOST set, no --records), 0 otherwise.
+    /// reading a cluster (KUBERNETES_SERVICE_HOST set, no --records), 0 otherwise. Up to 10m.
     #[arg(
         long,
         env = "XCC_SHUTDOWN_DELAY",
-        value_parser = humantime::parse_duration,
+        value_parser = duration(Duration::ZERO, Duration::from_secs(600)),
         value_name = "DURATION"
     )]
     pub shutdown_delay: Option<Duration>,

@@ -273,16 +273,15 @@ fn start_sync(
         reconcilers: args.sync.reconcilers.clone(),
     };
     if args.sync.leader.leader_elect {
-        let config = xcc_sync::LeaseConfig {
-            namespace: args.kube.namespace.clone(),
-            name: args.sync.lease_name.clone(),
-            identity: args
-                .kube
+        let config = xcc_sync::LeaseConfig::new(
+            &args.sync.leader,
+            "xcc-agent",
+            &args.kube.namespace,
+            args.kube
                 .pod_name
                 .clone()
                 .unwrap_or_else(|| format!("xcc-agent-{}", std::process::id())),
-            duration: args.sync.lease_duration,
-        };
+        );
         let alive = tasks.watch("sync reconcilers");
         let elected = xcc_sync::run_while_leading(
             client.clone(),
