@@ -897,7 +897,10 @@ fn the_trust_rules_are_what_the_security_page_says() {
 fn the_readme_is_short_and_leads_into_the_docs() {
     let text = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let lines = text.lines().count();
-    assert!(lines <= 300, "README.md has {lines} lines (at most 300): move reference into docs/");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines (at most 300): move reference into docs/"
+    );
     for page in [
         "docs/install.md",
         "docs/migration.md",
@@ -909,5 +912,8 @@ fn the_readme_is_short_and_leads_into_the_docs() {
             "README.md does not link {page}"
         );
     }
-    assert!(text.contains("./test.sh"), "README.md lost the test command");
+    assert!(
+        text.contains("./test.sh"),
+        "README.md lost the test command"
+    );
 }
