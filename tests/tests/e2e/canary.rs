@@ -130,6 +130,10 @@ fn cases() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "server-not-url",
+            kubeconfig(&format!("{{server: '{CANARY}'}}"), &token),
+        ),
+        (
             "token-file",
             kubeconfig(
                 &format!("{{{server}}}"),
@@ -259,8 +263,7 @@ async fn wait_round_refused(mgmt: &Cluster, member: &Cluster, round: usize) {
                 gateway_cluster(mgmt, &name)
                     .await
                     .filter(|(state, message)| {
-                        REFUSED.contains(&state.as_str())
-                            && message.contains(&format!("dev-team/{name}-kubeconfig"))
+                        state != "Ready" && message.contains(&format!("dev-team/{name}-kubeconfig"))
                     })
             },
         )
@@ -412,6 +415,21 @@ async fn canary_credentials_in_kubeconfig_secrets_appear_in_no_event_condition_o
                 )
                 .await,
             ));
+        }
+        if round > 0 {
+            // The GatewayDNS status lists 20 clusters at most: the last round's go.
+            for (case, _) in cases() {
+                mgmt.kubectl(&[
+                    "-n",
+                    "dev-team",
+                    "delete",
+                    "clusters.cluster.x-k8s.io",
+                    &format!("canary{}-{case}", round - 1),
+                    "--wait=false",
+                ])
+                .await
+                .unwrap();
+            }
         }
         let process = controller(
             &controller_kubeconfig.path,
