@@ -183,7 +183,12 @@ fn a_broken_kubeconfig_never_shows_its_credential_in_any_binary() {
                         );
                     }
                     let last = stderr.lines().last().unwrap_or_default();
-                    assert!(last.contains(path.to_str().unwrap()), "{what}: {stderr}");
+                    // kubectl-xcc names a kubeconfig it read by the context it uses.
+                    assert!(
+                        last.contains(path.to_str().unwrap())
+                            || (bin == "kubectl-xcc" && last.contains("context \"x\"")),
+                        "{what}: {stderr}"
+                    );
                     assert!(last.contains(says), "{what}: {says:?} missing: {stderr}");
                     for rust in RUST {
                         assert!(!stderr.contains(rust), "{what}: {rust:?} in {stderr}");
@@ -274,9 +279,8 @@ fn a_refused_connection_is_said_in_words_with_the_address_by_every_binary() {
     for bin in BINARIES {
         for format in ["text", "json"] {
             let what = format!("{bin} {format}");
-            let mut command = command(bin, format, &path, false);
-            // The agent and the controller retry: their debug lines say each failure.
-            command.env("XCC_LOG_LEVEL", "debug");
+            // The agent and the controller retry, and warn (once) that they cannot reach it.
+            let command = command(bin, format, &path, false);
             let (stdout, stderr) = run_until(command, "refused", Duration::from_secs(60));
             let refused: Vec<&str> = stderr.lines().filter(|l| l.contains("refused")).collect();
             assert!(!refused.is_empty(), "{what}: no refusal said: {stderr}");
