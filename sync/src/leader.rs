@@ -100,7 +100,7 @@ pub async fn run_while_leading<W, F>(
             Ok(manager) => manager,
             Err(error) => {
                 let delay = failures.next().unwrap_or(xcc_kube::Backoff::LOCAL_MAX);
-                tracing::warn!(error = %xcc_kube::bounded(&error), lease = %config.name, "cannot set up leader election; retrying");
+                tracing::warn!(%error, lease = %config.name, "cannot set up leader election; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
                     _ = shutdown.wait_for(|stop| *stop) => return,
@@ -114,7 +114,7 @@ pub async fn run_while_leading<W, F>(
                     Ok(true) => break true,
                     Ok(false) => {}
                     Err(error) => {
-                        tracing::warn!(error = %xcc_kube::bounded(&error), lease = %config.name, "leader election failed; retrying");
+                        tracing::warn!(%error, lease = %config.name, "leader election failed; retrying");
                         break false;
                     }
                 },
@@ -138,7 +138,7 @@ pub async fn run_while_leading<W, F>(
                     Ok(true) => {}
                     Ok(false) => break false,
                     Err(error) => {
-                        tracing::warn!(error = %xcc_kube::bounded(&error), lease = %config.name, "cannot renew the Lease");
+                        tracing::warn!(%error, lease = %config.name, "cannot renew the Lease");
                         break false;
                     }
                 },
@@ -163,9 +163,7 @@ pub async fn run_while_leading<W, F>(
         if shut_down {
             match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
                 Ok(Ok(())) => tracing::info!(lease = %config.name, "Lease released"),
-                Ok(Err(error)) => {
-                    tracing::warn!(error = %xcc_kube::bounded(&error), "cannot release the Lease")
-                }
+                Ok(Err(error)) => tracing::warn!(%error, "cannot release the Lease"),
                 Err(_) => tracing::warn!("the Lease was not released within {RELEASE_TIMEOUT:?}"),
             }
             return;
