@@ -15,17 +15,19 @@ type Mapping = Map<String, Value>;
 
 /// Reads the kubeconfig: `path`, else the files of `$KUBECONFIG` (merged as kubectl merges
 /// them), else `~/.kube/config`.
+///
+/// Read by xcc-kube's reader, whose errors name the file and line and never quote it.
 pub fn load(path: Option<&Path>) -> Result<Kubeconfig, Error> {
-    let read = |path: &'static str| move |source| KubeconfigError::read(path, source);
-    let kubeconfig = match path {
-        Some(path) => Kubeconfig::read_from(path)
-            .map_err(|source| KubeconfigError::read(&path.display().to_string(), source))?,
-        None => match Kubeconfig::from_env().map_err(read("$KUBECONFIG"))? {
-            Some(kubeconfig) => kubeconfig,
-            None => Kubeconfig::read().map_err(read("~/.kube/config"))?,
-        },
-    };
-    Ok(kubeconfig)
+    if let Some(path) = path {
+        return Ok(xcc_kube::read_kubeconfig(path)?);
+    }
+    if let Some((kubeconfig, _)) = xcc_kube::environment_kubeconfig()? {
+        return Ok(kubeconfig);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    Ok(xcc_kube::read_kubeconfig(
+        &Path::new(&home).join(".kube").join("config"),
+    )?)
 }
 
 /// Reads the kubeconfig named by `args`.
@@ -108,17 +110,17 @@ pub async fn client(
     };
     let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
         .await
-        .map_err(|source| KubeconfigError::Config {
-            origin: origin.clone(),
-            source,
-        })?;
+        .map_err(|source| KubeconfigError::config(origin.clone(), &source))?;
     let timeout = limit(timeout);
     config.connect_timeout = timeout;
     config.read_timeout = timeout;
     config.write_timeout = timeout;
     let server = config.cluster_url.to_string();
-    let client =
-        Client::try_from(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+    // Errors of requests that get no answer name the server.
+    let named = xcc_kube::report::Unanswered::layer(&config.cluster_url);
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map(|builder| builder.with_layer(&named).build())
+        .map_err(|source| KubeconfigError::client(origin, &source))?;
     Ok(Target {
         context: context.to_string(),
         client,

@@ -53,22 +53,11 @@ impl Error {
     }
 }
 
-/// An error and its sources on one line, without repeating a source the message already holds.
+/// An error and its sources on one line, without repeating a source the message already holds;
+/// a kube error in the words every xcc binary uses ([`xcc_kube::report::describe`]: the common
+/// causes named, no Rust type names).
 pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    if let Some(kube::Error::Api(status)) = error.downcast_ref::<kube::Error>() {
-        return format!("{} (HTTP {})", status.message, status.code);
-    }
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = e.source();
-    }
-    text
+    xcc_kube::report::one_line(error)
 }
 
 /// `text` on one line (errors are one line, whatever a server put in its message).

@@ -144,7 +144,7 @@ async fn keep<K, V>(
             }
             Err(error) => {
                 if !failing {
-                    tracing::warn!(%error, "watch of {what} failed; retrying (the last list is used meanwhile)");
+                    tracing::warn!(error = %xcc_kube::bounded(&error), "watch of {what} failed; retrying (the last list is used meanwhile)");
                 }
                 failing = true;
             }

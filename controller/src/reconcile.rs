@@ -126,7 +126,7 @@ async fn reconcile_timed(gateway: Arc<GatewayDNS>, ctx: &Arc<Context>) -> Result
 }
 
 pub fn error_policy(gateway: Arc<GatewayDNS>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(gateway = %gateway_ref(&gateway), kind = error.metric_label(), %error, "reconcile failed; retrying");
+    tracing::warn!(gateway = %gateway_ref(&gateway), kind = error.metric_label(), error = %xcc_kube::bounded(&error), "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 

@@ -146,6 +146,23 @@ fn on_signals(shutdown: CancellationToken) -> anyhow::Result<tokio::task::JoinHa
     }))
 }
 
+/// Says once, in words, when the API server does not serve Cluster API's Clusters (the watch
+/// of Clusters then retries until it does, and says its failure as any watch's).
+async fn cluster_api_installed(client: &Client, clusters: &ApiResource) {
+    let api = Api::<kube::api::DynamicObject>::all_with(client.clone(), clusters);
+    if let Err(error) = api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        && let Some(missing) = xcc_kube::report::missing_crd(&error, "clusters.cluster.x-k8s.io")
+    {
+        tracing::error!(
+            "the Cluster API CRDs are not installed: {missing}; xcc-controller runs on a Cluster \
+             API management cluster: install Cluster API there (clusterctl init), and the \
+             controller goes on by itself once it is"
+        );
+    }
+}
+
 /// The GatewayDNS controller and what feeds it, until `stop` is cancelled.
 async fn controller(
     client: Client,
@@ -159,6 +176,7 @@ async fn controller(
         "v1beta1",
         "Cluster",
     ));
+    cluster_api_installed(&client, &clusters).await;
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<GatewayDNS>>();
     let wake_tx = trigger_tx.clone();
     let ctx = context(&client, &args, identity, admin, trigger_tx, &clusters);

@@ -63,9 +63,10 @@ pub const REMOTE_TEXT_LIMIT: usize = 256;
 
 /// `text` (an error from another server, say), cut to [`REMOTE_TEXT_LIMIT`] characters and with
 /// control characters replaced, so that whatever a remote server answers cannot swell a status or
-/// an Event, nor forge lines in a log.
+/// an Event, nor forge lines in a log; and without kube's Rust type names
+/// ([`crate::report::scrub`]).
 pub fn bounded(text: &impl std::fmt::Display) -> String {
-    let text = text.to_string();
+    let text = crate::report::scrub(&text.to_string());
     let mut out: String = text
         .chars()
         .take(REMOTE_TEXT_LIMIT)

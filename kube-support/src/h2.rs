@@ -50,12 +50,18 @@ type Body = UnsyncBoxBody<Bytes, BoxError>;
 /// delays growing to minutes) would hold a reconciler, or a request the aggregated API server
 /// forwards, long after the answer came. Callers see every answer and retry on their own
 /// schedule ([`crate::Backoff`]).
+///
+/// A request that gets no answer fails with the server's URL in its error
+/// ([`crate::report::Unanswered`]), so that whoever says the error can say where.
 pub fn client(mut config: Config) -> Result<Client, kube::Error> {
     config.default_retry = false;
     let default_ns = config.default_namespace.clone();
+    let named = crate::report::Unanswered::layer(&config.cluster_url);
     let http1 = Client::try_from(config.clone())?;
     let Some(peer) = Peer::new(&config)? else {
-        return Ok(http1);
+        return Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&named)
+            .build());
     };
     let peer = Arc::new(peer);
     let streams = ServiceBuilder::new()
@@ -68,7 +74,8 @@ pub fn client(mut config: Config) -> Result<Client, kube::Error> {
         streams: tower::util::BoxCloneSyncService::new(streams),
         http1: Through(http1),
     };
-    Ok(kube::client::ClientBuilder::new(router, default_ns).build())
+    let service = ServiceBuilder::new().layer(named).service(router);
+    Ok(kube::client::ClientBuilder::new(service, default_ns).build())
 }
 
 /// A bearer token shared by the clients that send it, replaced in place when it is renewed: a

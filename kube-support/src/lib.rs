@@ -45,7 +45,8 @@ pub use conditions::{
     ConditionStatus, REMOTE_TEXT_LIMIT, bounded, remove_condition, set_condition,
 };
 pub use kubeconfig::{
-    KubeconfigArgs, KubeconfigError, own_cluster, own_cluster_client, own_cluster_with_token,
+    KubeconfigArgs, KubeconfigError, config_problem, environment_kubeconfig, own_cluster,
+    own_cluster_client, own_cluster_with_token, read_kubeconfig,
 };
 pub use peers::{PROBE_DEADLINE, PROBE_INTERVAL, PeerClients, Reach};
 pub use trust::{PeerClient, PeerTls, PeerTrust};

@@ -169,9 +169,9 @@ pub fn screen_secret(
             key: key.to_string(),
         })?;
     let (kubeconfig, tls, fingerprint) = screen(data, trust).map_err(|refusal| match refusal {
-        Refusal::Parse(source) => KubeconfigError::Parse {
+        Refusal::Parse(problem) => KubeconfigError::Parse {
             origin: origin.clone(),
-            source,
+            problem,
         },
         Refusal::Invalid(why) => KubeconfigError::Invalid {
             origin: origin.clone(),
@@ -201,13 +201,10 @@ pub async fn build(screened: Screened) -> Result<PeerClient, KubeconfigError> {
     } = screened;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|source| KubeconfigError::Config {
-            origin: origin.clone(),
-            source,
-        })?;
+        .map_err(|source| KubeconfigError::config(origin.clone(), &source))?;
     let server = config.cluster_url.to_string();
     let client =
-        crate::h2::client(config).map_err(|source| KubeconfigError::Client { origin, source })?;
+        crate::h2::client(config).map_err(|source| KubeconfigError::client(origin, &source))?;
     Ok(PeerClient {
         client,
         identity,
@@ -223,9 +220,9 @@ pub fn check(text: &[u8], origin: &str, trust: PeerTrust) -> Result<PeerTls, Kub
     screen(text, trust)
         .map(|(_, tls, _)| tls)
         .map_err(|refusal| match refusal {
-            Refusal::Parse(source) => KubeconfigError::Parse {
+            Refusal::Parse(problem) => KubeconfigError::Parse {
                 origin: origin.to_string(),
-                source,
+                problem,
             },
             Refusal::Invalid(why) => KubeconfigError::Invalid {
                 origin: origin.to_string(),
@@ -273,12 +270,53 @@ fn screen(text: &[u8], trust: PeerTrust) -> Result<(Kubeconfig, PeerTls, u64), R
     let (context, cluster_name, user_name) = selected_context(root)?;
     let (cluster, tls) = screen_cluster(root, cluster_name, trust)?;
     let user = screen_user(root, user_name)?;
+    check_types(context, cluster, user)?;
 
     let out = accepted_kubeconfig(context, cluster, user);
     let fingerprint = fingerprint(&out, tls);
-    let kubeconfig = serde_json::from_value(out)
-        .map_err(|e| Refusal::Invalid(format!("a field has the wrong type: {e}")))?;
+    // The types were checked; serde's message would quote the value, so only its kind is said.
+    let kubeconfig = serde_json::from_value(out).map_err(|e| {
+        Refusal::Invalid(format!(
+            "a field has the wrong type: {}",
+            crate::yaml::redact_serde_message(&e.to_string())
+        ))
+    })?;
     Ok((kubeconfig, tls, fingerprint))
+}
+
+/// Refuses a kept field of the wrong type, naming it (and never its value).
+fn check_types(
+    context: &Mapping,
+    cluster: &Mapping,
+    user: Option<&Mapping>,
+) -> Result<(), Refusal> {
+    let strings = [
+        (context, "context", "namespace"),
+        (cluster, "cluster", "server"),
+        (cluster, "cluster", "certificate-authority-data"),
+        (cluster, "cluster", "tls-server-name"),
+        (cluster, "cluster", "proxy-url"),
+    ]
+    .into_iter()
+    .chain(user.into_iter().flat_map(|user| {
+        ["token", "client-certificate-data", "client-key-data"].map(|key| (user, "user", key))
+    }));
+    for (map, entry, key) in strings {
+        if map.get(key).is_some_and(|v| !v.is_string()) {
+            return Err(Refusal::Invalid(format!(
+                "the {entry}'s {key} is not a string"
+            )));
+        }
+    }
+    if cluster
+        .get("disable-compression")
+        .is_some_and(|v| !v.is_boolean())
+    {
+        return Err(Refusal::Invalid(
+            "the cluster's disable-compression is not a boolean".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The context `current-context` names (or the only one), with the names of its cluster and
@@ -392,10 +430,14 @@ fn server_tls(cluster: &Mapping, where_: &str, trust: PeerTrust) -> Result<PeerT
             "is plain http://: credentials would travel unencrypted to an unverified peer; \
              use https (or start with --allow-insecure-peers)",
         )),
-        _ => Err(field(
-            format!("{where_} server"),
-            format!("{server:?} is not an https:// URL"),
-        )),
+        // The URL is not quoted: whatever was put there is the Secret's, not a log's.
+        Some(scheme) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) && scheme.len() < 16 => {
+            Err(field(
+                format!("{where_} server"),
+                format!("is a {scheme}:// URL, not an https:// one"),
+            ))
+        }
+        _ => Err(field(format!("{where_} server"), "is not an https:// URL")),
     }
 }
 
@@ -870,6 +912,112 @@ current-context: x
                 .unwrap()
                 .contains("dev-team/cluster-a-kubeconfig")
         );
+    }
+
+    #[tokio::test]
+    async fn secrets_with_a_credential_in_every_kind_of_error_never_show_it() {
+        use crate::kubeconfig::tests::{assert_clean, pem};
+        const CANARY: &str = "s3cr3t-CANARY-9f1c";
+        let token = format!("{{token: {CANARY}}}");
+        let cases: Vec<(String, &[&str])> = vec![
+            // An unclosed quote right after the token.
+            (
+                format!("users:\n- name: u\n  user: {{token: \"{CANARY}}}\n"),
+                &["does not parse", "line 3"],
+            ),
+            (
+                format!(
+                    "current-context: x\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+                     clusters:\n- name: c\n  cluster: {{{SERVER}}}\nusers: {CANARY}\n"
+                ),
+                &["users is not a list"],
+            ),
+            (
+                kubeconfig(&body(&[SERVER]), &format!("{{token: [{CANARY}]}}")),
+                &["token is not a string"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER, &format!("certificate-authority-data: '{CANARY}!'")]),
+                    &token,
+                ),
+                &["certificate-authority-data is not valid base64"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[
+                        SERVER,
+                        &format!("certificate-authority-data: {}", pem("CERTIFICATE")),
+                    ]),
+                    &token,
+                ),
+                &["certificate-authority-data"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER]),
+                    &format!(
+                        "{{client-certificate-data: {}, client-key-data: '{CANARY}!'}}",
+                        pem("CERTIFICATE")
+                    ),
+                ),
+                &["client-key-data is not valid base64"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER]),
+                    &format!(
+                        "{{client-certificate-data: {}, client-key-data: {}}}",
+                        pem("CERTIFICATE"),
+                        pem("PRIVATE KEY")
+                    ),
+                ),
+                &["client-"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER]),
+                    &format!("{{token: {CANARY}, newfield: x}}"),
+                ),
+                &["newfield", "is not a field xcc accepts"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER]),
+                    &format!("{{exec: {{command: {CANARY}, args: [{CANARY}]}}}}"),
+                ),
+                &["exec", "would run a program"],
+            ),
+            (
+                kubeconfig(
+                    &body(&[SERVER]),
+                    &format!(
+                        "{{auth-provider: {{name: gcp, config: {{access-token: {CANARY}}}}}}}"
+                    ),
+                ),
+                &["auth-provider"],
+            ),
+            (
+                kubeconfig(&body(&[SERVER]), &format!("{{tokenFile: /{CANARY}}}")),
+                &["tokenFile", "file path"],
+            ),
+            (
+                kubeconfig(&body(&[&format!("server: '{CANARY}'")]), &token),
+                &["server", "is not an https:// URL"],
+            ),
+        ];
+        for (text, says) in cases {
+            let error = peer_client(&secret("value", &text), "value", PeerTrust::default())
+                .await
+                .expect_err(&text);
+            let mut says = says.to_vec();
+            says.push("dev-team/cluster-a-kubeconfig");
+            assert_clean(&error, &says);
+            // kubectl-xcc checks the same before writing a Secret.
+            if let Err(error) = check(text.as_bytes(), "context \"a\"", PeerTrust::default()) {
+                assert_clean(&error, &[]);
+            }
+        }
     }
 
     #[test]

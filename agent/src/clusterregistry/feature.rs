@@ -109,7 +109,7 @@ pub async fn publish(
             }
             Err(error) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(30));
-                tracing::warn!(name = CORE_FEATURE_NAME, %error, ?delay, "cannot write the ClusterFeature; retrying");
+                tracing::warn!(name = CORE_FEATURE_NAME, error = %xcc_kube::bounded(&error), ?delay, "cannot write the ClusterFeature; retrying");
                 retry = Some(delay);
             }
         }

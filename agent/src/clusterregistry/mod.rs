@@ -103,7 +103,7 @@ async fn local_cluster_id(
             Ok(ns) => return ns.uid(),
             Err(error) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(5));
-                tracing::warn!(%error, "cannot read namespace kube-system (the cluster ID); retrying");
+                tracing::warn!(error = %xcc_kube::bounded(&error), "cannot read namespace kube-system (the cluster ID); retrying");
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     _ = stop.wait_for(|s| *s) => return None,
@@ -251,7 +251,7 @@ async fn run_clusters(
             match result {
                 Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
                 Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(cluster = %object.name, %error, "reconcile failed; retrying")
+                    tracing::warn!(cluster = %object.name, error = %xcc_kube::bounded(&error), "reconcile failed; retrying")
                 }
                 Err(error) => tracing::debug!(%error, "Cluster controller"),
             }

@@ -346,7 +346,7 @@ pub async fn run(
                 publish_metrics(&index, &metrics);
             }
             Err(error) => {
-                tracing::warn!(%namespace, %error, "EndpointSlice watch failed; retrying, the table keeps its records");
+                tracing::warn!(%namespace, error = %xcc_kube::bounded(&error), "EndpointSlice watch failed; retrying, the table keeps its records");
             }
         }
     }
@@ -359,7 +359,7 @@ fn publish_metrics(index: &SliceIndex, metrics: &Metrics) {
 
 async fn report(recorder: &Recorder, slice: &EndpointSlice, error: &SliceError) {
     let slice_name = source_of(slice);
-    tracing::warn!(slice = %slice_name, %error, "EndpointSlice not served; keeping its last good records");
+    tracing::warn!(slice = %slice_name, error = %xcc_kube::bounded(&error), "EndpointSlice not served; keeping its last good records");
     let event = KubeEvent {
         type_: EventType::Warning,
         reason: error.reason().to_string(),

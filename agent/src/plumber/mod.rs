@@ -207,7 +207,7 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object, "Replicator reconciled"),
                 Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(object = %object, %error, "Replicator reconcile failed; retrying")
+                    tracing::warn!(object = %object, error = %xcc_kube::bounded(&error), "Replicator reconcile failed; retrying")
                 }
                 Err(error) => tracing::debug!(%error, "Replicator controller"),
             }

@@ -140,7 +140,7 @@ pub async fn reconcile(replicator: Arc<Replicator>, ctx: Arc<Context>) -> Result
 
 pub fn error_policy(replicator: Arc<Replicator>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.counted.failed(error);
-    tracing::warn!(replicator = %replicator.name_any(), %error, "Replicator reconcile failed");
+    tracing::warn!(replicator = %replicator.name_any(), error = %xcc_kube::bounded(&error), "Replicator reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 

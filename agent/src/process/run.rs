@@ -88,7 +88,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // long before the connection cap does.
     match xcc_dns::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),
-        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
+        Err(error) => {
+            tracing::warn!(error = %xcc_kube::bounded(&error), "cannot raise the open-file limit")
+        }
     }
     let (table, metrics) = table_and_metrics(&args)?;
     let ready = Arc::new(AtomicBool::new(false));

@@ -75,7 +75,7 @@ pub fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     ctx.counted.failed(error);
-    tracing::warn!(binding = %binding.name_any(), %error, "APIExportRoleBinding reconcile failed");
+    tracing::warn!(binding = %binding.name_any(), error = %xcc_kube::bounded(&error), "APIExportRoleBinding reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 

@@ -112,7 +112,7 @@ pub fn error_policy_group(
     ctx: Arc<Context>,
 ) -> Action {
     ctx.counted.failed(error);
-    tracing::warn!(import = %import.name_any(), %error, "ClusterAPIGroupImport reconcile failed");
+    tracing::warn!(import = %import.name_any(), error = %xcc_kube::bounded(&error), "ClusterAPIGroupImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -233,7 +233,7 @@ pub fn error_policy_resources(
     ctx: Arc<Context>,
 ) -> Action {
     ctx.counted.failed(error);
-    tracing::warn!(import = %import.name_any(), %error, "APIResourceImport reconcile failed");
+    tracing::warn!(import = %import.name_any(), error = %xcc_kube::bounded(&error), "APIResourceImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 

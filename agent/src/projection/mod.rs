@@ -171,7 +171,7 @@ fn log_result<K: Resource, E: std::fmt::Display>(
     match result {
         Ok((object, _)) => tracing::debug!(object = %object, "{kind} reconciled"),
         Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-            tracing::warn!(object = %object, %error, "{kind} reconcile failed; retrying")
+            tracing::warn!(object = %object, error = %xcc_kube::bounded(&error), "{kind} reconcile failed; retrying")
         }
         Err(error) => tracing::debug!(%error, "{kind} controller"),
     }
@@ -308,7 +308,7 @@ async fn serve_proxy(
             ))
         }
         Err(error) => {
-            tracing::warn!(%listen, %error, "cannot listen: the aggregated API server is off (DownstreamClusterLinks say NotListening)");
+            tracing::warn!(%listen, error = %xcc_kube::bounded(&error), "cannot listen: the aggregated API server is off (DownstreamClusterLinks say NotListening)");
             None
         }
     }

@@ -386,7 +386,7 @@ fn log_result<K, E1: std::fmt::Display, E2: std::fmt::Display>(
     match result {
         Ok((object, _)) => tracing::debug!(kind, object = %object, "reconciled"),
         Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-            tracing::warn!(kind, object = %object, %error, "reconcile failed; retrying")
+            tracing::warn!(kind, object = %object, error = %xcc_kube::bounded(&error), "reconcile failed; retrying")
         }
         Err(error) => tracing::debug!(kind, %error, "controller"),
     }

@@ -376,7 +376,7 @@ pub fn error_policy<D: Direction>(
         kind = %D::Binding::kind(&()),
         namespace = %binding.namespace().unwrap_or_default(),
         binding = %binding.name_any(),
-        %error,
+        error = %xcc_kube::bounded(&error),
         "monitor binding reconcile failed"
     );
     Action::requeue(Duration::from_secs(5))
@@ -625,7 +625,7 @@ pub fn monitor_error_policy<D: Direction>(
     error: &Error,
     _ctx: Arc<MonitorContext>,
 ) -> Action {
-    tracing::warn!(monitor = %monitor.name_any(), %error, "monitor status could not be written");
+    tracing::warn!(monitor = %monitor.name_any(), error = %xcc_kube::bounded(&error), "monitor status could not be written");
     Action::requeue(Duration::from_secs(5))
 }
 

@@ -224,7 +224,7 @@ async fn read_agent(
     match agent {
         Ok(agent) => agent,
         Err(error) => {
-            tracing::warn!(%cluster, gateway = %reference, %error, "cannot read the xcc-agent announcement; sending only what the original XCC reads");
+            tracing::warn!(%cluster, gateway = %reference, error = %xcc_kube::bounded(&error), "cannot read the xcc-agent announcement; sending only what the original XCC reads");
             outcome.announcement_error = Some(error);
             None
         }

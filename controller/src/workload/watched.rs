@@ -59,7 +59,7 @@ impl WatchHealth {
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(format!("watch of {what} failed: {}", bounded(error)));
         if first {
-            tracing::warn!(%error, "watch of {what} failed; retrying");
+            tracing::warn!(error = %bounded(error), "watch of {what} failed; retrying");
         }
         first
     }

@@ -82,7 +82,7 @@ impl View {
             match serde_json::to_value(object).and_then(serde_json::from_value) {
                 Ok(typed) => Some(typed),
                 Err(error) => {
-                    tracing::warn!(%kind, name = %object.name_any(), %error, "object left out: it does not read as its kind");
+                    tracing::warn!(%kind, name = %object.name_any(), error = %xcc_kube::bounded(&error), "object left out: it does not read as its kind");
                     None
                 }
             }

@@ -12,6 +12,7 @@ mod bench_projection;
 mod bench_propagation;
 mod bench_resource_sync;
 mod bench_secrets;
+mod canary;
 mod cli;
 mod cli_link;
 mod cluster_group;

@@ -273,7 +273,7 @@ pub(super) fn rules_of(view: &View) -> Vec<ResourceSyncRule> {
             value["kind"] = Value::String(ResourceSyncRule::kind(&()).into_owned());
             serde_json::from_value(value)
                 .inspect_err(|error| {
-                    tracing::warn!(rule = %o.name_any(), %error, "cannot read this ResourceSyncRule");
+                    tracing::warn!(rule = %o.name_any(), error = %xcc_kube::bounded(&error), "cannot read this ResourceSyncRule");
                 })
                 .ok()
         })

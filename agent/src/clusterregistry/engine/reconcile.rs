@@ -205,7 +205,7 @@ impl Engine {
         let mut failed = false;
         for action in actions {
             if let Err(error) = self.act(key, action).await {
-                tracing::warn!(kind = %gvk.kind, namespace = ?key.namespace, name = %key.name, %error, "cannot write the copy; retrying");
+                tracing::warn!(kind = %gvk.kind, namespace = ?key.namespace, name = %key.name, error = %xcc_kube::bounded(&error), "cannot write the copy; retrying");
                 if let Some(rule) = self.rule_object(gvk) {
                     let note = format!(
                         "cannot write the copy of {} {}: {error}",

@@ -148,7 +148,7 @@ impl Proxy {
                 *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
             Err(error) => {
-                tracing::warn!(%error, "front-proxy settings");
+                tracing::warn!(error = %xcc_kube::bounded(&error), "front-proxy settings");
                 *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
             }
         }

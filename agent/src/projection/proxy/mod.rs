@@ -328,7 +328,7 @@ impl Proxy {
             Ok(true) => {}
             Ok(false) => return forbidden(user, &resource),
             Err(error) => {
-                tracing::warn!(%error, "SubjectAccessReview failed");
+                tracing::warn!(error = %xcc_kube::bounded(&error), "SubjectAccessReview failed");
                 return status(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "InternalError",
