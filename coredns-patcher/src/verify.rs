@@ -117,7 +117,8 @@ fn not_forwarded(
     {
         out.push_str(
             "; a replica that does not answer at all: can this pod reach the CoreDNS pods on \
-             port 53 (a NetworkPolicy)?",
+             port 53 (a NetworkPolicy)? (Before its reload, a replica's own forward of the zone \
+             to its upstream resolvers may time out too.)",
         );
     }
     out
