@@ -17,13 +17,18 @@ use clap::Parser;
 /// block per zone that forwards the zone to the ClusterIP of the Service xcc-dns/dns-server (or
 /// to --forward-to). CoreDNS's `reload` plugin picks the change up by itself.
 ///
+/// Then it waits (--coredns-wait) until every ready replica of CoreDNS (the endpoints of Service
+/// kube-system/kube-dns, see --coredns-service) answers the SOA of each zone from xcc-agent,
+/// asking each pod IP directly on port 53: when the Job completes, pods resolve the zone. A
+/// Corefile without `reload` is reported; CoreDNS is restarted only with --restart-coredns.
+///
 /// Only the text between the markers is ever written; the rest of the Corefile and of the
 /// ConfigMap is kept. A run whose block is already there changes nothing, a different block is
 /// replaced, and --remove takes the block out again. Updates carry the resourceVersion that was
 /// read, and are retried when someone else changed the ConfigMap in between.
 ///
-/// Exits 0 when the Corefile is as wanted (changed or not), non-zero with a one-line error
-/// otherwise.
+/// Exits 0 when the Corefile is as wanted (changed or not) and every CoreDNS replica forwards
+/// the zones, non-zero with a one-line error otherwise.
 #[derive(Debug, Parser)]
 #[command(
     name = "xcc-coredns-patcher",
@@ -77,6 +82,27 @@ pub struct Args {
         value_parser = xcc_kube::flags::duration(Duration::ZERO, Duration::from_secs(3600))
     )]
     pub service_wait: Duration,
+
+    /// How long to wait, after the edit, until every ready CoreDNS replica answers the SOA of
+    /// each zone from xcc-agent (asked every second, each pod IP directly). `0s`: do not ask
+    /// (for a run outside the cluster, which cannot reach pod IPs).
+    #[arg(long, env = "XCC_COREDNS_WAIT", default_value = "3m", value_parser = humantime::parse_duration)]
+    pub coredns_wait: Duration,
+
+    /// CoreDNS's Service (in the ConfigMap's namespace): its EndpointSlices list the replicas
+    /// that are asked.
+    #[arg(long, env = "XCC_COREDNS_SERVICE", default_value = "kube-dns")]
+    pub coredns_service: String,
+
+    /// Restart CoreDNS (`kubectl rollout restart` of this Deployment, in the ConfigMap's
+    /// namespace) when its Corefile has no `reload` plugin and a replica does not forward the
+    /// zones yet. Needs `patch` on that Deployment (manifests/install/components/restart-coredns).
+    #[arg(long, env = "XCC_RESTART_COREDNS", default_value_t = false)]
+    pub restart_coredns: bool,
+
+    /// CoreDNS's Deployment, for --restart-coredns and for the hints of errors.
+    #[arg(long, env = "XCC_COREDNS_DEPLOYMENT", default_value = "coredns")]
+    pub coredns_deployment: String,
 
     /// Take the block out of the Corefile again, and do nothing else (no Service is needed).
     #[arg(long, env = "XCC_REMOVE", default_value_t = false)]
@@ -169,6 +195,10 @@ mod tests {
         assert_eq!(args.forward_to, None);
         assert_eq!(args.service_wait, Duration::from_secs(5));
         assert!(!args.remove);
+        assert_eq!(args.coredns_wait, Duration::from_secs(180));
+        assert_eq!(args.coredns_service, "kube-dns");
+        assert_eq!(args.coredns_deployment, "coredns");
+        assert!(!args.restart_coredns);
     }
 
     #[test]

@@ -109,6 +109,17 @@ pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
     Ok(changed(corefile, out))
 }
 
+/// Whether the Corefile outside the marker blocks loads the `reload` plugin (a line whose first
+/// word is `reload`, comments aside). Without it a running CoreDNS never reads an edit: the
+/// `reload` of xcc's own block takes effect only once CoreDNS has loaded that block.
+pub fn has_reload(corefile: &str) -> Result<bool, CorefileError> {
+    let scan = Scan::new(corefile)?;
+    Ok(scan.outside.lines().any(|line| {
+        let code = line.split('#').next().unwrap_or_default();
+        code.split_whitespace().next() == Some("reload")
+    }))
+}
+
 fn changed(old: &str, new: String) -> Edit {
     if new == old {
         Edit::Unchanged
@@ -176,6 +187,27 @@ mod tests {
     use super::*;
 
     const ORIGINAL: &str = ".:53 {\n    errors\n    forward . /etc/resolv.conf\n}\n";
+
+    #[test]
+    fn reload_counts_only_outside_the_block() {
+        let kubeadm =
+            ".:53 {\n    errors\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+        assert!(has_reload(kubeadm).unwrap());
+        assert!(has_reload(".:53 {\n    reload 10s 5s\n}\n").unwrap());
+        assert!(has_reload(".:53 {\r\n    reload {\r\n    }\r\n}\r\n").unwrap());
+        // Our block brings its own `reload`, which a CoreDNS that has not loaded it ignores.
+        let patched = changed(patch(ORIGINAL, &xcc_block("10.96.0.53")));
+        assert!(patched.contains("    reload\n"));
+        assert!(!has_reload(&patched).unwrap());
+        for without in [
+            ORIGINAL,
+            ".:53 {\n    # reload\n    forward . 1.1.1.1 # reload\n}\n",
+            ".:53 {\n    reloaded\n}\n",
+        ] {
+            assert!(!has_reload(without).unwrap(), "{without}");
+        }
+        assert!(has_reload(&format!("{ORIGINAL}{BEGIN}\n")).is_err());
+    }
 
     fn zones(z: &[&str]) -> Vec<String> {
         z.iter().map(|s| s.to_string()).collect()

@@ -5,10 +5,13 @@
 //!  Service xcc-dns/dns-server ──ClusterIP──┐
 //!  (or --forward-to)                       ▼
 //!  ConfigMap kube-system/coredns ─► corefile::patch ─► replace (resourceVersion; retry on 409)
+//!                                                          │
+//!  EndpointSlices of kube-system/kube-dns ─► replicas ─► verify: each pod IP asked (probe)
+//!                                                        until each answers from the agent
 //! ```
 //!
-//! `corefile` is plain text editing and knows nothing of Kubernetes; `service` and `configmap`
-//! do the API calls.
+//! `corefile` is plain text editing and knows nothing of Kubernetes; `service`, `configmap`,
+//! `replicas` and `restart` do the API calls; `probe` asks one DNS server one question.
 #![cfg_attr(
     test,
     allow(
@@ -21,9 +24,13 @@
 mod args;
 mod configmap;
 mod corefile;
+mod probe;
+mod replicas;
 mod report;
+mod restart;
 mod run;
 mod service;
+mod verify;
 
 use xcc_kube::{
     logging::fatal,

@@ -698,10 +698,18 @@ fn documented_overlays_build() {
                 "the overlay in {} has no agent",
                 page.display()
             );
-            if page == Path::new("docs/managed-coredns.md") {
+            if block.contains("components/without-coredns-patcher") {
                 assert!(
-                    !manifests.contains("kind: Job"),
-                    "the overlay without the patcher Job still has it"
+                    !manifests.contains("kind: Job") && !manifests.contains("xcc-coredns-patcher"),
+                    "the overlay without the patcher in {} still has some of it",
+                    page.display()
+                );
+            }
+            if block.contains("components/restart-coredns") {
+                assert!(
+                    manifests.contains("name: XCC_RESTART_COREDNS\n          value: \"true\""),
+                    "the overlay in {} does not let the patcher restart CoreDNS",
+                    page.display()
                 );
             }
             if page == Path::new("docs/install.md") {

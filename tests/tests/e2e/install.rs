@@ -90,6 +90,342 @@ fn every_xcc_image_is_tagged_with_the_workspace_version_and_pulled_if_not_presen
     assert!(images >= 3, "only {images} xcc images found in manifests/");
 }
 
+/// The workload install with `components` (names under manifests/install/components/), as
+/// `kubectl kustomize` renders it for a user's overlay kept beside a checkout named `xcc`: its
+/// text and its objects.
+fn render(kubectl: &Path, components: &[&str]) -> (String, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo(), dir.path().join("xcc")).unwrap();
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    let components: Vec<String> = components
+        .iter()
+        .map(|c| format!("../xcc/manifests/install/components/{c}"))
+        .collect();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources: [../xcc/manifests/install/workload]\ncomponents: [{}]\n",
+            components.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&overlay)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{components:?} do not build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let objects = serde_saphyr::from_multiple(&text).unwrap();
+    (text, objects)
+}
+
+/// `kind namespace/name` of an object.
+fn id(object: &serde_json::Value) -> String {
+    let meta = &object["metadata"];
+    format!(
+        "{} {}/{}",
+        object["kind"].as_str().unwrap_or_default(),
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// The agent's container (env by name, ports) in rendered objects.
+fn agent_container(objects: &[serde_json::Value]) -> &serde_json::Value {
+    let deployment = objects
+        .iter()
+        .find(|o| id(o) == "Deployment xcc-dns/xcc-agent")
+        .expect("the agent's Deployment");
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn env_value<'a>(container: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].as_str().unwrap_or("(from a field)"))
+}
+
+/// Every `(apiGroup, resource)` a Role or ClusterRole of `objects` grants something on, with the
+/// role's name.
+fn grants(objects: &[serde_json::Value]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            for group in rule["apiGroups"].as_array().into_iter().flatten() {
+                for resource in rule["resources"].as_array().into_iter().flatten() {
+                    out.push((
+                        id(role),
+                        group.as_str().unwrap_or_default().to_string(),
+                        resource.as_str().unwrap_or_default().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What a feature brings into the workload install: the agent's switch, its API group (its CRDs
+/// and every rule on its kinds), the label of its objects, and what else belongs to it alone.
+struct Feature {
+    component: &'static str,
+    /// The agent's variable that switches it, or None for the patcher Job.
+    switch: Option<&'static str>,
+    /// Its kinds' API group.
+    group: Option<&'static str>,
+    /// The value of label xcc.test/feature (or app.kubernetes.io/name) of its objects.
+    label: (&'static str, &'static str),
+    /// Text that appears nowhere in the install without it.
+    words: &'static [&'static str],
+    /// `(apiGroup, resource)` no role grants without it.
+    rules: &'static [(&'static str, &'static str)],
+}
+
+const FEATURES: &[Feature] = &[
+    Feature {
+        component: "without-secret-replication",
+        switch: Some("XCC_SECRET_REPLICATION"),
+        group: Some("replication.apiresources.multicluster.x-tanzu.vmware.com"),
+        label: ("xcc.test/feature", "secret-replication"),
+        words: &["xcc-agent-secret-replication"],
+        rules: &[],
+    },
+    Feature {
+        component: "without-resource-sync",
+        switch: Some("XCC_RESOURCE_SYNC"),
+        group: Some("clusterregistry.k8s.cisco.com"),
+        label: ("xcc.test/feature", "resource-sync"),
+        words: &["xcc-cluster-reader", "cluster-registry"],
+        rules: &[],
+    },
+    Feature {
+        component: "without-plumber",
+        switch: Some("XCC_PLUMBER"),
+        group: Some("plumber.jnytnai0613.github.io"),
+        label: ("xcc.test/feature", "plumber"),
+        words: &["plumber-system", "xcc-agent-plumber"],
+        rules: &[],
+    },
+    Feature {
+        component: "without-api-projection",
+        switch: Some("XCC_API_PROJECTION"),
+        group: Some("projection.apiresources.multicluster.x-tanzu.vmware.com"),
+        label: ("xcc.test/feature", "api-projection"),
+        // The aggregated API server's port and settings, its identity, its namespace.
+        words: &[
+            "9443",
+            "XCC_PROJECTION_",
+            "xcc-projection-proxy",
+            "services-toolkit",
+            "projection",
+        ],
+        rules: &[
+            ("apiregistration.k8s.io", "apiservices"),
+            ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        ],
+    },
+    Feature {
+        component: "without-coredns-patcher",
+        switch: None,
+        group: None,
+        label: ("app.kubernetes.io/name", "xcc-coredns-patcher"),
+        // Its ServiceAccount and Roles are named after it; CoreDNS's objects appear only in them.
+        words: &["xcc-coredns-patcher", "coredns", "kind: Job"],
+        rules: &[],
+    },
+];
+
+/// What of `feature` `objects` hold, each finding named.
+fn remains(feature: &Feature, text: &str, objects: &[serde_json::Value]) -> Vec<String> {
+    findings(feature, text, objects)
+        .into_iter()
+        .filter_map(|(what, found)| found.then_some(what))
+        .collect()
+}
+
+/// Each check of `feature`: what it looks for, and whether it is there.
+fn findings(feature: &Feature, text: &str, objects: &[serde_json::Value]) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for word in feature.words {
+        out.push((format!("the text {word:?}"), text.contains(word)));
+    }
+    let (key, value) = feature.label;
+    let labelled: Vec<String> = objects
+        .iter()
+        .filter(|o| o["metadata"]["labels"][key] == value)
+        .map(id)
+        .collect();
+    out.push((
+        format!("objects labelled {key}={value} {labelled:?}"),
+        !labelled.is_empty(),
+    ));
+    let grants = grants(objects);
+    if let Some(group) = feature.group {
+        let crds: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition" && o["spec"]["group"] == group)
+            .map(id)
+            .collect();
+        out.push((format!("CRDs of {group} {crds:?}"), !crds.is_empty()));
+        let roles: Vec<&String> = grants
+            .iter()
+            .filter(|(_, g, _)| g == group)
+            .map(|(role, _, _)| role)
+            .collect();
+        out.push((format!("rules on {group} in {roles:?}"), !roles.is_empty()));
+    }
+    for (group, resource) in feature.rules {
+        let roles: Vec<&String> = grants
+            .iter()
+            .filter(|(_, g, r)| g == group && r == resource)
+            .map(|(role, _, _)| role)
+            .collect();
+        out.push((
+            format!("rules on {resource}.{group} in {roles:?}"),
+            !roles.is_empty(),
+        ));
+    }
+    if let Some(switch) = feature.switch {
+        let value = env_value(agent_container(objects), switch);
+        out.push((
+            format!("the agent's {switch}={value:?}"),
+            value != Some("false"),
+        ));
+    }
+    out
+}
+
+/// Each component leaves nothing of its feature in the rendered install: not its switch on, not
+/// its CRDs, not a rule on its kinds, not its objects, ports or settings; and the install without
+/// the component has all of them (the check finds what it looks for).
+#[test]
+fn every_component_leaves_nothing_of_its_feature() {
+    let Some(bed) = xcc_e2e::require_testbed() else {
+        return;
+    };
+    let (full_text, full) = render(&bed.kubectl, &[]);
+    for feature in FEATURES {
+        let missing: Vec<String> = findings(feature, &full_text, &full)
+            .into_iter()
+            .filter_map(|(what, found)| (!found).then_some(what))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{}: the install without it lacks {missing:?}",
+            feature.component
+        );
+        let (text, objects) = render(&bed.kubectl, &[feature.component]);
+        let left = remains(feature, &text, &objects);
+        assert!(
+            left.is_empty(),
+            "{} leaves {}",
+            feature.component,
+            left.join(", ")
+        );
+        // Only that feature: the agent and its DNS stay.
+        let container = agent_container(&objects);
+        let ports: Vec<i64> = container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["containerPort"].as_i64())
+            .collect();
+        assert!(
+            ports.contains(&5353) && ports.contains(&9180),
+            "{}: {ports:?}",
+            feature.component
+        );
+        for other in FEATURES.iter().filter(|f| f.component != feature.component) {
+            assert!(
+                !remains(other, &text, &objects).is_empty(),
+                "{} also took out {}",
+                feature.component,
+                other.component
+            );
+        }
+    }
+    // All of them at once: an agent that serves DNS and nothing else of the install remains.
+    let all: Vec<&str> = FEATURES.iter().map(|f| f.component).collect();
+    let (text, objects) = render(&bed.kubectl, &all);
+    for feature in FEATURES {
+        let left = remains(feature, &text, &objects);
+        assert!(left.is_empty(), "with all components: {}", left.join(", "));
+    }
+    let kinds: std::collections::BTreeSet<String> = objects.iter().map(id).collect();
+    eprintln!("with every component: {kinds:?}");
+}
+
+/// The component that lets the patcher restart CoreDNS: the flag on, and `patch` on CoreDNS's
+/// Deployment alone; without it, the patcher may not touch a Deployment.
+#[test]
+fn restart_coredns_adds_the_flag_and_only_the_rule_it_needs() {
+    let Some(bed) = xcc_e2e::require_testbed() else {
+        return;
+    };
+    let job_env = |objects: &[serde_json::Value], name: &str| {
+        let job = objects
+            .iter()
+            .find(|o| id(o) == "Job xcc-dns/xcc-coredns-patcher")
+            .unwrap();
+        env_value(&job["spec"]["template"]["spec"]["containers"][0], name).map(str::to_string)
+    };
+    let (_, plain) = render(&bed.kubectl, &[]);
+    assert_eq!(
+        job_env(&plain, "XCC_RESTART_COREDNS").as_deref(),
+        Some("false")
+    );
+    let patcher_grants = |objects: &[serde_json::Value]| -> Vec<String> {
+        grants(objects)
+            .into_iter()
+            .filter(|(role, _, _)| role.ends_with("/xcc-coredns-patcher"))
+            .map(|(_, group, resource)| format!("{resource}.{group}"))
+            .collect()
+    };
+    assert_eq!(
+        patcher_grants(&plain),
+        [
+            "configmaps.",
+            "endpointslices.discovery.k8s.io",
+            "services."
+        ]
+    );
+    let (_, restart) = render(&bed.kubectl, &["restart-coredns"]);
+    assert_eq!(
+        job_env(&restart, "XCC_RESTART_COREDNS").as_deref(),
+        Some("true")
+    );
+    let role = restart
+        .iter()
+        .find(|o| id(o) == "Role kube-system/xcc-coredns-patcher")
+        .unwrap();
+    let rules = role["rules"].as_array().unwrap();
+    let deployments: Vec<_> = rules
+        .iter()
+        .filter(|r| r["resources"][0] == "deployments")
+        .collect();
+    assert_eq!(
+        deployments,
+        [&serde_json::json!({
+            "apiGroups": ["apps"], "resources": ["deployments"],
+            "resourceNames": ["coredns"], "verbs": ["patch"],
+        })]
+    );
+    // The rest of the Role as it was.
+    assert_eq!(rules.len(), 3, "{rules:?}");
+}
+
 /// `GET path` on `addr`: status and body.
 async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -696,4 +1032,119 @@ components: [{}, {}]
         );
     }
     assert_eq!(warnings(&agent.log), Vec::<String>::new(), "{log}");
+}
+
+/// What `nslookup NAME` in pod `default/client` prints, and whether it exited 0.
+async fn nslookup(cluster: &Cluster, name: &str) -> (bool, String) {
+    // busybox nslookup prints its failures on stdout and exits 1.
+    let script = format!("nslookup -type=a {name} 2>&1; echo exit=$?");
+    let out = cluster
+        .exec("default", "client", &["sh", "-c", &script])
+        .await
+        .unwrap();
+    (out.contains("exit=0"), out)
+}
+
+/// The README's check on a cluster with a node, CoreDNS as kubeadm deploys it (the `reload`
+/// plugin, the kubelet's ConfigMap sync) at 2 replicas: right after `kubectl wait
+/// --for=condition=complete job/xcc-coredns-patcher`, every lookup of a name of the zone from a
+/// pod gets the agent's answer, whichever replica it reaches. The Job has asked each replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_after_the_patcher_job_completes_pods_resolve_the_zone() {
+    let Some(binaries) = xcc_e2e::require_node_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_with_nodes(&binaries, &["workload"], &["workload"])
+        .await
+        .expect("test bed with a node starts");
+    let c = bed.cluster("workload");
+    let minute = Duration::from_secs(60);
+    // Two replicas, each loading the new Corefile on its own clock.
+    c.kubectl(&[
+        "-n",
+        "kube-system",
+        "scale",
+        "deployment",
+        "coredns",
+        "--replicas=2",
+    ])
+    .await
+    .unwrap();
+    c.wait_rollout("kube-system", "coredns", minute)
+        .await
+        .unwrap();
+    c.apply_yaml(&crate::pods::client_pod()).await.unwrap();
+    c.wait_pod_ready("default", "client", minute).await.unwrap();
+
+    let applied = std::time::Instant::now();
+    c.kubectl(&["apply", "-k", &install_dir("workload")])
+        .await
+        .unwrap();
+    // The README's name, as xcc-controller would write it for the walkthrough's GatewayDNS.
+    let name = crate::xcc_dns::KUARD;
+    c.apply_yaml(&format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: kuard\n  \
+         namespace: xcc-dns\n  annotations: {{connectivity.tanzu.vmware.com/dns-hostname: {name}}}\n\
+         addressType: IPv4\nendpoints: [{{addresses: [10.9.9.9]}}]\n"
+    ))
+    .await
+    .unwrap();
+    // The README's check, as written.
+    c.kubectl(&[
+        "-n",
+        "xcc-dns",
+        "rollout",
+        "status",
+        "deploy/xcc-agent",
+        "--timeout=180s",
+    ])
+    .await
+    .unwrap();
+    c.kubectl(&[
+        "-n",
+        "xcc-dns",
+        "wait",
+        "--for=condition=complete",
+        "--timeout=300s",
+        "job/xcc-coredns-patcher",
+    ])
+    .await
+    .unwrap();
+    let complete = applied.elapsed();
+    // At once, and as often as it takes to reach both replicas through the Service.
+    for attempt in 1..=10 {
+        let (ok, out) = nslookup(c, name).await;
+        assert!(
+            ok && out.contains("10.9.9.9"),
+            "lookup {attempt} right after the Job completed: {out}"
+        );
+    }
+    let logs = c
+        .kubectl(&["-n", "xcc-dns", "logs", "job/xcc-coredns-patcher"])
+        .await
+        .unwrap();
+    let pods = c
+        .kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "pods",
+            "-l",
+            "k8s-app=kube-dns",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await
+        .unwrap();
+    assert!(
+        logs.contains("every CoreDNS replica forwards the zone to xcc-agent"),
+        "{logs}"
+    );
+    for pod in pods.split_whitespace() {
+        assert!(logs.contains(pod), "{pod} not asked:\n{logs}");
+    }
+    eprintln!(
+        "the Job completed {:.1} s after the install was applied:\n{logs}",
+        complete.as_secs_f64()
+    );
 }

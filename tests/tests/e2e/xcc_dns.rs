@@ -132,13 +132,11 @@ async fn coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) -> CoreDns {
         .await
         .unwrap();
     let forward = format!("--forward-to={}", agent.dns);
-    let first = coredns_patcher(&kubeconfig.path, &[&forward])
-        .await
-        .unwrap();
+    // CoreDNS runs here as a process, not as the pods of a Service the patcher would ask.
+    let forward = [forward.as_str(), "--coredns-wait=0s"];
+    let first = coredns_patcher(&kubeconfig.path, &forward).await.unwrap();
     assert!(first.contains("Corefile updated"), "{first}");
-    let again = coredns_patcher(&kubeconfig.path, &[&forward])
-        .await
-        .unwrap();
+    let again = coredns_patcher(&kubeconfig.path, &forward).await.unwrap();
     assert!(
         again.contains("already up to date"),
         "a second run changes nothing: {again}"
