@@ -59,6 +59,11 @@ pub struct Outage {
     down: Option<Down>,
 }
 
+/// Outages that warned and whose reporter was dropped before they ended (a watch stopped with
+/// its reconciler when the Lease was lost), by source and server: the next reporter of the same
+/// source takes the outage over, so that it is not warned of twice and its end is said.
+static PARKED: std::sync::Mutex<Vec<(String, String, Down)>> = std::sync::Mutex::new(Vec::new());
+
 #[derive(Debug)]
 struct Down {
     since: Instant,
@@ -74,12 +79,20 @@ impl Outage {
     /// (a URL, or a cluster's name): warns at the first failure, and an outage ends at the
     /// first success.
     pub fn new(what: impl Into<String>, server: impl Into<String>) -> Outage {
+        let (what, server) = (what.into(), server.into());
+        let down = {
+            let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
+            parked
+                .iter()
+                .position(|(w, s, _)| *w == what && *s == server)
+                .map(|at| parked.swap_remove(at).2)
+        };
         Outage {
-            what: what.into(),
-            server: server.into(),
+            what,
+            server,
             warn_after: Duration::ZERO,
             quiet: Duration::ZERO,
-            down: None,
+            down,
         }
     }
 
@@ -181,6 +194,21 @@ impl Outage {
             self.down = None;
         }
         true
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if let Some(down) = self.down.take()
+            && down.warned
+            && !down.told
+        {
+            PARKED.lock().unwrap_or_else(|e| e.into_inner()).push((
+                std::mem::take(&mut self.what),
+                std::mem::take(&mut self.server),
+                down,
+            ));
+        }
     }
 }
 
@@ -313,6 +341,26 @@ mod tests {
         assert_eq!(warn_lines(&lines).len(), 1, "{}", lines.text());
         assert_eq!(lines.matching("recovered:"), 1, "{}", lines.text());
         assert!(!lines.text().contains('{'), "{}", lines.text());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_outlives_its_reporter_and_the_next_one_says_it_recovered() {
+        let (lines, _log) = logged();
+        let what = "the Lease watch (parked)";
+        let mut outage = Outage::new(what, "https://10.0.0.2:6443");
+        outage.failed(&"connection refused");
+        // The loop stops mid-outage (its reconciler stopped) and a new one starts.
+        drop(outage);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let mut again = Outage::new(what, "https://10.0.0.2:6443");
+        assert!(again.is_down());
+        assert!(!again.failed(&"connection refused"), "warned already");
+        assert!(again.recovered());
+        assert_eq!(warn_lines(&lines).len(), 1, "{}", lines.text());
+        assert_eq!(lines.matching("after 30.0s"), 1, "{}", lines.text());
+        // Over: a third reporter starts afresh.
+        drop(again);
+        assert!(!Outage::new(what, "https://10.0.0.2:6443").is_down());
     }
 
     #[test]

@@ -24,9 +24,12 @@ use crate::{
     reconcilers::{self, ReconcilerFlags as Reconcilers},
 };
 
-/// How long the sync reconcilers get to stop on SIGTERM, the Lease's release included (which
-/// bounds itself a little sooner): then they are aborted.
-const SYNC_STOP_GRACE: std::time::Duration = xcc_sync::leader::SHUTDOWN_BOUND
+/// How long the sync reconcilers get to stop on SIGTERM (a reconcile waiting on a server that
+/// does not answer does not): then they are aborted. With leader election, the Lease's
+/// release comes after that, and leader election bounds both a little sooner than
+/// [`SYNC_STOP_GRACE_ELECTED`].
+const SYNC_STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(800);
+const SYNC_STOP_GRACE_ELECTED: std::time::Duration = xcc_sync::leader::SHUTDOWN_BOUND
     .checked_add(std::time::Duration::from_millis(100))
     .expect("a short duration");
 /// How long the DNS, admin and feed tasks get to end once the drain is over.
@@ -174,6 +177,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "xcc-agent serving"
     );
 
+    let sync = sync.map(|sync| (sync, sync_stop_grace(&args)));
     drain(&signals, &tasks, &sync_stop, sync, shutdown_delay).await;
     stop.cancel();
     finish(dns, admin, watcher).await?;
@@ -423,13 +427,22 @@ async fn start_feed(
     }
 }
 
+/// How long the sync reconcilers get to stop, with or without leader election.
+fn sync_stop_grace(args: &Args) -> std::time::Duration {
+    if args.sync.leader.leader_elect {
+        SYNC_STOP_GRACE_ELECTED
+    } else {
+        SYNC_STOP_GRACE
+    }
+}
+
 /// After the first signal: `/readyz` fails, the sync reconcilers stop (and release the Lease)
 /// at once, and DNS keeps answering for `shutdown_delay` (cut short by a second signal).
 async fn drain(
     signals: &Signals,
     tasks: &CoreTasks,
     sync_stop: &CancellationToken,
-    sync: Option<tokio::task::JoinHandle<()>>,
+    sync: Option<(tokio::task::JoinHandle<()>, std::time::Duration)>,
     shutdown_delay: std::time::Duration,
 ) {
     signals.first.cancelled().await;
@@ -438,14 +451,11 @@ async fn drain(
     tasks.stopping();
     sync_stop.cancel();
     let sync_stopped = async {
-        if let Some(mut sync) = sync {
+        if let Some((mut sync, grace)) = sync {
             // With leader election the Lease side bounds this; without, a reconciler that does
             // not stop must not keep the process from exiting.
-            if tokio::time::timeout(SYNC_STOP_GRACE, &mut sync)
-                .await
-                .is_err()
-            {
-                tracing::warn!("sync reconcilers did not stop within {SYNC_STOP_GRACE:?}; aborted");
+            if tokio::time::timeout(grace, &mut sync).await.is_err() {
+                tracing::info!("sync reconcilers did not stop within {grace:?}; aborted");
                 sync.abort();
             }
         }

@@ -15,7 +15,7 @@ use xcc_e2e::{
     xcc::{binary, http_status, metrics_text, sample_sum},
 };
 
-use crate::resource_sync::{install_member_with, manifest, wait_for};
+use crate::resource_sync::{manifest, prepare_member, start_agent_with, wait_for};
 
 /// How long the API server stays stopped.
 const OUTAGE: Duration = Duration::from_secs(60);
@@ -122,26 +122,33 @@ async fn a_minute_without_the_api_server_is_one_warning_and_one_recovered_line_p
     };
     let bed = Testbed::start_named(&binaries, &["solo"]).await.unwrap();
     let cluster = bed.cluster("solo");
-    // The agent as installed, Lease holder with --leader-elect, every default feature on.
-    let mut member = install_member_with(
-        &binaries,
-        cluster,
-        &[
-            "--leader-elect",
-            "--pod-name=agent-0",
-            "--shutdown-delay=0s",
-        ],
-    )
-    .await;
+    // The agent as installed (the RBAC of every feature), Lease holder with --leader-elect,
+    // every default feature on; and the controller.
+    let prepared = prepare_member(&binaries, cluster).await;
+    for file in [
+        "manifests/agent/plumber.yaml",
+        "manifests/agent/projection.yaml",
+        "manifests/controller/controller.yaml",
+    ] {
+        cluster
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    let member = prepared.start(
+        start_agent_with(
+            cluster,
+            "xcc-agent.log",
+            &[
+                "--leader-elect",
+                "--pod-name=agent-0",
+                "--shutdown-delay=0s",
+            ],
+        )
+        .await,
+    );
+    let mut agent = member.agent;
     let agent_log = cluster.dir().join("xcc-agent.log");
-    cluster
-        .kubectl(&[
-            "apply",
-            "-f",
-            &manifest("manifests/controller/controller.yaml"),
-        ])
-        .await
-        .unwrap();
     let kubeconfig = cluster
         .mint_kubeconfig("xcc-system", "xcc-controller")
         .await
@@ -190,7 +197,7 @@ async fn a_minute_without_the_api_server_is_one_warning_and_one_recovered_line_p
     let stopped = Instant::now();
     // Both saw it: the agent's EndpointSlice watch fails, and each wrote its first WARN.
     let watch_state = |state: &'static str| {
-        let admin = member.agent.admin;
+        let admin = agent.admin;
         async move {
             let text = metrics_text(admin).await.ok()?;
             (sample_sum(
@@ -248,5 +255,5 @@ async fn a_minute_without_the_api_server_is_one_warning_and_one_recovered_line_p
     check("xcc-agent", &agent_log, agent_since);
     check("xcc-controller", &controller_log, controller_since);
     controller.stop(Duration::from_secs(5));
-    member.agent.process.stop(Duration::from_secs(5));
+    agent.process.stop(Duration::from_secs(5));
 }

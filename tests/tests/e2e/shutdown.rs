@@ -89,11 +89,10 @@ struct Accounts {
 }
 
 fn agent(cluster: &Cluster, accounts: &Accounts, name: &str, extra: &[&str]) -> Agent {
-    let mut args = vec![
-        "--log=info,xcc_sync=debug",
-        "--secret-replication=false",
-        "--shutdown-delay=0s",
-    ];
+    let mut args = vec!["--log=info,xcc_sync=debug", "--secret-replication=false"];
+    if !extra.iter().any(|a| a.starts_with("--shutdown-delay")) {
+        args.push("--shutdown-delay=0s");
+    }
     let pod = format!("--pod-name={name}");
     args.push(&pod);
     args.extend_from_slice(extra);
@@ -373,6 +372,9 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
         "leading: the work starts",
     )
     .await;
+    let before =
+        |name: &str| std::fs::read_to_string(log_path(cluster, name)).map_or(0, |log| log.len());
+    let since = ["controller-down", "controller-elect-down"].map(|name| (name, before(name)));
     cluster.stop();
     let stopped = Instant::now();
     for agent in [&plain, &elected] {
@@ -384,15 +386,26 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
                 (sample_sum(
                     &text,
                     "xcc_sync_watch_state",
-                    &[("kind", "EndpointSlice"), ("state", "synced")],
-                ) == 0.0)
+                    &[("kind", "EndpointSlice"), ("state", "unreachable")],
+                ) == 1.0)
                     .then_some(())
             },
         )
         .await;
     }
-    for name in ["controller-down", "controller-elect-down"] {
-        wait_logged(&log_path(cluster, name), "failed; retrying").await;
+    // Their watches of Clusters and kubeconfig Secrets failed (at DEBUG until 10 s).
+    for (name, since) in since {
+        wait_for(
+            &format!("{name} sees its watches fail"),
+            Duration::from_secs(30),
+            || async {
+                let log = std::fs::read_to_string(log_path(cluster, name)).ok()?;
+                log.get(since..)?
+                    .contains("the watch of Cluster API Clusters failed; retrying")
+                    .then_some(())
+            },
+        )
+        .await;
     }
     eprintln!(
         "every binary saw the API server go within {:.1} s",
