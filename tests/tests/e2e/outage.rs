@@ -29,6 +29,22 @@ fn message(line: &str) -> Option<&str> {
     Some(rest.split_once(": ").map_or(rest, |(_, message)| message))
 }
 
+/// A message without its fields (`key=value` after the words).
+fn words(message: &str) -> String {
+    message
+        .split(' ')
+        .take_while(|token| {
+            !token.split_once('=').is_some_and(|(key, _)| {
+                !key.is_empty()
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// What a log says: its WARN lines by source (the outage reporter's `<source> fails (...)`, or
 /// the whole message of any other WARN), and its "recovered" lines by source.
 struct Said {
@@ -44,13 +60,13 @@ fn said(log: &str) -> Said {
             continue;
         };
         if line.contains(" WARN ") {
-            let source = message
-                .split_once(" fails (")
-                .map_or(message, |(source, _)| source);
-            warned
-                .entry(source.to_string())
-                .or_default()
-                .push(line.to_string());
+            // The reporter's source, or the words of any other WARN without its fields (a
+            // retry's delay or error differ from line to line; the words do not).
+            let source = match message.split_once(" fails (") {
+                Some((source, _)) => source.to_string(),
+                None => words(message),
+            };
+            warned.entry(source).or_default().push(line.to_string());
         } else if let Some(rest) = message.strip_prefix("recovered: ")
             && let Some((source, _)) = rest.split_once(" works again")
         {
