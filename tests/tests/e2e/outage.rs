@@ -244,6 +244,7 @@ async fn a_minute_without_the_api_server_is_one_warning_and_one_recovered_line_p
         .await;
     }
     // The outage lasts its minute (both binaries retry all along), then the API server is back.
+    // sleep: the outage the scenario is made of.
     tokio::time::sleep(OUTAGE.saturating_sub(stopped.elapsed())).await;
     cluster.restart().await.unwrap();
     let restarted = Instant::now();
