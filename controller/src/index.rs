@@ -14,7 +14,10 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt, api::DynamicObject, core::PartialObjectMeta, runtime::watcher};
-use xcc_sync::sources::{self, Schedule};
+use xcc_sync::{
+    outage::{Outage, WATCH_WARN_AFTER},
+    sources::{self, Schedule},
+};
 
 use crate::desired::ClusterInfo;
 
@@ -103,7 +106,12 @@ async fn keep<K, V>(
     let mut listing: BTreeMap<(String, String), V> = BTreeMap::new();
     // The management cluster is this process's own: the local schedule.
     let mut events = sources::watch(api, watcher::Config::default(), Schedule::Local);
-    let mut failing = false;
+    let mut outage = Outage::new(
+        format!("the watch of {what}"),
+        xcc_sync::outage::local_server(),
+    )
+    .warn_after(WATCH_WARN_AFTER)
+    .quiet(xcc_kube::Backoff::local().quiet());
     while let Some(event) = events.next().await {
         let key = |o: &PartialObjectMeta<K>| (o.namespace().unwrap_or_default(), o.name_any());
         match event {
@@ -114,7 +122,7 @@ async fn keep<K, V>(
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                failing = false;
+                outage.recovered();
                 let listed = std::mem::take(&mut listing);
                 let changed = changed_namespaces(&map, &listed);
                 map = listed;
@@ -142,11 +150,9 @@ async fn keep<K, V>(
                     wake(&k.0);
                 }
             }
+            // The last list is used meanwhile.
             Err(error) => {
-                if !failing {
-                    tracing::warn!(error = %xcc_kube::bounded(&error), "watch of {what} failed; retrying (the last list is used meanwhile)");
-                }
-                failing = true;
+                outage.failed(&error);
             }
         }
     }

@@ -77,7 +77,10 @@ fn main() -> ExitCode {
                     }
                 };
             }
-            match runtime.block_on(run::run(args)) {
+            let result = runtime.block_on(run::run(args));
+            // A blocking task (a name lookup that does not answer) must not hold up the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     // Once, on one line, each cause once.

@@ -40,16 +40,27 @@ pub fn crds_yaml() -> String {
     )
 }
 
-async fn client(args: &Args) -> anyhow::Result<Client> {
-    Ok(args.own.client().await?)
+/// The controller's own client, and its API server's URL.
+async fn client(args: &Args) -> anyhow::Result<(Client, String)> {
+    Ok(args.own.cluster().await?)
 }
+
+/// How long the GatewayDNS controller gets to stop at shutdown (its reconciles in flight, a
+/// write to a server that does not answer among them); then it is dropped, which cancels them.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the admin server gets to end after the controller stopped.
+const FINAL_STEPS: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long after SIGTERM the controller may take to exit before it exits at once (status 1,
+/// with a line that says so): every step above is bounded well within it.
+const EXIT_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1800);
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let args = Arc::new(args);
-    let client = client(&args).await?;
     let shutdown = CancellationToken::new();
     // Listening from the start: a signal during start-up is not lost.
     let signals = on_signals(shutdown.clone())?;
+    let (client, url) = client(&args).await?;
+    xcc_sync::outage::set_local_server(&url);
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .with_context(|| format!("cannot bind the admin server on {}", args.admin_listen))?;
@@ -85,6 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
         }
     };
+    let work = move |stop: CancellationToken| bounded(work(stop.clone()), stop);
     if args.leader.leader_elect {
         let config = xcc_sync::LeaseConfig::new(
             &args.leader,
@@ -117,9 +129,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     shutdown.cancel();
     signals.abort();
-    server.await.context("admin server task")??;
+    match tokio::time::timeout(FINAL_STEPS, server).await {
+        Ok(served) => served.context("admin server task")??,
+        Err(_) => tracing::info!(
+            "the admin server did not end within {FINAL_STEPS:?}; exiting all the same"
+        ),
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `work` until it ends, or until [`STOP_GRACE`] after `stop` is cancelled: then it is dropped
+/// (its reconciles in flight with it).
+async fn bounded(work: impl std::future::Future<Output = ()>, stop: CancellationToken) {
+    tokio::pin!(work);
+    tokio::select! {
+        () = &mut work => return,
+        () = stop.cancelled() => {}
+    }
+    if tokio::time::timeout(STOP_GRACE, work).await.is_err() {
+        tracing::info!(
+            "the GatewayDNS controller did not stop within {STOP_GRACE:?}; its reconciles in flight are cancelled"
+        );
+    }
 }
 
 /// Cancels `shutdown` at the first SIGTERM or SIGINT; a second one ends the process at once.
@@ -139,6 +171,7 @@ fn on_signals(shutdown: CancellationToken) -> anyhow::Result<tokio::task::JoinHa
         }
         let signal = next(&mut term, &mut int).await;
         tracing::info!(signal, "shutting down");
+        xcc_sync::exit_deadline("xcc-controller", EXIT_DEADLINE);
         shutdown.cancel();
         let signal = next(&mut term, &mut int).await;
         tracing::warn!(signal, "second signal: exiting at once");

@@ -122,12 +122,22 @@ pub fn filter(args: &LogArgs, default: &str) -> EnvFilter {
             .filter(|v| !v.trim().is_empty())
             .and_then(|v| EnvFilter::try_new(v).ok())
     };
-    args.level
+    let filter = args
+        .level
         .as_deref()
         .and_then(|level| EnvFilter::try_new(level).ok())
         .or_else(|| from_env("XCC_LOG"))
         .or_else(|| from_env("RUST_LOG"))
-        .unwrap_or_else(|| EnvFilter::new(default))
+        .unwrap_or_else(|| EnvFilter::new(default));
+    // kube-runtime's watcher logs every 403 at WARN as a Debug dump; xcc says a failing watch
+    // itself, once per outage and in words (xcc_sync::outage). Shown only when asked for.
+    if filter.to_string().contains("kube_runtime") {
+        return filter;
+    }
+    match "kube_runtime::watcher=error".parse() {
+        Ok(quiet) => filter.add_directive(quiet),
+        Err(_) => filter,
+    }
 }
 
 /// The format [`init`] installed, for [`fatal`].

@@ -33,7 +33,10 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 
-use crate::sources::{self, Schedule};
+use crate::{
+    outage::Outage,
+    sources::{self, Schedule},
+};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 
@@ -182,15 +185,22 @@ impl LeaseConfig {
     }
 }
 
-/// How long the work gets to stop when leadership ends.
-const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How long the work gets to stop when leadership ends; then it is aborted.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Longest wait for the Lease to be released on shutdown.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const RELEASE_TIMEOUT: Duration = Duration::from_millis(700);
+/// The longest [`run_while_leading`] takes to return once `shutdown` is raised: the work's
+/// stop, then the Lease's release, each bounded (an API server that does not answer holds up
+/// neither).
+pub const SHUTDOWN_BOUND: Duration = Duration::from_millis(1200);
 
 /// Runs `work` whenever this replica holds the Lease, until `shutdown` is raised. `work` gets a
 /// stop flag it must honour (raised when the Lease is lost or at shutdown) and is awaited before
 /// anything else happens, so two replicas never work at once. `leading` tells the admin server
 /// (and metrics) whether this replica leads; readiness must not depend on it.
+///
+/// Returns within [`SHUTDOWN_BOUND`] of `shutdown`, whatever the API server does. An API server
+/// that cannot be reached is one outage of the Lease in the log (one WARN, one "recovered").
 pub async fn run_while_leading<W, F>(
     client: Client,
     config: LeaseConfig,
@@ -204,87 +214,152 @@ pub async fn run_while_leading<W, F>(
     let released = released_notices(client.clone(), &config);
     let mut released = std::pin::pin!(released);
     let mut failures = xcc_kube::Backoff::local();
+    let mut outage = Outage::new(
+        format!(
+            "leader election (Lease {}/{})",
+            config.namespace, config.name
+        ),
+        crate::outage::local_server(),
+    )
+    .quiet(xcc_kube::Backoff::local().quiet());
+    let mut said_waiting = false;
     loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let manager = match manager(&client, &config).await {
-            Ok(manager) => manager,
+        let manager = tokio::select! {
+            built = manager(&client, &config) => built,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let manager = match manager {
+            Ok(manager) => {
+                outage.recovered();
+                manager
+            }
             Err(error) => {
+                outage.failed(&error);
                 let delay = failures.next().unwrap_or(xcc_kube::Backoff::LOCAL_MAX);
-                tracing::warn!(%error, lease = %config.name, "cannot set up leader election; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => continue,
-                    _ = shutdown.wait_for(|stop| *stop) => return,
+                if sleep_or_shutdown(delay, &mut shutdown).await {
+                    return;
                 }
+                continue;
             }
         };
-        tracing::info!(identity = %config.identity, lease = %config.name, "waiting for the Lease");
-        // Not acquired: ask again after this pause (at once after a release, in
-        // --leader-elect-retry-period after an error).
-        let retry_after = loop {
+        if !said_waiting {
+            said_waiting = true;
+            tracing::info!(identity = %config.identity, lease = %config.name, "waiting for the Lease");
+        }
+        let acquired = loop {
             tokio::select! {
                 changed = manager.changed() => match changed {
-                    Ok(true) => break None,
-                    Ok(false) => {}
-                    Err(error) => {
-                        tracing::warn!(%error, lease = %config.name, "leader election failed; retrying");
-                        break Some(config.retry_period);
+                    Ok(true) => break Ok(true),
+                    Ok(false) => {
+                        outage.recovered();
                     }
+                    Err(error) => break Err(error),
                 },
                 // Released by its holder: a new manager reads the Lease afresh and takes it.
-                Some(()) = released.next() => break Some(Duration::from_millis(100)),
+                Some(()) = released.next() => break Ok(false),
                 _ = shutdown.wait_for(|stop| *stop) => return,
             }
         };
-        if let Some(pause) = retry_after {
-            // Cut short by shutdown, which the top of the loop sees.
-            let _ = tokio::time::timeout(pause, shutdown.wait_for(|stop| *stop)).await;
-            continue;
-        }
-        failures = xcc_kube::Backoff::local();
-        tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
-        leading.store(true, Ordering::Release);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(work(stop_rx));
-        let shut_down = loop {
-            tokio::select! {
-                changed = manager.changed() => match changed {
-                    Ok(true) => {}
-                    Ok(false) => break false,
-                    Err(error) => {
-                        tracing::warn!(%error, lease = %config.name, "cannot renew the Lease");
-                        break false;
-                    }
-                },
-                _ = shutdown.wait_for(|stop| *stop) => break true,
+        let delay = match acquired {
+            Ok(true) => None,
+            Ok(false) => Some(Duration::from_millis(100)),
+            // Not acquired after an error: ask again in --leader-elect-retry-period.
+            Err(error) => {
+                outage.failed(&error);
+                Some(config.retry_period)
             }
         };
-        // The work stops before anyone else can start it: first here, then the Lease goes.
-        let _ = stop_tx.send(true);
-        // A reconciler that does not stop in time must not hold up the handover: it is
-        // aborted, and the Lease goes all the same.
-        let mut task = task;
-        match tokio::time::timeout(STOP_GRACE, &mut task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%error, "the leader's work ended abnormally"),
-            Err(_) => {
-                tracing::warn!("the leader's work did not stop within {STOP_GRACE:?}; aborted");
-                task.abort();
-                let _ = task.await;
+        if let Some(delay) = delay {
+            if sleep_or_shutdown(delay, &mut shutdown).await {
+                return;
             }
+            continue;
         }
-        leading.store(false, Ordering::Release);
+        outage.recovered();
+        failures = xcc_kube::Backoff::local();
+        said_waiting = false;
+        let (shut_down, lost) = lead(&manager, &config, &leading, &mut shutdown, &work).await;
         if shut_down {
-            match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
-                Ok(Ok(())) => tracing::info!(lease = %config.name, "Lease released"),
-                Ok(Err(error)) => tracing::warn!(%error, "cannot release the Lease"),
-                Err(_) => tracing::warn!("the Lease was not released within {RELEASE_TIMEOUT:?}"),
-            }
             return;
         }
-        tracing::warn!(lease = %config.name, "lost the Lease: the work stopped");
+        if let Some(error) = lost {
+            outage.failed(&error);
+        }
     }
+}
+
+/// Sleeps `delay`; whether `shutdown` was raised meanwhile.
+async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        () = tokio::time::sleep(delay) => false,
+        _ = shutdown.wait_for(|stop| *stop) => true,
+    };
+    stopped || *shutdown.borrow()
+}
+
+/// Leads until the Lease is lost or `shutdown` is raised: `work` runs meanwhile, and is stopped
+/// (aborted after [`STOP_GRACE`]) before this returns; on shutdown the Lease is released too
+/// (given up after [`RELEASE_TIMEOUT`]). Returns whether it was the shutdown, and the error
+/// that lost the Lease, if one did.
+async fn lead<W, F>(
+    manager: &LeaseManager,
+    config: &LeaseConfig,
+    leading: &AtomicBool,
+    shutdown: &mut watch::Receiver<bool>,
+    work: &W,
+) -> (bool, Option<kube_lease_manager::LeaseManagerError>)
+where
+    W: Fn(watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
+    leading.store(true, Ordering::Release);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut task = tokio::spawn(work(stop_rx));
+    let (shut_down, lost) = loop {
+        tokio::select! {
+            changed = manager.changed() => match changed {
+                Ok(true) => {}
+                Ok(false) => break (false, None),
+                Err(error) => break (false, Some(error)),
+            },
+            _ = shutdown.wait_for(|stop| *stop) => break (true, None),
+        }
+    };
+    // The work stops before anyone else can start it: first here, then the Lease goes.
+    let _ = stop_tx.send(true);
+    // A reconciler that does not stop in time (a write to a server that does not answer) must
+    // not hold up the handover or the exit: it is aborted, and the Lease goes all the same.
+    match tokio::time::timeout(STOP_GRACE, &mut task).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "the leader's work ended abnormally"),
+        Err(_) => {
+            tracing::info!("the leader's work did not stop within {STOP_GRACE:?}; aborted");
+            task.abort();
+        }
+    }
+    leading.store(false, Ordering::Release);
+    if shut_down {
+        match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
+            Ok(Ok(())) => tracing::info!(lease = %config.name, "Lease released"),
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %config.name, %error, "cannot release the Lease; the next leader takes it when it expires");
+            }
+            Err(_) => tracing::warn!(
+                lease = %config.name,
+                "the API server did not answer the Lease's release within {RELEASE_TIMEOUT:?}; the next leader takes it when it expires"
+            ),
+        }
+        return (true, None);
+    }
+    match &lost {
+        // The outage's WARN says why.
+        Some(_) => {
+            tracing::info!(lease = %config.name, "the Lease could not be renewed: the work stopped")
+        }
+        None => tracing::warn!(lease = %config.name, "lost the Lease: the work stopped"),
+    }
+    (false, lost)
 }
 
 async fn manager(

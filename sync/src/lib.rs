@@ -18,6 +18,8 @@
 //! - [`kit`]: what every reconciler says about itself, and the runner of a process's list.
 //! - [`admin`]: the admin HTTP server of every process (health, readiness, metrics, own routes).
 //! - [`leader`]: leader election over a Lease ([`run_while_leading`], `--leader-elect`).
+//! - [`outage`]: what every retry loop says about a source it cannot reach: one WARN when an
+//!   outage starts, one INFO when it ends ([`Outage`](outage::Outage)).
 #![cfg_attr(
     test,
     allow(
@@ -31,6 +33,7 @@ pub mod admin;
 pub mod kit;
 pub mod leader;
 pub mod metrics;
+pub mod outage;
 pub mod sink;
 pub mod sources;
 pub mod wakers;
@@ -43,6 +46,25 @@ use crate::{
     metrics::SyncMetrics,
     sources::{LocalSecrets, Sources},
 };
+
+/// From now on the process has `within` to exit: past it, it says so and exits at once with
+/// status 1. Every binary calls this at its first SIGTERM, with its shutdown delay and the
+/// bound of its final steps, so that no step that outlives its own deadline (a bug) keeps a pod
+/// waiting out its grace period.
+pub fn exit_deadline(binary: &'static str, within: std::time::Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("exit-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(within);
+            tracing::error!(
+                "{binary} did not finish shutting down within {within:?} of the signal; exiting now"
+            );
+            std::process::exit(1);
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the exit deadline's thread");
+    }
+}
 
 /// What every reconciler of the process shares: the clusters, the watches and the metrics
 /// (cheap to clone).

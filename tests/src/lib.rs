@@ -37,4 +37,4 @@ pub mod xcc;
 pub use binaries::{Binaries, NodeBinaries, require_node_testbed, require_testbed};
 pub use cluster::{Blackhole, Cluster, Kubeconfig, Testbed, client_for};
 pub use node::{Node, NodePlan};
-pub use process::{Process, free_port, spawn};
+pub use process::{Process, connections_to, free_port, spawn};

@@ -103,6 +103,30 @@ impl Process {
         }
     }
 
+    /// SIGTERM, then waits up to `limit` for the process to exit: how long it took and how it
+    /// exited, or `None` if it still runs after `limit` (it is left running: dropping it or
+    /// [`Process::kill`] ends it). Reaps the process when it exited.
+    pub fn terminate(&mut self, limit: Duration) -> (Duration, Option<std::process::ExitStatus>) {
+        let Some(child) = self.child.as_mut() else {
+            return (Duration::ZERO, None);
+        };
+        let started = Instant::now();
+        #[expect(unsafe_code, reason = "std's Child can only SIGKILL")]
+        // SAFETY: signalling our own child by pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = child.try_wait() {
+                let took = started.elapsed();
+                self.child = None;
+                return (took, Some(status));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (started.elapsed(), None)
+    }
+
     /// SIGTERM, up to `grace` to exit, then SIGKILL; reaps the process.
     pub fn stop(&mut self, grace: Duration) {
         let Some(mut child) = self.child.take() else {
@@ -160,4 +184,46 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free port on 127.0.0.1 between {LOW} and {HIGH}")
+}
+
+/// How many TCP connections process `pid` holds established to port `port` (of any address):
+/// proof that it talks to a server, also one that never answers (an API server stopped with
+/// SIGSTOP, whose kernel still accepts connections).
+pub fn connections_to(pid: u32, port: u16) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    let sockets: std::collections::HashSet<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) =
+                (fields.get(2), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            // 01: ESTABLISHED.
+            if remote_port == Some(port) && *state == "01" && sockets.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    count
 }

@@ -70,6 +70,10 @@ pub async fn publish(
     let mut changes = std::pin::pin!(view.changes());
     let mut backoff = xcc_kube::Backoff::local();
     let mut retry: Option<Duration> = None;
+    let mut outage = xcc_sync::outage::Outage::new(
+        format!("the write of ClusterFeature {CORE_FEATURE_NAME}"),
+        xcc_sync::outage::local_server(),
+    );
     loop {
         let wait = async move {
             match retry {
@@ -98,6 +102,7 @@ pub async fn publish(
         }
         match sink::apply_whole(&api, CORE_FEATURE_NAME, desired(), &counted).await {
             Ok(_) => {
+                outage.recovered();
                 tracing::info!(
                     name = CORE_FEATURE_NAME,
                     feature = CORE_FEATURE,
@@ -109,7 +114,7 @@ pub async fn publish(
             }
             Err(error) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(30));
-                tracing::warn!(name = CORE_FEATURE_NAME, error = %xcc_kube::bounded(&error), ?delay, "cannot write the ClusterFeature; retrying");
+                outage.failed(&error);
                 retry = Some(delay);
             }
         }

@@ -98,12 +98,19 @@ async fn local_cluster_id(
 ) -> Option<String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut backoff = xcc_kube::Backoff::local();
+    let mut outage = xcc_sync::outage::Outage::new(
+        "the read of namespace kube-system (the cluster ID)",
+        xcc_sync::outage::local_server(),
+    );
     loop {
         match namespaces.get("kube-system").await {
-            Ok(ns) => return ns.uid(),
+            Ok(ns) => {
+                outage.recovered();
+                return ns.uid();
+            }
             Err(error) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(5));
-                tracing::warn!(error = %xcc_kube::bounded(&error), "cannot read namespace kube-system (the cluster ID); retrying");
+                outage.failed(&error);
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     _ = stop.wait_for(|s| *s) => return None,

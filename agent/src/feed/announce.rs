@@ -13,7 +13,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams},
 };
-use xcc_kube::{Announcement, Backoff, announcement::ANNOUNCEMENT_NAME, bounded};
+use xcc_kube::{Announcement, Backoff, announcement::ANNOUNCEMENT_NAME};
 
 /// Field manager of the announcement.
 const FIELD_MANAGER: &str = "xcc-agent";
@@ -44,13 +44,19 @@ async fn run(client: Client, namespace: String) {
     // The slower schedule: a missing permission or namespace keeps failing, and nothing waits on
     // this write but the IPv6 records of this cluster.
     let mut delays = Backoff::peer();
-    let mut failures = 0u32;
+    // One WARN while it cannot be written (a missing permission keeps failing; an API server
+    // that does not answer is an outage), one INFO once it is.
+    let mut outage = xcc_sync::outage::Outage::new(
+        "the write of the announcement (ConfigMap xcc-agent, which the manifest creates; until it is written xcc-controller withholds IPv6 records from this cluster)",
+        xcc_sync::outage::local_server(),
+    );
     loop {
         match api
             .patch(ANNOUNCEMENT_NAME, &params, &Patch::Apply(&config_map))
             .await
         {
             Ok(_) => {
+                outage.recovered();
                 tracing::info!(
                     %namespace,
                     configmap = ANNOUNCEMENT_NAME,
@@ -60,16 +66,7 @@ async fn run(client: Client, namespace: String) {
                 return;
             }
             Err(error) => {
-                failures += 1;
-                // The first failure and then every 20th: a missing permission keeps failing.
-                if failures % 20 == 1 {
-                    tracing::warn!(
-                        %namespace,
-                        configmap = ANNOUNCEMENT_NAME,
-                        error = %bounded(&error),
-                        "cannot write the announcement (the manifest creates ConfigMap xcc-agent; the agent may only patch it); xcc-controller withholds IPv6 records from this cluster until it is written; retrying"
-                    );
-                }
+                outage.failed(&error);
                 let delay = delays.next().unwrap_or(Backoff::PEER_MAX);
                 tokio::time::sleep(delay).await;
             }

@@ -319,7 +319,19 @@ pub async fn run(
     ready: Arc<AtomicBool>,
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-    let mut events = xcc_sync::sources::watch(api, watcher::Config::default(), Schedule::Local);
+    // Its outages are said by the watch's report (one WARN, one "recovered"), and counted in
+    // xcc_sync_watch_state{cluster="local",kind="EndpointSlice"}.
+    let watch_report = xcc_sync::sources::Report {
+        cluster: xcc_sync::sources::LOCAL.into(),
+        kind: "EndpointSlice".into(),
+        metrics: Some(metrics.sync.clone()),
+    };
+    let (mut events, _) = xcc_sync::sources::watch_reported(
+        api,
+        watcher::Config::default(),
+        Schedule::Local,
+        watch_report,
+    );
     let mut pending: Vec<EndpointSlice> = Vec::new();
     while let Some(event) = events.next().await {
         match event {
@@ -345,9 +357,8 @@ pub async fn run(
                 index.delete(&slice);
                 publish_metrics(&index, &metrics);
             }
-            Err(error) => {
-                tracing::warn!(%namespace, error = %xcc_kube::bounded(&error), "EndpointSlice watch failed; retrying, the table keeps its records");
-            }
+            // Said by the report; the table keeps its records meanwhile.
+            Err(_) => {}
         }
     }
 }

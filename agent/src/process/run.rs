@@ -24,8 +24,19 @@ use crate::{
     reconcilers::{self, ReconcilerFlags as Reconcilers},
 };
 
-/// How long the sync reconcilers get to stop on SIGTERM (leader election adds the Lease release).
-const SYNC_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long the sync reconcilers get to stop on SIGTERM (a reconcile waiting on a server that
+/// does not answer does not): then they are aborted. With leader election, the Lease's
+/// release comes after that, and leader election bounds both a little sooner than
+/// [`SYNC_STOP_GRACE_ELECTED`].
+const SYNC_STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(800);
+const SYNC_STOP_GRACE_ELECTED: std::time::Duration = xcc_sync::leader::SHUTDOWN_BOUND
+    .checked_add(std::time::Duration::from_millis(100))
+    .expect("a short duration");
+/// How long the DNS, admin and feed tasks get to end once the drain is over.
+const FINAL_STEPS: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long past its shutdown delay the agent may take to exit after SIGTERM before it exits
+/// at once (with status 1 and a line that says so): every step above is bounded well within it.
+const EXIT_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1800);
 
 /// One CRD as the YAML file checked in under `manifests/crds/`.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
@@ -80,7 +91,10 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         .thread_name("xcc-agent")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run(args))
+    let result = runtime.block_on(run(args));
+    // A blocking task (a name lookup of a server that does not answer) must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -98,34 +112,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // after the drain.
     let stop = CancellationToken::new();
     let sync_stop = CancellationToken::new();
-    // Listening from the start: a SIGTERM during start-up is not lost.
-    let signals = Signals::new()?;
     let shutdown_delay = args.admin.shutdown_delay(
         args.records.file.is_some(),
         std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
     );
+    // Listening from the start: a SIGTERM during start-up is not lost, and ends it at once.
+    let signals = Signals::start(shutdown_delay)?;
 
-    let (feed, own_url) = open_feed(&args, &table, &metrics, &ready).await?;
+    let (feed, own_url) = tokio::select! {
+        opened = open_feed(&args, &table, &metrics, &ready) => opened?,
+        () = signals.first.cancelled() => return Ok(()),
+    };
+    if !own_url.is_empty() {
+        xcc_sync::outage::set_local_server(&own_url);
+    }
 
     let (sockets, udp_sockets, admin_listener) = bind(&args).await?;
     let dns_addr = sockets.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
 
-    let handler = Handler::new(table.clone(), metrics.clone());
     let tasks = CoreTasks::default();
-    let alive = tasks.watch("DNS server");
-    let serving = xcc_dns::serve_with(
-        handler,
-        sockets,
-        args.dns.serve_options(),
-        stop.clone().cancelled_owned(),
-    );
-    let dns = tokio::spawn(async move {
-        let _alive = alive;
-        serving.await
-    });
     let slice_index = SliceIndex::new(table.clone());
-    let admin = tokio::spawn(admin::serve(
+    let (dns, admin) = serve(
+        &args,
+        sockets,
         admin_listener,
         AdminState {
             metrics: metrics.clone(),
@@ -134,8 +144,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             table: table.clone(),
             origins: slice_index.origins(),
         },
-        stop.clone(),
-    ));
+        &stop,
+    );
     let source = match &feed {
         Feed::Records(feed) => format!("records file {}", feed.path().display()),
         Feed::Slices(_) => format!("EndpointSlices in namespace {}", args.kube.namespace),
@@ -146,7 +156,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         )),
         _ => None,
     };
-    let watcher = start_feed(&args, feed, slice_index, &metrics, &ready, &tasks, &stop).await;
+    // A signal before the feed started: the drain follows at once.
+    let watcher = tokio::select! {
+        watcher = start_feed(&args, feed, slice_index, &metrics, &ready, &tasks, &stop) => Some(watcher),
+        () = signals.first.cancelled() => None,
+    };
     // Only the features that run are named: one that is off says nothing about itself.
     let features = match &sync {
         Some(_) => kit::enabled_names(&args.sync.reconcilers.all()),
@@ -165,12 +179,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "xcc-agent serving"
     );
 
-    drain(signals, &tasks, &sync_stop, sync, shutdown_delay).await;
+    let sync = sync.map(|sync| (sync, sync_stop_grace(&args)));
+    drain(&signals, &tasks, &sync_stop, sync, shutdown_delay).await;
     stop.cancel();
-    dns.await.context("DNS server task")??;
-    admin.await.context("admin server task")??;
-    watcher.await.context("feed task")?;
+    finish(dns, admin, watcher).await?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+type Served<E> = tokio::task::JoinHandle<Result<(), E>>;
+
+/// Serves DNS on `sockets` and the admin routes on `admin_listener` until `stop` is cancelled.
+fn serve(
+    args: &Args,
+    sockets: Sockets,
+    admin_listener: tokio::net::TcpListener,
+    state: AdminState,
+    stop: &CancellationToken,
+) -> (Served<xcc_dns::Error>, Served<std::io::Error>) {
+    let handler = Handler::new(state.table.clone(), state.metrics.clone());
+    let alive = state.tasks.watch("DNS server");
+    let serving = xcc_dns::serve_with(
+        handler,
+        sockets,
+        args.dns.serve_options(),
+        stop.clone().cancelled_owned(),
+    );
+    let dns = tokio::spawn(async move {
+        let _alive = alive;
+        serving.await
+    });
+    let admin = tokio::spawn(admin::serve(admin_listener, state, stop.clone()));
+    (dns, admin)
+}
+
+/// Waits for the DNS server, the admin server and the feed to end, up to [`FINAL_STEPS`]: a
+/// DNS or admin client that holds its connection open, or a feed that waits on a server that
+/// does not answer, does not hold up the exit.
+async fn finish(
+    dns: Served<xcc_dns::Error>,
+    admin: Served<std::io::Error>,
+    feed: Option<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<()> {
+    let ended = tokio::time::timeout(FINAL_STEPS, async {
+        let dns = dns.await.context("DNS server task");
+        let admin = admin.await.context("admin server task");
+        let feed = match feed {
+            Some(feed) => feed.await.context("feed task"),
+            None => Ok(()),
+        };
+        (dns, admin, feed)
+    })
+    .await;
+    match ended {
+        Ok((dns, admin, feed)) => {
+            dns??;
+            admin??;
+            feed?;
+        }
+        Err(_) => {
+            tracing::info!("the servers did not end within {FINAL_STEPS:?}; exiting all the same")
+        }
+    }
     Ok(())
 }
 
@@ -358,30 +428,35 @@ async fn start_feed(
     }
 }
 
+/// How long the sync reconcilers get to stop, with or without leader election.
+fn sync_stop_grace(args: &Args) -> std::time::Duration {
+    if args.sync.leader.leader_elect {
+        SYNC_STOP_GRACE_ELECTED
+    } else {
+        SYNC_STOP_GRACE
+    }
+}
+
 /// After the first signal: `/readyz` fails, the sync reconcilers stop (and release the Lease)
 /// at once, and DNS keeps answering for `shutdown_delay` (cut short by a second signal).
 async fn drain(
-    mut signals: Signals,
+    signals: &Signals,
     tasks: &CoreTasks,
     sync_stop: &CancellationToken,
-    sync: Option<tokio::task::JoinHandle<()>>,
+    sync: Option<(tokio::task::JoinHandle<()>, std::time::Duration)>,
     shutdown_delay: std::time::Duration,
 ) {
-    let signal = signals.next().await;
-    tracing::info!(signal, "shutting down");
+    signals.first.cancelled().await;
     // /readyz fails from here on; the sync reconcilers stop and release the Lease at once, so
     // that a standby takes over while this replica still answers DNS.
     tasks.stopping();
     sync_stop.cancel();
     let sync_stopped = async {
-        if let Some(mut sync) = sync {
+        if let Some((mut sync, grace)) = sync {
             // With leader election the Lease side bounds this; without, a reconciler that does
             // not stop must not keep the process from exiting.
-            if tokio::time::timeout(SYNC_STOP_GRACE, &mut sync)
-                .await
-                .is_err()
-            {
-                tracing::warn!("sync reconcilers did not stop within {SYNC_STOP_GRACE:?}; aborted");
+            if tokio::time::timeout(grace, &mut sync).await.is_err() {
+                tracing::info!("sync reconcilers did not stop within {grace:?}; aborted");
                 sync.abort();
             }
         }
@@ -393,7 +468,7 @@ async fn drain(
         tracing::info!(delay = ?shutdown_delay, "draining: /readyz fails, DNS keeps answering");
         tokio::select! {
             () = tokio::time::sleep(shutdown_delay) => {}
-            signal = signals.next() => tracing::info!(signal, "second signal: draining cut short"),
+            () = signals.second.cancelled() => tracing::info!("second signal: draining cut short"),
         }
     };
     tokio::join!(sync_stopped, drained);
@@ -443,27 +518,40 @@ async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-/// SIGTERM and SIGINT, from the start of the process to its end.
+/// SIGTERM and SIGINT, from the start of the process to its end: `first` is cancelled at the
+/// first, `second` at the next. From the first on, the process has its shutdown delay and
+/// [`EXIT_DEADLINE`] to exit, or it exits at once.
 struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
+    first: CancellationToken,
+    second: CancellationToken,
 }
 
 impl Signals {
-    fn new() -> anyhow::Result<Signals> {
+    fn start(shutdown_delay: std::time::Duration) -> anyhow::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
-        })
-    }
-
-    /// The next SIGTERM or SIGINT.
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
-        }
+        let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+        let (first, second) = (CancellationToken::new(), CancellationToken::new());
+        let signals = Signals {
+            first: first.clone(),
+            second: second.clone(),
+        };
+        tokio::spawn(async move {
+            let mut next = async || -> &'static str {
+                tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                }
+            };
+            let signal = next().await;
+            tracing::info!(signal, "shutting down");
+            xcc_sync::exit_deadline("xcc-agent", shutdown_delay + EXIT_DEADLINE);
+            first.cancel();
+            let signal = next().await;
+            tracing::info!(signal, "second signal");
+            second.cancel();
+        });
+        Ok(signals)
     }
 }
 

@@ -17,7 +17,10 @@ use kube::{
 };
 
 use xcc_kube::bounded;
-use xcc_sync::sources::{self, Schedule};
+use xcc_sync::{
+    outage::{Outage, WATCH_WARN_AFTER},
+    sources::{self, Schedule},
+};
 
 /// What a watch knows of its own health, shared with its task, as its consumer sees it: healthy
 /// once the consumer has put a full list in its store, until the next failure. Not the core's
@@ -30,6 +33,8 @@ pub(super) struct WatchHealth {
     healthy: AtomicBool,
     /// The last error, bounded; cleared by the next full list.
     last_error: Mutex<Option<String>>,
+    /// What the log says of its outages (made at the first failure, which names the watch).
+    outage: Mutex<Option<Outage>>,
 }
 
 impl WatchHealth {
@@ -48,19 +53,33 @@ impl WatchHealth {
 
     /// The consumer has stored a full list.
     pub(super) fn listed(&self) {
+        if let Some(outage) = self
+            .outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            outage.recovered();
+        }
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.healthy.store(true, Ordering::Release);
     }
 
-    /// The watch of `what` failed with `error`: logged at the first failure after a list.
+    /// The watch of `what` failed with `error`: logged once per outage (its [`Outage`]).
     /// Whether it was healthy until now.
     pub(super) fn failed(&self, what: &str, error: &watcher::Error) -> bool {
         let first = self.healthy.swap(false, Ordering::AcqRel);
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(format!("watch of {what} failed: {}", bounded(error)));
-        if first {
-            tracing::warn!(error = %bounded(error), "watch of {what} failed; retrying");
-        }
+        self.outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| {
+                Outage::new(format!("the watch of {what}"), "its API server")
+                    .warn_after(WATCH_WARN_AFTER)
+                    .quiet(xcc_kube::Backoff::peer().quiet())
+            })
+            .failed(error);
         first
     }
 }

@@ -10,12 +10,10 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
 use super::{Events, Health};
-use crate::metrics::SyncMetrics;
+use crate::{metrics::SyncMetrics, outage::Outage};
 
-/// How long a watch may fail before it says so at WARN: a single failure (an API server
-/// restarting, a new CRD's storage still initializing, a watch expired) heals within a retry or
-/// two and is logged at DEBUG only.
-pub(super) const WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a watch may fail before it says so at WARN.
+pub(super) const WARN_AFTER: std::time::Duration = crate::outage::WATCH_WARN_AFTER;
 
 /// The health of one watch, kept in its metric, its [`Health`] and its log lines.
 ///
@@ -23,27 +21,17 @@ pub(super) const WARN_AFTER: std::time::Duration = std::time::Duration::from_sec
 ///   since the outage began; it is synced (state 1) again once the server answers with a list
 ///   or an event. With [`relisting`] under the watch, every failure is followed by a list, so
 ///   a watch that recovers always says so, also when its kind has no objects.
-/// - The log says why a watch cannot list or watch at WARN once per outage, when it has lasted
-///   [`WARN_AFTER`], and once at INFO when it listed again; every other failure is at DEBUG.
-///   An outage ends when the watch has listed and then gone the backoff's quiet period without
-///   a failure (so a kind that lists but may not be watched warns once, not at every list).
+/// - The log lines are its [`Outage`]'s: one WARN per outage, when it has lasted
+///   [`WARN_AFTER`], and one INFO "recovered" when the watch listed again; every other failure
+///   is at DEBUG. An outage ends when the watch has listed and then gone the backoff's quiet
+///   period without a failure (so a kind that lists but may not be watched warns once, not at
+///   every list).
 pub(super) struct Tracker {
     cluster: String,
     kind: String,
     metrics: Option<SyncMetrics>,
     health: Arc<Mutex<Health>>,
-    /// How long after a list without a failure an outage is over.
-    quiet: std::time::Duration,
-    outage: Option<Outage>,
-}
-
-struct Outage {
-    since: tokio::time::Instant,
-    began: SystemTime,
-    /// When the watch last listed or heard of a change since the last failure.
-    answered: Option<tokio::time::Instant>,
-    warned: bool,
-    told_listed: bool,
+    outage: Outage,
 }
 
 impl Tracker {
@@ -59,13 +47,20 @@ impl Tracker {
         } else {
             xcc_kube::Backoff::peer().quiet()
         };
+        let server = if local {
+            crate::outage::local_server()
+        } else {
+            format!("the API server of cluster {cluster}")
+        };
+        let outage = Outage::new(format!("the {kind} watch"), server)
+            .warn_after(WARN_AFTER)
+            .quiet(quiet);
         Tracker {
             cluster,
             kind,
             metrics,
             health,
-            quiet,
-            outage: None,
+            outage,
         }
     }
 
@@ -89,37 +84,13 @@ impl Tracker {
 
     /// A list or watch request failed; the watch retries on its backoff.
     pub(super) fn failed(&mut self, error: &watcher::Error) {
-        let now = tokio::time::Instant::now();
-        if self
-            .outage
-            .as_ref()
-            .and_then(|o| o.answered)
-            .is_some_and(|at| now.duration_since(at) >= self.quiet)
-        {
-            self.outage = None;
-        }
-        let outage = self.outage.get_or_insert_with(|| Outage {
-            since: now,
-            began: SystemTime::now(),
-            answered: None,
-            warned: false,
-            told_listed: false,
-        });
-        outage.answered = None;
         let state = crate::metrics::failed_watch_state(error);
-        let error = xcc_kube::bounded(error);
-        let failing = now.duration_since(outage.since);
-        let (cluster, kind) = (&self.cluster, &self.kind);
-        if !outage.warned && failing >= WARN_AFTER {
-            outage.warned = true;
-            tracing::warn!(%cluster, %kind, %error, failing_for = ?failing, "watch cannot list or watch; retrying");
-        } else {
-            tracing::debug!(%cluster, %kind, %error, "watch failed; retrying");
-        }
+        self.outage.failed(error);
         if let Some(metrics) = &self.metrics {
-            metrics.watch_error(cluster, kind);
+            metrics.watch_error(&self.cluster, &self.kind);
         }
-        let since = outage.began;
+        let since = self.outage.since().unwrap_or_else(SystemTime::now);
+        let error = xcc_kube::bounded(error);
         self.set_as(state, Health::Reconnecting { since, error });
     }
 
@@ -140,17 +111,7 @@ impl Tracker {
         if let Some(metrics) = &self.metrics {
             metrics.watch_contact(&self.cluster, &self.kind);
         }
-        if let Some(outage) = &mut self.outage
-            && outage.answered.is_none()
-        {
-            let now = tokio::time::Instant::now();
-            outage.answered = Some(now);
-            if outage.warned && !outage.told_listed {
-                outage.told_listed = true;
-                let after = now.duration_since(outage.since);
-                tracing::info!(cluster = %self.cluster, kind = %self.kind, ?after, "watch listed again");
-            }
-        }
+        self.outage.recovered();
         let synced = matches!(
             *self.health.lock().unwrap_or_else(|e| e.into_inner()),
             Health::Synced { .. }
@@ -205,8 +166,8 @@ mod tests {
         }));
         let mut tracker = Tracker::new(LOCAL.into(), "Secret".into(), true, None, health.clone());
         let fail = |tracker: &mut Tracker| tracker.failed(&watcher::Error::NoResourceVersion);
-        let warned = "watch cannot list or watch";
-        let listed_again = "watch listed again";
+        let warned = "the Secret watch fails";
+        let listed_again = "recovered: the Secret watch works again";
 
         // A short outage: DEBUG only.
         fail(&mut tracker);
@@ -214,10 +175,10 @@ mod tests {
         tracker.answered();
         assert!(matches!(*health.lock().unwrap(), Health::Synced { .. }));
         assert_eq!(lines.matching(warned), 0);
-        assert_eq!(lines.matching("watch failed; retrying"), 1);
+        assert_eq!(lines.matching("the Secret watch failed; retrying"), 1);
 
         // A long one (it lists, but its watch keeps failing): one WARN, one INFO.
-        tokio::time::advance(tracker.quiet).await;
+        tokio::time::advance(xcc_kube::Backoff::local().quiet()).await;
         for _ in 0..8 {
             fail(&mut tracker);
             tokio::time::advance(Duration::from_secs(3)).await;
@@ -235,7 +196,7 @@ mod tests {
 
         // Back for the quiet period: the next failure starts a new outage, which warns again.
         tracker.answered();
-        tokio::time::advance(tracker.quiet).await;
+        tokio::time::advance(xcc_kube::Backoff::local().quiet()).await;
         fail(&mut tracker);
         assert_eq!(lines.matching(warned), 1);
         tokio::time::advance(WARN_AFTER).await;

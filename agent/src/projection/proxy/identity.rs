@@ -36,6 +36,8 @@ pub struct Identity {
     account: (String, String),
     /// `None` while the proxy's own ServiceAccount is in use, else why it is not.
     unusable: RwLock<Option<String>>,
+    /// What the log says while no token can be had: one WARN, one "recovered".
+    outage: std::sync::Mutex<xcc_sync::outage::Outage>,
 }
 
 impl Identity {
@@ -59,6 +61,12 @@ impl Identity {
             token,
             account: (namespace.to_string(), name.to_string()),
             unusable: RwLock::new(Some(unusable)),
+            outage: std::sync::Mutex::new(xcc_sync::outage::Outage::new(
+                format!(
+                    "the token request of ServiceAccount {namespace}/{name} (the aggregated API server's identity)"
+                ),
+                xcc_sync::outage::local_server(),
+            )),
         }
     }
 
@@ -123,6 +131,10 @@ impl Identity {
     pub async fn renew_once(&self, backoff: &mut xcc_kube::Backoff) -> Option<Duration> {
         match self.renew().await {
             Ok(next) => {
+                self.outage
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recovered();
                 let was = self
                     .unusable
                     .write()
@@ -135,10 +147,14 @@ impl Identity {
                 Some(next)
             }
             Err(why) => {
+                self.outage
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .failed(&why);
                 if self.token.is_set() {
-                    tracing::warn!(%why, "cannot renew the aggregated API server's token; the current one is kept");
+                    tracing::debug!("the aggregated API server keeps its current token");
                 } else {
-                    tracing::warn!(%why, "the aggregated API server acts as the agent's ServiceAccount");
+                    tracing::debug!("the aggregated API server acts as the agent's ServiceAccount");
                     *self.unusable.write().unwrap_or_else(|e| e.into_inner()) = Some(why);
                 }
                 self.own.as_ref()?;

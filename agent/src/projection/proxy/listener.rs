@@ -23,6 +23,16 @@ use front::FrontProxy;
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the front proxy's settings are read again.
 const FRONT_PROXY_REFRESH: Duration = Duration::from_secs(30);
+
+/// What the log lines of [`Proxy::refresh_front`] name.
+const FRONT_SETTINGS: &str = "the aggregated API server's front-proxy settings";
+
+/// What the front-proxy refresher has said: the outages of its read, and the standing problem
+/// of the settings.
+pub struct FrontLog {
+    read: xcc_sync::outage::Outage,
+    settings: xcc_sync::outage::Standing,
+}
 /// The serving certificates, by the server name a client asks for (every TLS handshake reads
 /// it, the link reconciler writes it).
 #[derive(Debug, Default)]
@@ -98,18 +108,26 @@ impl Proxy {
         *self.listening.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads the front proxy's settings again; keeps the last good ones on failure.
-    pub async fn refresh_front(&self) {
+    /// Reads the front proxy's settings again; keeps the last good ones on failure. `log` says
+    /// an outage of the read once, and a standing problem of the settings (none, or unusable)
+    /// once and again only when it changes.
+    pub async fn refresh_front(&self, log: &mut FrontLog) {
         let (namespace, name) = front::AUTH_CONFIG_MAP;
         let result = match Api::<ConfigMap>::namespaced(self.identity.client(), namespace)
             .get(name)
             .await
         {
-            Ok(config_map) => FrontProxy::from_config_map(&config_map).map_err(|e| e.to_string()),
-            Err(error) => Err(format!(
-                "cannot read ConfigMap {namespace}/{name}: {}",
-                xcc_kube::bounded(&error)
-            )),
+            Ok(config_map) => {
+                log.read.recovered();
+                FrontProxy::from_config_map(&config_map).map_err(|e| e.to_string())
+            }
+            Err(error) => {
+                log.read.failed(&error);
+                Err(format!(
+                    "cannot read ConfigMap {namespace}/{name}: {}",
+                    xcc_kube::bounded(&error)
+                ))
+            }
         };
         match result {
             Ok(settings) => {
@@ -138,6 +156,8 @@ impl Proxy {
                         }
                     };
                     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                    log.settings
+                        .cleared(FRONT_SETTINGS, "front-proxy settings in use");
                     tracing::info!(allowed_names = ?settings.allowed_names, "front-proxy settings in use");
                     *self.front.write().unwrap_or_else(|e| e.into_inner()) =
                         Some(Arc::new(Front {
@@ -148,7 +168,11 @@ impl Proxy {
                 *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
             Err(error) => {
-                tracing::warn!(error = %xcc_kube::bounded(&error), "front-proxy settings");
+                // A read that failed is said by its outage; settings that are not there or do
+                // not work are a standing condition, said once.
+                if !log.read.is_down() {
+                    log.settings.is(FRONT_SETTINGS, &error);
+                }
                 *self.front_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
             }
         }
@@ -165,8 +189,19 @@ impl Proxy {
         let refresher = {
             let proxy = self.clone();
             tokio::spawn(async move {
+                let mut log = FrontLog {
+                    read: xcc_sync::outage::Outage::new(
+                        format!(
+                            "the read of the front-proxy settings (ConfigMap {}/{})",
+                            front::AUTH_CONFIG_MAP.0,
+                            front::AUTH_CONFIG_MAP.1
+                        ),
+                        xcc_sync::outage::local_server(),
+                    ),
+                    settings: xcc_sync::outage::Standing::default(),
+                };
                 loop {
-                    proxy.refresh_front().await;
+                    proxy.refresh_front(&mut log).await;
                     tokio::time::sleep(FRONT_PROXY_REFRESH).await;
                 }
             })
