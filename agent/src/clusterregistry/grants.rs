@@ -222,6 +222,28 @@ async fn apply(
     Ok(pass)
 }
 
+/// Someone else's bindings in the way are a standing condition: said once (`said` holds what was
+/// said last), and again only when it changes.
+fn say_conflicts(pass: &Pass, said: &mut Option<String>) {
+    let note = (!pass.conflicts.is_empty()).then(|| {
+        format!(
+            "bindings not made by xcc-agent are in the way, left as they are: {}",
+            pass.conflicts
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    if note != *said {
+        match &note {
+            Some(note) => tracing::warn!("{note}"),
+            None => tracing::info!("the reader's Secret grants are written"),
+        }
+        *said = note;
+    }
+}
+
 /// Keeps the reader's Secret grants matching the rules and Clusters until `stop` is raised.
 pub async fn run(
     core: xcc_sync::Core,
@@ -255,6 +277,10 @@ pub async fn run(
     let mut tick = tokio::time::interval(RETRY);
     let mut applied: Option<SecretScope> = None;
     let mut said: Option<String> = None;
+    let mut outage = xcc_sync::outage::Outage::new(
+        "the write of the reader's Secret grants".to_string(),
+        xcc_sync::outage::local_server(),
+    );
     loop {
         let ticked = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -278,28 +304,16 @@ pub async fn run(
             continue;
         }
         let outcome = apply(&core.client, &reader, &scope, &counted).await;
-        let note = match &outcome {
-            Ok(pass) if pass.conflicts.is_empty() => None,
-            Ok(pass) => Some(format!(
-                "bindings not made by xcc-agent are in the way, left as they are: {}",
-                pass.conflicts
-                    .iter()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Err(error) => Some(format!("cannot write the reader's Secret grants: {error}")),
-        };
-        if note != said {
-            match &note {
-                Some(note) => tracing::warn!("{note}; retrying"),
-                None if said.is_some() => tracing::info!("the reader's Secret grants are written"),
-                None => {}
+        match &outcome {
+            Ok(pass) => {
+                outage.recovered();
+                say_conflicts(pass, &mut said);
+                tracing::debug!(namespaces = ?scope.namespaces, everywhere = scope.everywhere, missing = ?pass.missing, "reader Secret grants");
             }
-            said = note;
-        }
-        if let Ok(pass) = &outcome {
-            tracing::debug!(namespaces = ?scope.namespaces, everywhere = scope.everywhere, missing = ?pass.missing, "reader Secret grants");
+            // An API server that does not answer is one outage: one WARN, one recovered line.
+            Err(error) => {
+                outage.failed(error);
+            }
         }
         applied = outcome.is_ok().then_some(scope);
     }

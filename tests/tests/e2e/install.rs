@@ -231,10 +231,10 @@ const FEATURES: &[Feature] = &[
             "services-toolkit",
             "projection",
         ],
-        rules: &[
-            ("apiregistration.k8s.io", "apiservices"),
-            ("rbac.authorization.k8s.io", "clusterrolebindings"),
-        ],
+        // APIServices are projection's alone; ClusterRoleBindings are not (resource sync grants
+        // the peer reader Secrets cluster-wide through one while a rule names no namespace), so
+        // projection's own are found by its label instead.
+        rules: &[("apiregistration.k8s.io", "apiservices")],
     },
     Feature {
         component: "without-coredns-patcher",
