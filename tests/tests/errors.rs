@@ -183,6 +183,12 @@ fn a_broken_kubeconfig_never_shows_its_credential_in_any_binary() {
                         );
                     }
                     let last = stderr.lines().last().unwrap_or_default();
+                    // With JSON logs the last line is JSON too: its message is the line said.
+                    let message = (format == "json")
+                        .then(|| serde_json::from_str::<serde_json::Value>(last).ok())
+                        .flatten()
+                        .and_then(|line| line["message"].as_str().map(str::to_owned));
+                    let last = message.as_deref().unwrap_or(last);
                     // kubectl-xcc names a kubeconfig it read by the context it uses.
                     assert!(
                         last.contains(path.to_str().unwrap())
