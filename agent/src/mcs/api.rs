@@ -1,0 +1,365 @@
+//! The Multi-Cluster Services API as users write it: `multicluster.x-k8s.io/v1beta1`
+//! ServiceExport and ServiceImport (KEP-1645, the schema of `sigs.k8s.io/mcs-api` v0.5.2), and the
+//! About API's ClusterProperty (`about.k8s.io/v1alpha1`, KEP-2149) that names each cluster.
+//!
+//! Only `v1beta1` is served: the upstream CRDs also serve `v1alpha1` (same fields), which no
+//! conversion is needed for; a user of `v1alpha1` objects switches the `apiVersion`.
+
+use k8s_openapi::{
+    api::core::v1::SessionAffinityConfig,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta},
+};
+use kube::{CustomResource, CustomResourceExt as _};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of ServiceExport and ServiceImport.
+pub const GROUP: &str = "multicluster.x-k8s.io";
+/// Label on every EndpointSlice of an imported service: the service's name.
+pub const LABEL_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
+/// Label on every EndpointSlice of an imported service: the ID of the cluster its endpoints are in.
+pub const LABEL_SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
+/// The ClusterProperty holding this cluster's ID, unique in its ClusterSet.
+pub const CLUSTER_ID_PROPERTY: &str = "cluster.clusterset.k8s.io";
+/// The ClusterProperty holding the name of the ClusterSet this cluster belongs to.
+pub const CLUSTERSET_PROPERTY: &str = "clusterset.k8s.io";
+
+/// `ServiceExport` conditions and their reasons (as `sigs.k8s.io/mcs-api` names them).
+pub mod conditions {
+    /// Whether the export is valid: the Service exists and is of a type that can be exported.
+    pub const VALID: &str = "Valid";
+    /// Whether the export is in use by the ClusterSet.
+    pub const READY: &str = "Ready";
+    /// Whether this export disagrees with another cluster's export of the same service.
+    pub const CONFLICT: &str = "Conflict";
+    /// `Valid=True`.
+    pub const REASON_VALID: &str = "Valid";
+    /// `Valid=False`: no Service of that name in the namespace.
+    pub const REASON_NO_SERVICE: &str = "NoService";
+    /// `Valid=False`: an ExternalName Service cannot be exported.
+    pub const REASON_INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
+    /// `Ready=True`.
+    pub const REASON_READY: &str = "Ready";
+    /// `Ready=True`: exported, not yet imported everywhere.
+    pub const REASON_EXPORTED: &str = "Exported";
+    /// `Ready=False`: waiting.
+    pub const REASON_PENDING: &str = "Pending";
+    /// `Ready=False`: failed.
+    pub const REASON_FAILED: &str = "Failed";
+    /// `Conflict=True`: the ports differ.
+    pub const REASON_PORT_CONFLICT: &str = "PortConflict";
+    /// `Conflict=True`: one export is headless, another not.
+    pub const REASON_TYPE_CONFLICT: &str = "TypeConflict";
+    /// `Conflict=True`: session affinity differs.
+    pub const REASON_SESSION_AFFINITY_CONFLICT: &str = "SessionAffinityConflict";
+    /// `Conflict=True`: session affinity config differs.
+    pub const REASON_SESSION_AFFINITY_CONFIG_CONFLICT: &str = "SessionAffinityConfigConflict";
+    /// `Conflict=True`: the exported labels differ.
+    pub const REASON_LABELS_CONFLICT: &str = "LabelsConflict";
+    /// `Conflict=True`: the exported annotations differ.
+    pub const REASON_ANNOTATIONS_CONFLICT: &str = "AnnotationsConflict";
+    /// `Conflict=True`: internal traffic policy differs.
+    pub const REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT: &str = "InternalTrafficPolicyConflict";
+    /// `Conflict=True`: traffic distribution differs.
+    pub const REASON_TRAFFIC_DISTRIBUTION_CONFLICT: &str = "TrafficDistributionConflict";
+    /// `Conflict=True`: IP families differ.
+    pub const REASON_IP_FAMILY_CONFLICT: &str = "IPFamilyConflict";
+    /// `Conflict=False`.
+    pub const REASON_NO_CONFLICTS: &str = "NoConflicts";
+}
+
+/// A ServiceExport: the Service of the same name and namespace is exported to the ClusterSet.
+/// Its `spec` is optional (most exports have none), so the type is written out rather than derived;
+/// [`service_export_crd`] gives its CRD.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceExport {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// What to carry over to the ServiceImport.
+    #[serde(default)]
+    pub spec: ServiceExportSpec,
+    /// What the agent says about the export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ServiceExportStatus>,
+}
+
+impl kube::Resource for ServiceExport {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "ServiceExport".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1beta1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "serviceexports".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The CRD schema of [`ServiceExport`] (the derive needs a required `spec`; the CRD written from
+/// it is made optional again by [`service_export_crd`]).
+mod export_schema {
+    use super::{Deserialize, JsonSchema, Serialize, ServiceExportStatus};
+    use kube::CustomResource;
+    use std::collections::BTreeMap;
+    /// What a ServiceExport carries over to the ServiceImport.
+    #[derive(
+        CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq,
+    )]
+    #[kube(
+        group = "multicluster.x-k8s.io",
+        version = "v1beta1",
+        kind = "ServiceExport",
+        plural = "serviceexports",
+        singular = "serviceexport",
+        shortname = "svcex",
+        shortname = "svcexport",
+        namespaced,
+        status = "ServiceExportStatus",
+        printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
+        printcolumn = r#"{"name":"Conflict","type":"string","jsonPath":".status.conditions[?(@.type==\"Conflict\")].status"}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct ServiceExportSpec {
+        /// Annotations copied to the ServiceImport.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub exported_annotations: BTreeMap<String, String>,
+        /// Labels copied to the ServiceImport.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub exported_labels: BTreeMap<String, String>,
+    }
+}
+
+pub use export_schema::ServiceExportSpec;
+
+/// The ServiceExport CRD: `spec` optional, as upstream.
+pub fn service_export_crd() -> CustomResourceDefinition {
+    let mut crd = export_schema::ServiceExport::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Some(required) = schema.required.as_mut()
+        {
+            required.retain(|r| r != "spec");
+            if required.is_empty() {
+                schema.required = None;
+            }
+        }
+    }
+    crd
+}
+
+/// What the agent says about a ServiceExport: `Valid`, `Ready` and `Conflict` conditions, each
+/// with `observedGeneration`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceExportStatus {
+    /// The conditions, one per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A service of the ClusterSet as this cluster imports it: written by the agent in every member
+/// cluster, in the namespace of the exported Service, under its name.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "multicluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "ServiceImport",
+    plural = "serviceimports",
+    singular = "serviceimport",
+    shortname = "svcim",
+    shortname = "svcimport",
+    namespaced,
+    status = "ServiceImportStatus",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
+    printcolumn = r#"{"name":"IP","type":"string","jsonPath":".spec.ips"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceImportSpec {
+    /// The union of the exported services' ports.
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub ports: Vec<ServicePort>,
+    /// The ClusterSet IPs, one per IP family, in the order of `ipFamilies` (none when headless).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub ips: Vec<String>,
+    /// `ClusterSetIP` or `Headless`.
+    #[serde(rename = "type")]
+    pub type_: ServiceImportType,
+    /// `ClientIP` or `None`, from the exported service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<String>,
+    /// The exported service's session affinity config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// `IPv4` and/or `IPv6`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub ip_families: Vec<String>,
+    /// The exported service's internal traffic policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<String>,
+    /// The exported service's traffic distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<String>,
+}
+
+/// How a ServiceImport is reached.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ServiceImportType {
+    /// A virtual IP per family (the derived Service's ClusterIPs).
+    #[default]
+    ClusterSetIP,
+    /// No virtual IP: DNS names the endpoints.
+    Headless,
+}
+
+/// One port of a ServiceImport.
+#[derive(
+    Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePort {
+    /// The port's name (a DNS label), unique in the import.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `TCP`, `UDP` or `SCTP` (default `TCP`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// The application protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    /// The port number.
+    pub port: i32,
+}
+
+/// Which clusters back a ServiceImport.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceImportStatus {
+    /// The clusters exporting the service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["cluster"]))]
+    pub clusters: Vec<ClusterStatus>,
+    /// Conditions (`Ready`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One exporting cluster.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// Its cluster ID.
+    pub cluster: String,
+}
+
+/// A property of this cluster (About API, KEP-2149). `cluster.clusterset.k8s.io` holds the
+/// cluster's ID, `clusterset.k8s.io` the ClusterSet's name.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "about.k8s.io",
+    version = "v1alpha1",
+    kind = "ClusterProperty",
+    plural = "clusterproperties",
+    singular = "clusterproperty",
+    printcolumn = r#"{"name":"Value","type":"string","jsonPath":".spec.value"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct ClusterPropertySpec {
+    /// The property's value.
+    #[schemars(length(min = 1, max = 128_000))]
+    pub value: String,
+}
+
+/// The CRDs of the MCS API and the About API, in the order `xcc-agent crds` prints them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        ClusterProperty::crd(),
+        service_export_crd(),
+        ServiceImport::crd(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An export as users write it (no spec) reads as one with an empty spec.
+    #[test]
+    fn an_export_without_spec_parses() {
+        let export: ServiceExport = serde_json::from_value(serde_json::json!({
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
+            "kind": "ServiceExport",
+            "metadata": {"name": "hello", "namespace": "demo"},
+        }))
+        .unwrap();
+        assert_eq!(export.spec, ServiceExportSpec::default());
+        let crd = service_export_crd();
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap();
+        assert!(
+            schema
+                .required
+                .as_ref()
+                .is_none_or(|r| !r.iter().any(|f| f == "spec"))
+        );
+    }
+
+    /// The CRDs are those of the upstream groups, versions and scopes.
+    #[test]
+    fn crds_are_the_upstream_ones() {
+        let names: Vec<_> = crds()
+            .iter()
+            .map(|c| {
+                (
+                    c.metadata.name.clone().unwrap(),
+                    c.spec.versions[0].name.clone(),
+                    c.spec.scope.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "clusterproperties.about.k8s.io".to_string(),
+                    "v1alpha1".to_string(),
+                    "Cluster".to_string()
+                ),
+                (
+                    "serviceexports.multicluster.x-k8s.io".into(),
+                    "v1beta1".into(),
+                    "Namespaced".into()
+                ),
+                (
+                    "serviceimports.multicluster.x-k8s.io".into(),
+                    "v1beta1".into(),
+                    "Namespaced".into()
+                ),
+            ]
+        );
+    }
+}
