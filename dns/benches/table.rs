@@ -33,6 +33,7 @@ fn records(i: usize, salt: u8) -> HostRecords {
         addresses: vec![IpAddr::V4(Ipv4Addr::new(10, salt, (i >> 8) as u8, i as u8))],
         cname: None,
         ttl: None,
+        srv: Vec::new(),
     }
 }
 

@@ -15,7 +15,8 @@
 //! answered from their bytes with no allocation, and hickory decodes the other messages that
 //! pass the allocation-free precheck and builds their responses.
 //!
-//! The rules served are those of the zone design: SOA/NS at each apex, NODATA vs NXDOMAIN with the
+//! The rules served are those of the zone design: A, AAAA, CNAME and SRV (RFC 2782, identical
+//! records served once) at host names, SOA/NS at each apex, NODATA vs NXDOMAIN with the
 //! SOA in authority (RFC 2308), empty non-terminals exist (RFC 8020), wildcards by closest
 //! encloser (RFC 4592), CNAMEs chased inside our zones, EDNS(0) with BADVERS and a 1232-byte
 //! advertised payload (RFC 6891), TC over UDP when an answer does not fit, REFUSED outside our
@@ -49,7 +50,7 @@ pub use lookup::Resolution;
 pub use ratelog::Cause;
 pub use records_file::{load_records, parse_records};
 pub use server::{ServeOptions, Sockets, UDP_RECV_BUFFER, raise_fd_limit, serve, serve_with};
-pub use table::{Batch, HostRecords, RecordTable, ShrinkLimit, Snapshot};
+pub use table::{Batch, HostRecords, RecordTable, ShrinkLimit, Snapshot, Srv};
 pub use zone::{DEFAULT_ZONE, Zone, ZoneSettings};
 
 /// Re-exported so that users of this crate name DNS types without a direct dependency.

@@ -5,7 +5,11 @@
 //!   → NODATA with the SOA;
 //! - no such name → the wildcard `*.<closest encloser>` if it exists (RFC 4592), else NXDOMAIN
 //!   with the SOA; a wildcard never covers its own parent;
-//! - a CNAME is followed while its target stays inside a served zone (RFC 1034 §4.3.2, RFC 6604).
+//! - a CNAME is followed while its target stays inside a served zone (RFC 1034 §4.3.2, RFC 6604);
+//! - SRV answers carry no additional records: the targets' addresses are a query of their own.
+//!   (`nslookup`, which the MCS conformance suite parses, prints the additional section of a
+//!   non-authoritative SRV answer as `internet address = ...` lines, which its SRV pattern would
+//!   count as records.)
 
 use std::borrow::Cow;
 
@@ -13,7 +17,7 @@ use hickory_proto::{
     op::ResponseCode,
     rr::{
         Name, RData, Record, RecordType,
-        rdata::{A, AAAA, CNAME},
+        rdata::{A, AAAA, CNAME, SRV},
     },
 };
 
@@ -136,12 +140,13 @@ impl Snapshot {
                     None => return out,
                 }
             }
-            let (a, aaaa, cname) = match qtype {
-                RecordType::A => (true, false, false),
-                RecordType::AAAA => (false, true, false),
-                RecordType::CNAME => (false, false, true),
-                RecordType::ANY => (true, true, true),
-                _ => (false, false, false),
+            let (a, aaaa, cname, srv) = match qtype {
+                RecordType::A => (true, false, false, false),
+                RecordType::AAAA => (false, true, false, false),
+                RecordType::CNAME => (false, false, true, false),
+                RecordType::SRV => (false, false, false, true),
+                RecordType::ANY => (true, true, true, true),
+                _ => (false, false, false, false),
             };
             if a {
                 out.answers
@@ -150,6 +155,16 @@ impl Snapshot {
             if aaaa {
                 out.answers
                     .extend(node.aaaa.iter().map(|ip| record(RData::AAAA(AAAA(*ip)))));
+            }
+            if srv {
+                out.answers.extend(node.srv.iter().map(|s| {
+                    record(RData::SRV(SRV::new(
+                        s.priority,
+                        s.weight,
+                        s.port,
+                        s.target.clone(),
+                    )))
+                }));
             }
             if let (true, Some(target)) = (cname, &node.cname) {
                 out.answers

@@ -138,6 +138,7 @@ impl RawEntry {
                 addresses: self.addresses,
                 cname,
                 ttl: None,
+                srv: Vec::new(),
             }),
         }
     }

@@ -40,6 +40,22 @@ pub struct HostRecords {
     /// TTL of the answers at this name; `None`: the zone's positive TTL. Several sources that
     /// set one for a name: the shortest wins.
     pub ttl: Option<u32>,
+    /// Service records (RFC 2782) at this name. Identical records (from one source or several)
+    /// are served once. Like addresses, they make a CNAME for the name ignored.
+    pub srv: Vec<Srv>,
+}
+
+/// One SRV record's data: where a service at a name is reached (RFC 2782).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Srv {
+    /// Lower is tried first.
+    pub priority: u16,
+    /// Relative share among records of one priority.
+    pub weight: u16,
+    /// The port the service listens on.
+    pub port: u16,
+    /// The host that serves it.
+    pub target: Name,
 }
 
 /// The data served at one name, built once per change and shared by every snapshot after it.
@@ -50,6 +66,8 @@ pub(crate) struct Node {
     pub a: Box<[Ipv4Addr]>,
     pub aaaa: Box<[Ipv6Addr]>,
     pub cname: Option<Box<Name>>,
+    /// Sorted, without duplicates.
+    pub srv: Box<[Srv]>,
     /// `None`: the snapshot's TTL.
     pub ttl: Option<u32>,
 }
@@ -69,7 +87,13 @@ impl Node {
                 IpAddr::V6(v6) => aaaa.push(v6),
             }
         }
-        let cname = if a.is_empty() && aaaa.is_empty() {
+        let mut srv: Vec<Srv> = contributions
+            .iter()
+            .flat_map(|c| c.srv.iter().cloned())
+            .collect();
+        srv.sort_unstable();
+        srv.dedup();
+        let cname = if a.is_empty() && aaaa.is_empty() && srv.is_empty() {
             // Contributions are kept sorted by source: the choice is stable.
             contributions.iter().find_map(|c| c.cname.clone())
         } else {
@@ -79,6 +103,7 @@ impl Node {
             a: a.into(),
             aaaa: aaaa.into(),
             cname,
+            srv: srv.into(),
             ttl: contributions.iter().filter_map(|c| c.ttl).min(),
         }
     }
@@ -90,7 +115,7 @@ impl Node {
 
     /// Whether the name has any data (an empty node is an empty non-terminal).
     pub fn has_data(&self) -> bool {
-        !self.a.is_empty() || !self.aaaa.is_empty() || self.cname.is_some()
+        !self.a.is_empty() || !self.aaaa.is_empty() || self.cname.is_some() || !self.srv.is_empty()
     }
 }
 
@@ -138,6 +163,7 @@ struct Contribution {
     addresses: Box<[IpAddr]>,
     cname: Option<Box<Name>>,
     ttl: Option<u32>,
+    srv: Box<[Srv]>,
 }
 
 /// Per-name bookkeeping on the writer side.
@@ -266,6 +292,7 @@ impl RecordTable {
                                 addresses: c.addresses.to_vec(),
                                 cname: c.cname.as_deref().cloned(),
                                 ttl: c.ttl,
+                                srv: c.srv.to_vec(),
                             },
                         )
                     })
@@ -483,6 +510,11 @@ impl Batch<'_> {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
+                    if !records.srv.is_empty() {
+                        let mut srv = std::mem::take(&mut existing.srv).into_vec();
+                        srv.extend(records.srv);
+                        existing.srv = srv.into();
+                    }
                 }
                 Err(at) => {
                     let contribution = Contribution {
@@ -494,6 +526,7 @@ impl Batch<'_> {
                         addresses: records.addresses.as_slice().into(),
                         cname: records.cname.as_ref().map(|n| Box::new(n.clone())),
                         ttl: records.ttl,
+                        srv: records.srv.as_slice().into(),
                     };
                     state.contributions.insert(at, contribution);
                     state.contributions.shrink_to_fit();
@@ -604,6 +637,7 @@ mod tests {
                     addresses: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))],
                     cname: None,
                     ttl: None,
+                    srv: Vec::new(),
                 };
                 (name, records)
             })
@@ -682,6 +716,7 @@ mod tests {
             addresses: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, ip))],
             cname: None,
             ttl,
+            srv: Vec::new(),
         };
         t.set_source("a", vec![(name.clone(), records(1, Some(7)))])
             .unwrap();

@@ -220,3 +220,117 @@ fn several_zones_are_served() {
     };
     assert_eq!(resp.authorities[0].name, name("other.test."));
 }
+
+/// SRV answers as `dig +short SRV` would list them: `priority weight port target`, sorted.
+fn srv_answers(resp: &hickory_proto::op::Message) -> Vec<String> {
+    let mut out: Vec<String> = resp
+        .answers
+        .iter()
+        .map(|r| {
+            let RData::SRV(srv) = &r.data else {
+                panic!("not an SRV record: {r:?}")
+            };
+            format!(
+                "{} {} {} {}",
+                srv.priority,
+                srv.weight,
+                srv.port,
+                srv.target.to_lowercase()
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn srv_records_are_answered_once_each() {
+    let table = fixture();
+    // Three contributions of `0 100 42 svc.xcc.test.` (tcp/42 and udp/42 of one source, and
+    // another source spelling the target in capitals): one record.
+    let q = query("svc.xcc.test.", RecordType::SRV);
+    let resp = exchange(&table, &q);
+    assert_response_of(&resp, &q);
+    assert_eq!(rcode(&resp), ResponseCode::NoError);
+    assert!(resp.metadata.authoritative);
+    assert_eq!(srv_answers(&resp), ["0 100 42 svc.xcc.test."]);
+    assert!(resp.answers.iter().all(|r| r.ttl == 30));
+    assert!(resp.authorities.is_empty());
+    // The addresses at the same name are still there, and an A query gets only them.
+    let resp = exchange(&table, &query("svc.xcc.test.", RecordType::A));
+    assert_eq!(answer_ips(&resp), ips(&["192.0.2.42"]));
+    // ANY: both.
+    let resp = exchange(&table, &query("svc.xcc.test.", RecordType::ANY));
+    let types: Vec<RecordType> = resp.answers.iter().map(|r| r.record_type()).collect();
+    assert_eq!(types, [RecordType::A, RecordType::SRV]);
+
+    let resp = exchange(&table, &query("_hi._tcp.svc.xcc.test.", RecordType::SRV));
+    assert_eq!(srv_answers(&resp), ["0 100 42 svc.xcc.test."]);
+
+    let resp = exchange(&table, &query("headless.xcc.test.", RecordType::SRV));
+    assert_eq!(
+        srv_answers(&resp),
+        [
+            "0 50 42 web-0.c1.headless.xcc.test.",
+            "0 50 42 web-1.c1.headless.xcc.test."
+        ]
+    );
+    // Answers echo the question's case.
+    let resp = exchange(&table, &query("HeadLess.xcc.test.", RecordType::SRV));
+    assert!(
+        resp.answers
+            .iter()
+            .all(|r| r.name.eq_case(&name("HeadLess.xcc.test.")))
+    );
+}
+
+#[test]
+fn srv_names_keep_nodata_and_nxdomain_apart() {
+    let table = fixture();
+    // A name with only SRV records: NODATA for A and AAAA, with the SOA (also on the fast path's
+    // type, A, through the handler here).
+    for qtype in [RecordType::A, RecordType::AAAA, RecordType::TXT] {
+        let resp = exchange(&table, &query("headless.xcc.test.", qtype));
+        assert_eq!(rcode(&resp), ResponseCode::NoError, "{qtype}");
+        assert!(resp.answers.is_empty(), "{qtype}");
+        assert_eq!(
+            resp.authorities[0].record_type(),
+            RecordType::SOA,
+            "{qtype}"
+        );
+    }
+    // A name with addresses and no SRV: NODATA for SRV.
+    let resp = exchange(&table, &query("v4only.xcc.test.", RecordType::SRV));
+    assert_eq!(rcode(&resp), ResponseCode::NoError);
+    assert!(resp.answers.is_empty());
+    assert_eq!(resp.authorities[0].record_type(), RecordType::SOA);
+    // `_tcp.svc` exists only as the parent of `_hi._tcp.svc`: NODATA.
+    let resp = exchange(&table, &query("_tcp.svc.xcc.test.", RecordType::SRV));
+    assert_eq!(rcode(&resp), ResponseCode::NoError);
+    assert!(resp.answers.is_empty());
+    assert_eq!(resp.authorities[0].record_type(), RecordType::SOA);
+    // A port name nobody has: NXDOMAIN with the SOA.
+    let resp = exchange(&table, &query("_nope._tcp.svc.xcc.test.", RecordType::SRV));
+    assert_eq!(rcode(&resp), ResponseCode::NXDomain);
+    assert_eq!(resp.authorities[0].record_type(), RecordType::SOA);
+    assert_eq!(resp.authorities[0].ttl, 15);
+}
+
+#[test]
+fn a_cname_beside_srv_records_is_ignored() {
+    let table = fixture();
+    table
+        .set_source(
+            "alias",
+            vec![(name("headless.xcc.test."), cname("v4only.xcc.test."))],
+        )
+        .unwrap();
+    let resp = exchange(&table, &query("headless.xcc.test.", RecordType::A));
+    assert!(resp.answers.is_empty(), "{:?}", resp.answers);
+    let resp = exchange(&table, &query("headless.xcc.test.", RecordType::SRV));
+    assert_eq!(resp.answers.len(), 2);
+    // Removing the SRV source leaves the CNAME in force.
+    table.remove_source("fixture");
+    let resp = exchange(&table, &query("headless.xcc.test.", RecordType::A));
+    assert_eq!(resp.answers[0].record_type(), RecordType::CNAME);
+}

@@ -20,6 +20,7 @@ fn valid_queries() -> Vec<Vec<u8>> {
         query("alias2.xcc.test.", RecordType::A),
         with_edns(query("big.xcc.test.", RecordType::ANY), 512, 0),
         query("xcc.test.", RecordType::SOA),
+        with_edns(query("headless.xcc.test.", RecordType::SRV), 512, 0),
     ]
     .iter()
     .map(|m| m.to_vec().unwrap())
@@ -55,7 +56,7 @@ proptest! {
 
     #[test]
     fn mutated_queries(
-        which in 0usize..5,
+        which in 0usize..6,
         flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
         cut in proptest::option::of(any::<usize>()),
         tail in proptest::collection::vec(any::<u8>(), 0..16),

@@ -14,7 +14,7 @@ use hickory_server::{
     server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
     zone_handler::MessageResponse,
 };
-use xcc_dns::{Handler, HostRecords, NoObserver, RecordTable, Zone, ZoneSettings};
+use xcc_dns::{Handler, HostRecords, NoObserver, RecordTable, Srv, Zone, ZoneSettings};
 
 /// Encodes responses the way the server does for the protocol, and keeps the bytes.
 #[derive(Clone)]
@@ -63,6 +63,7 @@ pub fn addresses(list: &[&str]) -> HostRecords {
         addresses: ips(list),
         cname: None,
         ttl: None,
+        srv: Vec::new(),
     }
 }
 
@@ -71,6 +72,23 @@ pub fn cname(target: &str) -> HostRecords {
         addresses: vec![],
         cname: Some(name(target)),
         ttl: None,
+        srv: Vec::new(),
+    }
+}
+
+/// SRV records to `targets`, each `0 <weight> <port> <target>`.
+pub fn srv(weight: u16, port: u16, targets: &[&str]) -> HostRecords {
+    HostRecords {
+        srv: targets
+            .iter()
+            .map(|t| Srv {
+                priority: 0,
+                weight,
+                port,
+                target: name(t),
+            })
+            .collect(),
+        ..HostRecords::default()
     }
 }
 
@@ -108,7 +126,40 @@ pub fn fixture() -> Arc<RecordTable> {
                 (name("loop2.xcc.test."), cname("loop1.xcc.test.")),
                 (name("big.xcc.test."), addresses(&big)),
                 (name("host.other.test."), addresses(&["203.0.113.7"])),
+                // A service with a virtual address, on tcp/42 and udp/42: one SRV record at its
+                // name, to itself, and one per named port.
+                (name("svc.xcc.test."), addresses(&["192.0.2.42"])),
+                (name("svc.xcc.test."), srv(100, 42, &["svc.xcc.test."])),
+                (name("svc.xcc.test."), srv(100, 42, &["svc.xcc.test."])),
+                (
+                    name("_hi._tcp.svc.xcc.test."),
+                    srv(100, 42, &["svc.xcc.test."]),
+                ),
+                // A service without one: an SRV record per endpoint, nothing else.
+                (
+                    name("headless.xcc.test."),
+                    srv(
+                        50,
+                        42,
+                        &["web-0.c1.headless.xcc.test.", "web-1.c1.headless.xcc.test."],
+                    ),
+                ),
+                (
+                    name("web-0.c1.headless.xcc.test."),
+                    addresses(&["10.0.0.1"]),
+                ),
+                (
+                    name("web-1.c1.headless.xcc.test."),
+                    addresses(&["10.0.0.2"]),
+                ),
             ],
+        )
+        .unwrap();
+    // The same record from another source is served once.
+    table
+        .set_source(
+            "fixture-2",
+            vec![(name("svc.xcc.test."), srv(100, 42, &["SVC.xcc.test."]))],
         )
         .unwrap();
     Arc::new(table)
