@@ -244,6 +244,11 @@ impl SliceIndex {
         }
     }
 
+    /// The table this index writes.
+    pub fn table(&self) -> &Arc<RecordTable> {
+        &self.table
+    }
+
     /// The origins of the sources this index writes (shared, kept up to date by the index).
     pub fn origins(&self) -> SliceOrigins {
         self.origins.clone()
@@ -282,7 +287,8 @@ impl SliceIndex {
         let present: HashSet<String> = slices.iter().map(source_of).collect();
         self.origins.retain(|s| present.contains(s));
         let _ = self.table.update(|batch| {
-            batch.retain_sources(|s| present.contains(s));
+            // The clusterset names are another feed's.
+            batch.retain_sources(|s| present.contains(s) || super::mcs::is_clusterset_source(s));
             for (i, slice) in slices.iter().enumerate() {
                 let source = source_of(slice);
                 match records_of(slice) {

@@ -151,6 +151,29 @@ pub struct DnsArgs {
     )]
     pub negative_ttl: u32,
 
+    /// Zone of the Multi-Cluster Services names (`<svc>.<ns>.svc.<zone>`, KEP-1645), answered
+    /// from the ServiceImports and MCS EndpointSlices of the agent's cluster; empty: not served.
+    /// Never served with --records.
+    #[arg(
+        long,
+        env = "XCC_CLUSTERSET_ZONE",
+        default_value = "clusterset.local",
+        value_name = "ZONE",
+        value_parser = clusterset_zone
+    )]
+    pub clusterset_zone: String,
+
+    /// TTL of the answers of the clusterset zone's names, in seconds (1 to 3600): short, since
+    /// they follow endpoints.
+    #[arg(
+        long,
+        env = "XCC_CLUSTERSET_TTL",
+        default_value_t = 5,
+        value_name = "SECONDS",
+        value_parser = number::<u32>("seconds", 1, 3600)
+    )]
+    pub clusterset_ttl: u32,
+
     /// UDP sockets sharing the port (SO_REUSEPORT), each served by its own thread; 0 means one
     /// per CPU (0 to 1024).
     #[arg(
@@ -217,6 +240,14 @@ pub struct DnsArgs {
         value_parser = duration(Duration::from_millis(100), Duration::from_secs(600))
     )]
     pub tcp_read_timeout: Duration,
+}
+
+/// `--clusterset-zone`: a zone, or empty for none.
+fn clusterset_zone(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Ok(String::new());
+    }
+    xcc_kube::flags::zone(text.trim())
 }
 
 impl DnsArgs {
@@ -431,6 +462,8 @@ mod tests {
         assert_eq!(args.dns.zones, ["xcc.test"]);
         assert_eq!(args.dns.listen.port(), 53);
         assert_eq!(args.dns.ttl, 30);
+        assert_eq!(args.dns.clusterset_zone, "clusterset.local");
+        assert_eq!(args.dns.clusterset_ttl, 5);
         assert!(args.command.is_none());
         assert!(args.sync.reconcilers.replication.secret_replication);
     }
@@ -554,6 +587,8 @@ mod tests {
             (&["--zone", "*.test"][..], "wildcard"),
             (&["--zone", "bad..zone"], "empty label"),
             (&["--listen", "localhost:5353"], "IP:PORT"),
+            (&["--clusterset-zone", "*.local"], "wildcard"),
+            (&["--clusterset-ttl", "0"], "seconds"),
         ] {
             let error = Args::try_parse_from(["xcc-agent"].iter().chain(args)).unwrap_err();
             assert_eq!(error.exit_code(), 2, "{args:?}");
@@ -563,6 +598,15 @@ mod tests {
         assert!(args.sync.leader.leader_elect);
         let args = Args::try_parse_from(["xcc-agent", "--leader-elect=false"]).unwrap();
         assert!(!args.sync.leader.leader_elect);
+    }
+
+    #[test]
+    fn the_clusterset_zone_is_switched_off_by_an_empty_value() {
+        let args = Args::try_parse_from(["xcc-agent", "--clusterset-zone", ""]).unwrap();
+        assert_eq!(args.dns.clusterset_zone, "");
+        let args =
+            Args::try_parse_from(["xcc-agent", "--clusterset-zone", "mcs.example."]).unwrap();
+        assert_eq!(args.dns.clusterset_zone, "mcs.example.");
     }
 
     #[test]

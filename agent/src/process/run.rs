@@ -17,6 +17,7 @@ use super::{
 };
 use crate::{
     feed::{
+        mcs::{self, ClustersetZone, McsIndex},
         metrics::Metrics,
         records::{Loader, RecordsFeed},
         slices::{self, SliceIndex},
@@ -265,12 +266,15 @@ async fn bind(args: &Args) -> anyhow::Result<(Sockets, usize, tokio::net::TcpLis
 
 /// The record table of the zones, and the process's metrics.
 fn table_and_metrics(args: &Args) -> anyhow::Result<(Arc<RecordTable>, Arc<Metrics>)> {
-    let zones = args
+    let mut zones = args
         .dns
         .zones
         .iter()
         .map(|z| Zone::new(z))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(clusterset) = clusterset_zone(args) {
+        zones.push(Zone::new(&clusterset.origin.to_ascii())?);
+    }
     let settings = ZoneSettings {
         ttl: args.dns.ttl,
         negative_ttl: args.dns.negative_ttl,
@@ -287,6 +291,15 @@ fn table_and_metrics(args: &Args) -> anyhow::Result<(Arc<RecordTable>, Arc<Metri
         args.records.file.is_some(),
     ));
     Ok((table, metrics))
+}
+
+/// The clusterset zone, when it is served: on a cluster (never with a records file) and not
+/// switched off.
+fn clusterset_zone(args: &Args) -> Option<ClustersetZone> {
+    if args.records.file.is_some() {
+        return None;
+    }
+    ClustersetZone::from_flag(&args.dns.clusterset_zone, args.dns.clusterset_ttl)
 }
 
 /// Where the table's records come from, and the URL of the agent's API server (empty with a
@@ -408,6 +421,10 @@ async fn start_feed(
                 // are retried in the background, never fatal to DNS serving.
                 crate::feed::announce::start(client.clone(), args.kube.namespace.clone()).await;
             }
+            let clusterset = clusterset_zone(args).map(|zone| {
+                let index = McsIndex::new(slice_index.table().clone(), zone);
+                mcs::run(client.clone(), index, metrics.clone())
+            });
             let run = slices::run(
                 client,
                 args.kube.namespace.clone(),
@@ -419,8 +436,13 @@ async fn start_feed(
             let stop = stop.clone().cancelled_owned();
             tokio::spawn(async move {
                 let _alive = alive;
+                let clusterset = async {
+                    if let Some(clusterset) = clusterset {
+                        clusterset.await;
+                    }
+                };
                 tokio::select! {
-                    () = run => {}
+                    _ = futures::future::join(run, clusterset) => {}
                     () = stop => {}
                 }
             })
