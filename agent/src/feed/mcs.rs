@@ -483,3 +483,486 @@ async fn wait_until_readable(
         tokio::time::sleep(PROBE_INTERVAL).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+    use kube::api::ObjectMeta;
+    use xcc_dns::{
+        Zone, ZoneSettings,
+        proto::{
+            op::ResponseCode,
+            rr::{RData, RecordType},
+        },
+    };
+
+    use super::*;
+    use crate::mcs::api::ServiceImportSpec;
+
+    const NS: &str = "demo";
+
+    fn zone() -> ClustersetZone {
+        ClustersetZone::from_flag("clusterset.local", 5).unwrap()
+    }
+
+    fn table() -> Arc<RecordTable> {
+        let zones = vec![
+            Zone::new("xcc.test").unwrap(),
+            Zone::new("clusterset.local").unwrap(),
+        ];
+        Arc::new(RecordTable::new(zones, ZoneSettings::default()).unwrap())
+    }
+
+    fn service_port(name: Option<&str>, protocol: &str, port: i32) -> ServicePort {
+        ServicePort {
+            name: name.map(Into::into),
+            protocol: Some(protocol.into()),
+            app_protocol: None,
+            port,
+        }
+    }
+
+    fn import(
+        name: &str,
+        type_: ServiceImportType,
+        ips: &[&str],
+        ports: Vec<ServicePort>,
+    ) -> ServiceImport {
+        ServiceImport {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            spec: ServiceImportSpec {
+                ports,
+                ips: ips.iter().map(|s| s.to_string()).collect(),
+                type_,
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    /// An endpoint: its addresses, hostname and whether it is ready (`None`: unset).
+    fn endpoint(addresses: &[&str], hostname: Option<&str>, ready: Option<bool>) -> Endpoint {
+        Endpoint {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            hostname: hostname.map(Into::into),
+            conditions: Some(EndpointConditions {
+                ready,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn mcs_slice(
+        name: &str,
+        service: &str,
+        cluster: &str,
+        address_type: &str,
+        endpoints: Vec<Endpoint>,
+        ports: &[(Option<&str>, &str, i32)],
+    ) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                labels: Some(
+                    [
+                        (LABEL_SERVICE_NAME.to_string(), service.to_string()),
+                        (LABEL_SOURCE_CLUSTER.to_string(), cluster.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            address_type: address_type.into(),
+            endpoints,
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(name, protocol, port)| EndpointPort {
+                        name: name.map(Into::into),
+                        protocol: Some(protocol.to_string()),
+                        port: Some(*port),
+                        app_protocol: None,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// What a client asking `qname`/`qtype` gets: the rcode and the answers' data, sorted.
+    fn ask(table: &RecordTable, qname: &str, qtype: RecordType) -> (ResponseCode, Vec<String>) {
+        let snapshot = table.snapshot();
+        let resolution = snapshot.resolve(&Name::from_ascii(qname).unwrap(), qtype);
+        let mut answers: Vec<String> = resolution
+            .answers
+            .iter()
+            .map(|r| match &r.data {
+                RData::SRV(srv) => format!(
+                    "{} {} {} {}",
+                    srv.priority, srv.weight, srv.port, srv.target
+                ),
+                other => other.to_string(),
+            })
+            .collect();
+        answers.sort();
+        if answers.is_empty() {
+            let soa = resolution.authority.map(|r| r.record_type());
+            assert_eq!(
+                soa,
+                Some(RecordType::SOA),
+                "{qname} {qtype}: SOA in authority"
+            );
+        }
+        (resolution.rcode, answers)
+    }
+
+    fn answers(table: &RecordTable, qname: &str, qtype: RecordType) -> Vec<String> {
+        let (rcode, answers) = ask(table, qname, qtype);
+        assert_eq!(rcode, ResponseCode::NoError, "{qname} {qtype}");
+        answers
+    }
+
+    fn apply(index: &mut McsIndex, changes: Vec<Change>) {
+        let mut touched = HashSet::new();
+        for change in changes {
+            touched.extend(index.take(change));
+        }
+        assert!(index.publish(&touched).is_empty());
+    }
+
+    const HELLO: &str = "hello.demo.svc.clusterset.local.";
+
+    #[test]
+    fn a_clusterset_ip_service_answers_its_ips_and_one_srv_record_per_port() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let hello = import(
+            "hello",
+            ServiceImportType::ClusterSetIP,
+            &["10.96.0.10", "fd00:96::10"],
+            vec![
+                service_port(Some("tcp"), "TCP", 42),
+                service_port(Some("udp"), "UDP", 42),
+            ],
+        );
+        // A slice of the service does not add addresses to a ClusterSetIP name.
+        let slice = mcs_slice(
+            "hello-c1",
+            "hello",
+            "c1",
+            "IPv4",
+            vec![endpoint(&["10.0.0.5"], None, None)],
+            &[(Some("tcp"), "TCP", 42)],
+        );
+        apply(
+            &mut index,
+            vec![
+                Change::Import(Event::Apply(hello)),
+                Change::Slice(Event::Apply(slice)),
+            ],
+        );
+        assert_eq!(answers(&t, HELLO, RecordType::A), ["10.96.0.10"]);
+        assert_eq!(answers(&t, HELLO, RecordType::AAAA), ["fd00:96::10"]);
+        // tcp/42 and udp/42: one record, as the conformance suite expects.
+        assert_eq!(
+            answers(&t, HELLO, RecordType::SRV),
+            [format!("0 100 42 {HELLO}")]
+        );
+        assert_eq!(
+            answers(&t, &format!("_tcp._tcp.{HELLO}"), RecordType::SRV),
+            [format!("0 100 42 {HELLO}")]
+        );
+        assert_eq!(
+            answers(&t, &format!("_udp._udp.{HELLO}"), RecordType::SRV),
+            [format!("0 100 42 {HELLO}")]
+        );
+        // No per-endpoint names for a ClusterSetIP service.
+        let (rcode, _) = ask(&t, &format!("10-0-0-5.c1.{HELLO}"), RecordType::A);
+        assert_eq!(rcode, ResponseCode::NXDomain);
+        // Every answer carries the clusterset TTL.
+        let snapshot = t.snapshot();
+        let resolution = snapshot.resolve(&Name::from_ascii(HELLO).unwrap(), RecordType::A);
+        assert!(resolution.answers.iter().all(|r| r.ttl == 5));
+    }
+
+    #[test]
+    fn unnamed_ports_have_no_port_name_and_several_ports_share_the_weight() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let hello = import(
+            "hello",
+            ServiceImportType::ClusterSetIP,
+            &["10.96.0.10"],
+            vec![
+                service_port(None, "TCP", 42),
+                service_port(Some("http"), "TCP", 80),
+            ],
+        );
+        apply(&mut index, vec![Change::Import(Event::Apply(hello))]);
+        assert_eq!(
+            answers(&t, HELLO, RecordType::SRV),
+            [format!("0 50 42 {HELLO}"), format!("0 50 80 {HELLO}")]
+        );
+        assert_eq!(
+            answers(&t, &format!("_http._tcp.{HELLO}"), RecordType::SRV),
+            [format!("0 100 80 {HELLO}")]
+        );
+        // `_tcp.hello...` is only the parent of `_http._tcp.hello...`: NODATA.
+        assert!(answers(&t, &format!("_tcp.{HELLO}"), RecordType::SRV).is_empty());
+        for missing in [format!("_42._tcp.{HELLO}"), format!("_http._udp.{HELLO}")] {
+            assert_eq!(
+                ask(&t, &missing, RecordType::SRV).0,
+                ResponseCode::NXDomain,
+                "{missing}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_headless_service_answers_every_ready_endpoint_of_every_cluster() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let hello = import(
+            "hello",
+            ServiceImportType::Headless,
+            &[],
+            vec![
+                service_port(Some("tcp"), "TCP", 42),
+                service_port(Some("udp"), "UDP", 42),
+            ],
+        );
+        let c1 = mcs_slice(
+            "hello-c1",
+            "hello",
+            "c1",
+            "IPv4",
+            vec![
+                endpoint(&["10.0.0.1"], Some("web-0"), Some(true)),
+                endpoint(&["10.0.0.2"], Some("web-1"), None),
+                endpoint(&["10.0.0.3"], Some("web-2"), Some(false)),
+            ],
+            &[(Some("tcp"), "TCP", 42), (Some("udp"), "UDP", 42)],
+        );
+        let c1_v6 = mcs_slice(
+            "hello-c1-v6",
+            "hello",
+            "c1",
+            "IPv6",
+            vec![endpoint(&["fd00::1"], Some("web-0"), None)],
+            &[(Some("tcp"), "TCP", 42)],
+        );
+        // Another cluster, whose endpoints have no hostname, on its own port (a node port).
+        let c2 = mcs_slice(
+            "hello-c2",
+            "hello",
+            "c2",
+            "IPv4",
+            vec![endpoint(&["10.1.0.5"], None, None)],
+            &[(Some("tcp"), "TCP", 30042)],
+        );
+        apply(
+            &mut index,
+            vec![
+                Change::Import(Event::Apply(hello)),
+                Change::Slice(Event::Apply(c1)),
+                Change::Slice(Event::Apply(c1_v6)),
+                Change::Slice(Event::Apply(c2.clone())),
+            ],
+        );
+        assert_eq!(
+            answers(&t, HELLO, RecordType::A),
+            ["10.0.0.1", "10.0.0.2", "10.1.0.5"],
+            "web-2 is not ready"
+        );
+        assert_eq!(answers(&t, HELLO, RecordType::AAAA), ["fd00::1"]);
+        assert_eq!(
+            answers(&t, &format!("web-0.c1.{HELLO}"), RecordType::A),
+            ["10.0.0.1"]
+        );
+        assert_eq!(
+            answers(&t, &format!("web-0.c1.{HELLO}"), RecordType::AAAA),
+            ["fd00::1"]
+        );
+        assert_eq!(
+            answers(&t, &format!("10-1-0-5.c2.{HELLO}"), RecordType::A),
+            ["10.1.0.5"]
+        );
+        assert_eq!(
+            ask(&t, &format!("web-2.c1.{HELLO}"), RecordType::A).0,
+            ResponseCode::NXDomain
+        );
+        // The cluster's label is an empty non-terminal.
+        assert!(answers(&t, &format!("c1.{HELLO}"), RecordType::A).is_empty());
+        // One SRV record per ready endpoint (web-0's two families and tcp/udp 42 merged).
+        assert_eq!(
+            answers(&t, HELLO, RecordType::SRV),
+            [
+                format!("0 33 30042 10-1-0-5.c2.{HELLO}"),
+                format!("0 33 42 web-0.c1.{HELLO}"),
+                format!("0 33 42 web-1.c1.{HELLO}"),
+            ]
+        );
+        assert_eq!(
+            answers(&t, &format!("_udp._udp.{HELLO}"), RecordType::SRV),
+            [
+                format!("0 50 42 web-0.c1.{HELLO}"),
+                format!("0 50 42 web-1.c1.{HELLO}"),
+            ]
+        );
+        // c2's endpoint becomes not ready, then its slice goes.
+        let mut c2_down = c2.clone();
+        c2_down.endpoints = vec![endpoint(&["10.1.0.5"], None, Some(false))];
+        apply(&mut index, vec![Change::Slice(Event::Apply(c2_down))]);
+        assert_eq!(answers(&t, HELLO, RecordType::A), ["10.0.0.1", "10.0.0.2"]);
+        apply(&mut index, vec![Change::Slice(Event::Delete(c2))]);
+        assert_eq!(
+            ask(&t, &format!("10-1-0-5.c2.{HELLO}"), RecordType::A).0,
+            ResponseCode::NXDomain
+        );
+        assert_eq!(answers(&t, HELLO, RecordType::SRV).len(), 2);
+    }
+
+    #[test]
+    fn an_ipv6_endpoint_without_hostname_is_named_by_its_address() {
+        let hello = import("hello", ServiceImportType::Headless, &[], vec![]);
+        let slice = mcs_slice(
+            "hello-c1",
+            "hello",
+            "c1",
+            "IPv6",
+            vec![endpoint(&["fd00::5"], None, None)],
+            &[(None, "TCP", 42)],
+        );
+        let (entries, skipped) = names_of(&zone(), &hello, &[&slice]);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let names: Vec<String> = entries.iter().map(|(n, _)| n.to_string()).collect();
+        assert!(names.contains(&format!("fd00--5.c1.{HELLO}")), "{names:?}");
+        // An unnamed port: an SRV record at the service's name, no `_<port>._<proto>` name.
+        assert!(names.iter().all(|n| !n.starts_with('_')), "{names:?}");
+    }
+
+    #[test]
+    fn removal_leaves_the_zone_empty_but_for_its_apex() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let hello = import(
+            "hello",
+            ServiceImportType::ClusterSetIP,
+            &["10.96.0.10"],
+            vec![service_port(None, "TCP", 42)],
+        );
+        apply(
+            &mut index,
+            vec![Change::Import(Event::Apply(hello.clone()))],
+        );
+        // The namespace and `svc` labels are empty non-terminals; anything else is NXDOMAIN.
+        for ent in ["demo.svc.clusterset.local.", "svc.clusterset.local."] {
+            assert!(answers(&t, ent, RecordType::A).is_empty(), "{ent}");
+        }
+        for missing in [
+            "other.demo.svc.clusterset.local.",
+            "hello.other.svc.clusterset.local.",
+            "x.clusterset.local.",
+        ] {
+            assert_eq!(ask(&t, missing, RecordType::A).0, ResponseCode::NXDomain);
+        }
+        assert_eq!(
+            answers(&t, "clusterset.local.", RecordType::SOA).len(),
+            1,
+            "SOA at the apex"
+        );
+        apply(&mut index, vec![Change::Import(Event::Delete(hello))]);
+        for gone in [HELLO, "demo.svc.clusterset.local.", "svc.clusterset.local."] {
+            assert_eq!(
+                ask(&t, gone, RecordType::A).0,
+                ResponseCode::NXDomain,
+                "{gone}"
+            );
+        }
+        assert!(t.sources().is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_everything_and_slices_wait_for_their_import() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let slice = mcs_slice(
+            "db-c1",
+            "db",
+            "c1",
+            "IPv4",
+            vec![endpoint(&["10.0.0.9"], Some("db-0"), None)],
+            &[],
+        );
+        // A slice without its ServiceImport is not served.
+        apply(&mut index, vec![Change::Slice(Event::Apply(slice.clone()))]);
+        assert!(t.snapshot().is_empty());
+        let old = import(
+            "old",
+            ServiceImportType::ClusterSetIP,
+            &["10.96.0.1"],
+            vec![],
+        );
+        apply(&mut index, vec![Change::Import(Event::Apply(old))]);
+        assert!(!answers(&t, "old.demo.svc.clusterset.local.", RecordType::A).is_empty());
+        // A relist (the watch was down): `old` went, `db` came.
+        let db = import(
+            "db",
+            ServiceImportType::Headless,
+            &[],
+            vec![service_port(Some("sql"), "TCP", 5432)],
+        );
+        apply(
+            &mut index,
+            vec![
+                Change::Import(Event::Init),
+                Change::Import(Event::InitApply(db)),
+                Change::Import(Event::InitDone),
+            ],
+        );
+        assert_eq!(
+            ask(&t, "old.demo.svc.clusterset.local.", RecordType::A).0,
+            ResponseCode::NXDomain
+        );
+        // The slice has no ports: the import's.
+        assert_eq!(
+            answers(
+                &t,
+                "_sql._tcp.db.demo.svc.clusterset.local.",
+                RecordType::SRV
+            ),
+            ["0 100 5432 db-0.c1.db.demo.svc.clusterset.local."]
+        );
+        // A slice relabelled to another service leaves the first.
+        let mut moved = slice;
+        moved
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_SERVICE_NAME.into(), "other".into());
+        apply(&mut index, vec![Change::Slice(Event::Apply(moved))]);
+        assert!(answers(&t, "db.demo.svc.clusterset.local.", RecordType::A).is_empty());
+    }
+
+    #[test]
+    fn a_relist_of_the_xcc_slices_keeps_the_clusterset_names() {
+        let t = table();
+        let mut index = McsIndex::new(t.clone(), zone());
+        let hello = import(
+            "hello",
+            ServiceImportType::ClusterSetIP,
+            &["10.96.0.10"],
+            vec![],
+        );
+        apply(&mut index, vec![Change::Import(Event::Apply(hello))]);
+        let slices = super::super::slices::SliceIndex::new(t.clone());
+        assert!(slices.reset(&[]).is_empty());
+        assert_eq!(answers(&t, HELLO, RecordType::A), ["10.96.0.10"]);
+    }
+}

@@ -606,7 +606,7 @@ mod tests {
         assert_eq!(args.dns.clusterset_zone, "");
         let args =
             Args::try_parse_from(["xcc-agent", "--clusterset-zone", "mcs.example."]).unwrap();
-        assert_eq!(args.dns.clusterset_zone, "mcs.example.");
+        assert_eq!(args.dns.clusterset_zone, "mcs.example");
     }
 
     #[test]
