@@ -29,13 +29,13 @@ pub const MAX_SOURCES: usize = 64;
 /// Why a request cannot be explained (a client error: HTTP 400).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ExplainError {
-    #[error("parameter name is required (GET /explain?name=NAME[&type=A|AAAA])")]
+    #[error("parameter name is required (GET /explain?name=NAME[&type=A|AAAA|SRV])")]
     MissingName,
     #[error("name is {0} characters long; at most {MAX_NAME_LEN} are allowed")]
     TooLong(usize),
     #[error("name {name:?} is not a valid DNS name: {why}")]
     BadName { name: String, why: String },
-    #[error("type {0:?} is not supported: use A or AAAA")]
+    #[error("type {0:?} is not supported: use A, AAAA or SRV")]
     BadType(String),
 }
 
@@ -64,11 +64,18 @@ pub struct Answer {
 #[derive(Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
-    /// The record table's source (`<ns>/<slice>` for EndpointSlices).
+    /// The record table's source (`<ns>/<slice>` for EndpointSlices, `clusterset:<ns>/<svc>`
+    /// for the names of a ServiceImport).
     pub source: String,
     /// The table name whose records answered (the name itself, or the wildcard covering it).
     pub owner: String,
     pub addresses: Vec<String>,
+    /// SRV records (`priority weight port target`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub srv: Vec<String>,
+    /// The ServiceImport whose names these are (clusterset zone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_import: Option<SliceRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cname: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +132,7 @@ pub fn parse_query(query: Option<&str>) -> Result<(Name, RecordType), ExplainErr
     let qtype = match qtype.as_deref().map(str::to_ascii_uppercase).as_deref() {
         None | Some("A") => RecordType::A,
         Some("AAAA") => RecordType::AAAA,
+        Some("SRV") => RecordType::SRV,
         Some(other) => return Err(ExplainError::BadType(other.to_string())),
     };
     Ok((parsed, qtype))
@@ -173,6 +181,12 @@ pub fn explain(
             sources.push(Source {
                 owner: matched.to_string(),
                 addresses: records.addresses.iter().map(|a| a.to_string()).collect(),
+                srv: records
+                    .srv
+                    .iter()
+                    .map(|s| format!("{} {} {} {}", s.priority, s.weight, s.port, s.target))
+                    .collect(),
+                service_import: service_import_of(&source),
                 cname: records.cname.as_ref().map(|c| c.to_string()),
                 endpoint_slice: origin.as_ref().map(|o| SliceRef {
                     namespace: o.namespace.clone(),
@@ -221,6 +235,17 @@ fn contributions_for(
         ancestor = ancestor.base_name();
     }
     (name.clone(), Vec::new())
+}
+
+/// The ServiceImport behind a source of the clusterset zone (`clusterset:<ns>/<svc>`).
+fn service_import_of(source: &str) -> Option<SliceRef> {
+    let (namespace, name) = source
+        .strip_prefix(super::mcs::SOURCE_PREFIX)?
+        .split_once('/')?;
+    Some(SliceRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
 }
 
 /// The cluster and namespace in a host name `*.gateway.<cluster>.<ns>.clusters.<zone>`.
@@ -385,6 +410,57 @@ mod tests {
             query("name=x.xcc.test&type=aaaa").unwrap().1,
             RecordType::AAAA
         );
+    }
+
+    #[test]
+    fn a_clusterset_name_names_its_service_import() {
+        use crate::{
+            feed::mcs::{Change, ClustersetZone, McsIndex},
+            mcs::api::{ServiceImport, ServiceImportSpec, ServicePort},
+        };
+        let table = Arc::new(
+            RecordTable::new(
+                vec![Zone::new("clusterset.local").unwrap()],
+                ZoneSettings::default(),
+            )
+            .unwrap(),
+        );
+        let zone = ClustersetZone::from_flag("clusterset.local", 5).unwrap();
+        let mut index = McsIndex::new(table.clone(), zone);
+        let import = ServiceImport {
+            metadata: ObjectMeta {
+                name: Some("hello".into()),
+                namespace: Some("demo".into()),
+                ..Default::default()
+            },
+            spec: ServiceImportSpec {
+                ips: vec!["10.96.0.10".into()],
+                ports: vec![ServicePort {
+                    port: 42,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            status: None,
+        };
+        let touched = index.take(Change::Import(kube::runtime::watcher::Event::Apply(import)));
+        assert!(index.publish(&touched).is_empty());
+        let (name, qtype) = query("name=hello.demo.svc.clusterset.local&type=SRV").unwrap();
+        let out = explain(&table, &SliceOrigins::default(), &name, qtype);
+        assert_eq!(out.rcode, "NOERROR");
+        assert_eq!(out.answers[0].ttl, 5);
+        assert_eq!(out.sources.len(), 1);
+        let source = &out.sources[0];
+        assert_eq!(source.source, "clusterset:demo/hello");
+        assert_eq!(
+            source.service_import,
+            Some(SliceRef {
+                namespace: "demo".into(),
+                name: "hello".into()
+            })
+        );
+        assert_eq!(source.srv, ["0 100 42 hello.demo.svc.clusterset.local."]);
+        assert_eq!(source.addresses, ["10.96.0.10"]);
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl Probes for AdminState {
     }
 }
 
-/// `GET /explain?name=NAME[&type=A|AAAA]`: the answer and its provenance, as JSON. Read-only.
+/// `GET /explain?name=NAME[&type=A|AAAA|SRV]`: the answer and its provenance, as JSON. Read-only.
 async fn explain_name(
     State(state): State<AdminState>,
     RawQuery(query): RawQuery,
