@@ -9,7 +9,10 @@ use std::{
 };
 
 use anyhow::Context as _;
-use xcc_e2e::{Cluster, Testbed, require_testbed, xcc::Agent};
+use xcc_e2e::{
+    Cluster, Testbed, require_testbed,
+    xcc::{Agent, CoreDns, coredns_patcher},
+};
 
 use crate::xcc_dns::manifest;
 
@@ -348,5 +351,94 @@ async fn clusterset_names_answer_from_service_imports_and_mcs_slices() {
     negative(&agent, &format!("web-0.c1.{WEB}"), "A", "NXDOMAIN").await;
     answers(&agent, HELLO, "A", &["10.96.0.10"]).await;
 
+    through_coredns(&bed, cluster, &agent).await;
     agent.process.stop(Duration::from_secs(5));
+}
+
+/// The zones the patcher Job of the install forwards (its `DOMAIN_SUFFIX`).
+fn job_zones() -> String {
+    let job = std::fs::read_to_string(manifest("manifests/coredns-patcher/job.yaml")).unwrap();
+    let at = job
+        .find("- name: DOMAIN_SUFFIX")
+        .expect("the Job sets DOMAIN_SUFFIX");
+    job[at..]
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().strip_prefix("value: "))
+        .expect("DOMAIN_SUFFIX has a value")
+        .trim()
+        .to_string()
+}
+
+/// A Corefile shaped as kubeadm writes it, its `kubernetes` plugin stood in for by `hosts` (no
+/// pods here), patched with the zones of the Job: `clusterset.local` reaches the agent, and
+/// `cluster.local` is still answered by its own block.
+async fn through_coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) {
+    let original = "cluster.local {\n    errors\n    hosts {\n        10.96.0.1 kubernetes.default.svc.cluster.local\n    }\n}\n. {\n    errors\n    cache 30\n}\n";
+    cluster
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: coredns, namespace: kube-system}}\ndata:\n  Corefile: {original:?}\n"
+        ))
+        .await
+        .unwrap();
+    cluster
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("manifests/coredns-patcher/job.yaml"),
+        ])
+        .await
+        .unwrap();
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-coredns-patcher")
+        .await
+        .unwrap();
+    let zones = job_zones();
+    assert_eq!(zones, "xcc.test,clusterset.local");
+    let args = [
+        format!("--zone={zones}"),
+        format!("--forward-to={}", agent.dns),
+        "--coredns-wait=0s".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    coredns_patcher(&kubeconfig.path, &args).await.unwrap();
+    let corefile = cluster
+        .kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ])
+        .await
+        .unwrap();
+    assert!(corefile.starts_with(original), "kept as it was: {corefile}");
+    assert!(
+        corefile.contains(&format!(
+            "clusterset.local {{\n    forward . {}\n    reload\n}}\n",
+            agent.dns
+        )),
+        "{corefile}"
+    );
+    let coredns = CoreDns::start(&bed.binaries.coredns, &corefile, cluster.dir())
+        .await
+        .unwrap();
+    let dug = dig(coredns.dns, HELLO, "SRV").await.unwrap();
+    assert_eq!(dug.answers, [format!("0 100 42 {HELLO}")], "{dug:?}");
+    let dug = dig(coredns.dns, HELLO, "A").await.unwrap();
+    assert_eq!(dug.answers, ["10.96.0.10"], "{dug:?}");
+    let dug = dig(coredns.dns, "nope.demo.svc.clusterset.local.", "A")
+        .await
+        .unwrap();
+    assert_eq!(dug.status, "NXDOMAIN", "{dug:?}");
+    let dug = dig(coredns.dns, "kubernetes.default.svc.cluster.local.", "A")
+        .await
+        .unwrap();
+    assert_eq!(
+        dug.answers,
+        ["10.96.0.1"],
+        "cluster.local untouched: {dug:?}"
+    );
 }
