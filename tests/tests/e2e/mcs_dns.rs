@@ -429,6 +429,31 @@ async fn through_coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) {
     assert_eq!(dug.answers, [format!("0 100 42 {HELLO}")], "{dug:?}");
     let dug = dig(coredns.dns, HELLO, "A").await.unwrap();
     assert_eq!(dug.answers, ["10.96.0.10"], "{dug:?}");
+    // As the conformance suite asks and reads it: every output line with `=` is an SRV record
+    // to it (`.*=\s*\d*\s*\d*\s*(\d*)\s*([a-zA-Z0-9-.]*)`), so there must be exactly one.
+    let out = tokio::process::Command::new("nslookup")
+        .args([
+            &format!("-port={}", coredns.dns.port()),
+            "-type=SRV",
+            HELLO,
+            &coredns.dns.ip().to_string(),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let records: Vec<Vec<&str>> = out
+        .lines()
+        .filter_map(|l| {
+            l.rsplit_once('=')
+                .map(|(_, r)| r.split_whitespace().collect())
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [vec!["0", "100", "42", HELLO]],
+        "nslookup's output: {out}"
+    );
     let dug = dig(coredns.dns, "nope.demo.svc.clusterset.local.", "A")
         .await
         .unwrap();
