@@ -81,8 +81,8 @@ spec:
   - {name: tcp, protocol: TCP, port: 8080}
 "#;
 
-const HELLO: &str = "hello.demo.svc.clusterset.local.";
-const WEB: &str = "web.demo.svc.clusterset.local.";
+pub(crate) const HELLO: &str = "hello.demo.svc.clusterset.local.";
+pub(crate) const WEB: &str = "web.demo.svc.clusterset.local.";
 
 /// What `dig` answers: status, the answer section's data (everything after the type), and the
 /// types of the authority section.
@@ -196,7 +196,9 @@ fn slice(
     yaml
 }
 
-async fn set_up(cluster: &Cluster) {
+/// The CRDs, the agent's manifest with the clusterset read grant, and the two imports with the
+/// slices of `web` (web-0 and web-1 of c1 ready, web-2 not; one endpoint of c2).
+pub(crate) async fn set_up(cluster: &Cluster) {
     cluster
         .install_crds(&std::path::PathBuf::from(manifest("manifests/crds")))
         .await
@@ -352,7 +354,20 @@ async fn clusterset_names_answer_from_service_imports_and_mcs_slices() {
     answers(&agent, HELLO, "A", &["10.96.0.10"]).await;
 
     through_coredns(&bed, cluster, &agent).await;
+    let mut agent = agent;
     agent.process.stop(Duration::from_secs(5));
+}
+
+/// The agent, under the manifests' ServiceAccount, ready.
+pub(crate) async fn agent(cluster: &Cluster) -> Agent {
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap();
+    let mut agent =
+        Agent::start(&kubeconfig.path, &cluster.dir().join("xcc-agent.log"), &[]).unwrap();
+    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
+    agent
 }
 
 /// The zones the patcher Job of the install forwards (its `DOMAIN_SUFFIX`).
