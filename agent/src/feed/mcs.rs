@@ -195,7 +195,9 @@ fn headless_slice(
             };
             let host = match endpoint.hostname.as_deref().filter(|h| !h.is_empty()) {
                 Some(hostname) => hostname.to_string(),
-                None => ip.to_string().replace(['.', ':'], "-"),
+                // The address as the slice writes it, as CoreDNS and the conformance suite
+                // derive the name.
+                None => address.trim().to_ascii_lowercase().replace(['.', ':'], "-"),
             };
             let Some(own) = Name::from_ascii(format!("{host}.{cluster}"))
                 .ok()
@@ -467,7 +469,7 @@ async fn wait_until_readable(
         };
         let Some(why) = refused else {
             if said {
-                tracing::info!(%zone, "ServiceImports readable; serving the clusterset zone");
+                tracing::info!(%zone, "ServiceImports and MCS EndpointSlices readable; serving the clusterset zone");
             }
             return;
         };
@@ -475,7 +477,7 @@ async fn wait_until_readable(
             tracing::info!(
                 %zone,
                 why = %xcc_kube::bounded(&why),
-                "ServiceImports cannot be read (the MCS API is not installed, or the agent may not read it): the clusterset zone answers NXDOMAIN; checking again every {}s",
+                "ServiceImports or MCS EndpointSlices cannot be read (the MCS API is not installed, or the agent may not list them cluster-wide): the clusterset zone answers NXDOMAIN; checking again every {}s",
                 PROBE_INTERVAL.as_secs()
             );
             said = true;
