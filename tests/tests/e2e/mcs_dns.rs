@@ -199,6 +199,11 @@ fn slice(
 /// The CRDs, the agent's manifest with the clusterset read grant, and the two imports with the
 /// slices of `web` (web-0 and web-1 of c1 ready, web-2 not; one endpoint of c2).
 pub(crate) async fn set_up(cluster: &Cluster) {
+    set_up_with(cluster, true).await;
+}
+
+/// [`set_up`], with or without the clusterset read grant.
+async fn set_up_with(cluster: &Cluster, grant: bool) {
     cluster
         .install_crds(&std::path::PathBuf::from(manifest("manifests/crds")))
         .await
@@ -223,7 +228,9 @@ pub(crate) async fn set_up(cluster: &Cluster) {
         .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
         .await
         .unwrap();
-    cluster.apply_yaml(CLUSTERSET_READ).await.unwrap();
+    if grant {
+        cluster.apply_yaml(CLUSTERSET_READ).await.unwrap();
+    }
     cluster
         .kubectl(&["create", "namespace", "demo"])
         .await
@@ -481,4 +488,46 @@ async fn through_coredns(bed: &Testbed, cluster: &Cluster, agent: &Agent) {
         ["10.96.0.1"],
         "cluster.local untouched: {dug:?}"
     );
+}
+
+/// Without the read grant (the MCS part of the install not applied), the agent serves the xcc
+/// zone as ever, answers NXDOMAIN with the SOA for the clusterset names, says why once, and
+/// serves them once the grant is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_read_grant_the_zone_is_empty_until_it_comes() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["solo"]).await.unwrap();
+    let cluster = bed.cluster("solo");
+    set_up_with(cluster, false).await;
+    let mut agent = agent(cluster).await;
+    let log = cluster.dir().join("xcc-agent.log");
+    let said = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            text.matches("cannot be read").count(),
+            text.contains("readable; serving the clusterset zone"),
+        )
+    };
+    negative(&agent, HELLO, "A", "NXDOMAIN").await;
+    let soa = dig(agent.dns, "xcc.test.", "SOA").await.unwrap();
+    assert_eq!(soa.answers.len(), 1, "the xcc zone is served: {soa:?}");
+    let started = Instant::now();
+    while said().0 == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no line says why"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    cluster.apply_yaml(CLUSTERSET_READ).await.unwrap();
+    // The feed checks again every 30 s.
+    until(agent.dns, HELLO, "A", Duration::from_secs(45), |d| {
+        d.answers == ["10.96.0.10"]
+    })
+    .await;
+    assert_eq!(said(), (1, true), "said once, and when it changed");
+    agent.process.stop(Duration::from_secs(5));
 }
