@@ -293,8 +293,18 @@ pub struct ClusterPropertySpec {
 
 /// The CRDs of the MCS API and the About API, in the order `xcc-agent crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
+    let mut property = ClusterProperty::crd();
+    // `*.k8s.io` is a protected group: the API server serves it only with this annotation, which
+    // the upstream About API CRD carries too.
+    property.metadata.annotations = Some(
+        [(
+            "api-approved.kubernetes.io".to_string(),
+            "https://github.com/kubernetes/enhancements/pull/3084".to_string(),
+        )]
+        .into(),
+    );
     vec![
-        ClusterProperty::crd(),
+        property,
         service_export_crd(),
         ServiceImport::crd(),
     ]

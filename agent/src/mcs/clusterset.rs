@@ -34,7 +34,11 @@ impl Drop for Forwarder {
 }
 
 /// Wakes `wake` at every change of `view` (and raises `flag`, when given).
-pub fn forward(view: &View, wake: Arc<Notify>, flag: Option<Arc<std::sync::atomic::AtomicBool>>) -> Forwarder {
+pub fn forward(
+    view: &View,
+    wake: Arc<Notify>,
+    flag: Option<Arc<std::sync::atomic::AtomicBool>>,
+) -> Forwarder {
     use futures::StreamExt as _;
     let changes = view.changes();
     let task = tokio::spawn(async move {
@@ -204,10 +208,11 @@ pub async fn cluster_id(
     clusters: &View,
     uid: &str,
     clusterset: &str,
+    counted: &xcc_sync::sink::Counted,
 ) -> Result<String, kube::Error> {
     let properties: Api<ClusterProperty> = Api::all(client.clone());
     if properties.get_opt(CLUSTERSET_PROPERTY).await?.is_none() {
-        create(&properties, CLUSTERSET_PROPERTY, clusterset).await?;
+        create(&properties, CLUSTERSET_PROPERTY, clusterset, counted).await?;
     }
     if let Some(existing) = properties.get_opt(CLUSTER_ID_PROPERTY).await? {
         return Ok(existing.spec.value);
@@ -226,7 +231,7 @@ pub async fn cluster_id(
         .map(|c| c.name_any())
         .filter(|n| is_dns_label(n));
     let id = own.unwrap_or_else(|| uid.to_string());
-    create(&properties, CLUSTER_ID_PROPERTY, &id).await?;
+    create(&properties, CLUSTER_ID_PROPERTY, &id, counted).await?;
     // Whoever wrote it first (another writer, a restart) wins.
     Ok(properties
         .get_opt(CLUSTER_ID_PROPERTY)
@@ -235,26 +240,44 @@ pub async fn cluster_id(
 }
 
 /// Creates ClusterProperty `name` = `value`, unless it exists.
-async fn create(api: &Api<ClusterProperty>, name: &str, value: &str) -> Result<(), kube::Error> {
+async fn create(
+    api: &Api<ClusterProperty>,
+    name: &str,
+    value: &str,
+    counted: &xcc_sync::sink::Counted,
+) -> Result<(), kube::Error> {
     let property = ClusterProperty::new(
         name,
         ClusterPropertySpec {
             value: value.to_string(),
         },
     );
-    let params = PostParams {
-        field_manager: Some(xcc_sync::sink::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&params, &property).await {
-        Ok(_) => Ok(()),
+    let created = api
+        .create(
+            &PostParams {
+                field_manager: Some(xcc_sync::sink::FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &property,
+        )
+        .await;
+    match created {
+        Ok(_) => {
+            counted.wrote("create");
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
 }
 
 /// A local view of `gvk` (whole objects).
-pub fn local_view(core: &xcc_sync::Core, gvk: GroupVersionKind, resource: &ApiResource, detail: Detail) -> View {
+pub fn local_view(
+    core: &xcc_sync::Core,
+    gvk: GroupVersionKind,
+    resource: &ApiResource,
+    detail: Detail,
+) -> View {
     core.sources
         .view(SourceId::local(gvk), core.client.clone(), resource, detail)
 }

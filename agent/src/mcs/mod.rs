@@ -48,7 +48,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{core::v1::{Namespace, Service}, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     CustomResourceExt as _,
     api::{ApiResource, GroupVersionKind},
@@ -118,10 +121,17 @@ impl Local {
             &ApiResource::erase::<Namespace>(&()),
             Detail::Metadata,
         );
-        let mut forwarders: Vec<Forwarder> = [&exports, &services, &slices, &imports, &publications, &namespaces]
-            .into_iter()
-            .map(|v| forward(v, wake.clone(), None))
-            .collect();
+        let mut forwarders: Vec<Forwarder> = [
+            &exports,
+            &services,
+            &slices,
+            &imports,
+            &publications,
+            &namespaces,
+        ]
+        .into_iter()
+        .map(|v| forward(v, wake.clone(), None))
+        .collect();
         forwarders.push(forward(&clusters, wake.clone(), Some(rediscover.clone())));
         Local {
             exports,
@@ -157,23 +167,28 @@ struct Mcs {
 }
 
 /// Runs the MCS reconciler until `stop` is raised.
-pub async fn run(core: xcc_sync::Core, settings: Settings, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    core: xcc_sync::Core,
+    settings: Settings,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let Some(uid) = crate::clusterregistry::local_cluster_id(&core.client, &mut stop).await else {
         return;
     };
     let wake = Arc::new(Notify::new());
     let rediscover = Arc::new(AtomicBool::new(true));
     let local = Local::open(&core, &wake, &rediscover);
-    let Some(id) = own_id(&core, &local, &uid, &settings, &mut stop).await else {
+    let counted = xcc_sync::sink::Counted {
+        metrics: core.metrics.clone(),
+        reconciler: NAME,
+    };
+    let Some(id) = own_id(&core, &local, &uid, &settings, &counted, &mut stop).await else {
         return;
     };
     tracing::info!(cluster_id = %id, clusterset = %settings.clusterset, "multi-cluster services running");
     let secrets = secret_changes(&core, &wake, &rediscover);
     let mut mcs = Mcs {
-        counted: xcc_sync::sink::Counted {
-            metrics: core.metrics.clone(),
-            reconciler: NAME,
-        },
+        counted,
         recorder: core.recorder(),
         core,
         settings,
@@ -198,7 +213,9 @@ pub async fn run(core: xcc_sync::Core, settings: Settings, mut stop: tokio::sync
         mcs.discover().await;
         let started = Instant::now();
         let result = mcs.pass().await;
-        mcs.core.metrics.reconciled(NAME, result.is_ok(), started.elapsed());
+        mcs.core
+            .metrics
+            .reconciled(NAME, result.is_ok(), started.elapsed());
         if let Err(error) = result {
             mcs.counted.failed(&error);
             tracing::debug!(error = %xcc_kube::bounded(&error), "multi-cluster services: a pass failed; the next one retries");
@@ -216,6 +233,7 @@ async fn own_id(
     local: &Local,
     uid: &str,
     settings: &Settings,
+    counted: &xcc_sync::sink::Counted,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<String> {
     let mut backoff = xcc_kube::Backoff::local();
@@ -224,7 +242,15 @@ async fn own_id(
         xcc_sync::outage::local_server(),
     );
     loop {
-        match clusterset::cluster_id(&core.client, &local.clusters, uid, &settings.clusterset).await {
+        match clusterset::cluster_id(
+            &core.client,
+            &local.clusters,
+            uid,
+            &settings.clusterset,
+            counted,
+        )
+        .await
+        {
             Ok(id) => {
                 outage.recovered();
                 return Some(id);
@@ -263,7 +289,11 @@ impl Mcs {
     /// Looks the peers up again when Clusters or Secrets changed, or every [`REDISCOVER`].
     async fn discover(&mut self) {
         let due = self.discovered.is_none_or(|at| at.elapsed() >= REDISCOVER);
-        if !self.rediscover.swap(false, std::sync::atomic::Ordering::AcqRel) && !due {
+        if !self
+            .rediscover
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+            && !due
+        {
             return;
         }
         self.discovered = Some(Instant::now());

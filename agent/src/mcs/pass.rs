@@ -76,7 +76,8 @@ impl Mcs {
         let exports: Vec<ServiceExport> = objects(&self.local.exports);
         let services: Vec<Service> = objects(&self.local.services);
         let slices: Vec<EndpointSlice> = objects(&self.local.slices);
-        let services_by: BTreeMap<Key, &Service> = services.iter().map(|s| (key_of(s), s)).collect();
+        let services_by: BTreeMap<Key, &Service> =
+            services.iter().map(|s| (key_of(s), s)).collect();
         let mut failed = None;
         let mut note = |result: Result<(), kube::Error>| {
             if let Err(error) = result {
@@ -93,7 +94,11 @@ impl Mcs {
         for (name, peer) in &mut self.peers {
             let id = peer.id();
             let current = peer.current(stale);
-            if current.is_empty() && peer.last.is_some() && !peer.withdrawn && !peer.publications.listed() {
+            if current.is_empty()
+                && peer.last.is_some()
+                && !peer.withdrawn
+                && !peer.publications.listed()
+            {
                 peer.withdrawn = true;
                 tracing::info!(peer = %name, "multi-cluster services: the peer has not answered for the stale period; its endpoints are withdrawn");
             }
@@ -114,7 +119,10 @@ impl Mcs {
             }
         }
         note(self.clean(&merged, &services, &slices).await);
-        note(self.statuses(&exports, &services_by, &merged, &published).await);
+        note(
+            self.statuses(&exports, &services_by, &merged, &published)
+                .await,
+        );
         failed.map_or(Ok(()), Err)
     }
 
@@ -163,7 +171,8 @@ impl Mcs {
         published: &BTreeMap<Key, ExportedServiceSpec>,
     ) -> Result<(), kube::Error> {
         let current: Vec<ExportedService> = objects(&self.local.publications);
-        let current: BTreeMap<Key, &ExportedService> = current.iter().map(|p| (key_of(p), p)).collect();
+        let current: BTreeMap<Key, &ExportedService> =
+            current.iter().map(|p| (key_of(p), p)).collect();
         for ((namespace, name), spec) in published {
             let mut desired = ExportedService::new(name, spec.clone());
             desired.metadata.namespace = Some(namespace.clone());
@@ -204,7 +213,9 @@ impl Mcs {
         let derived_name = plan::derived_name(name);
         let services_api: Api<Service> = Api::namespaced(client.clone(), namespace);
         let desired = typed(&derived)?;
-        let current = services.get(&(namespace.clone(), derived_name.clone())).copied();
+        let current = services
+            .get(&(namespace.clone(), derived_name.clone()))
+            .copied();
         let written = match current {
             Some(c) if contains(&json(c)?, &desired) => c.clone(),
             _ => sink::apply_fields(&services_api, &derived_name, &desired, &self.counted).await?,
@@ -251,7 +262,8 @@ impl Mcs {
         let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
         for slice in mine {
             if !names.contains(&slice.name_any()) {
-                sink::delete_exact(&api, &slice.name_any(), slice.uid(), None, &self.counted).await?;
+                sink::delete_exact(&api, &slice.name_any(), slice.uid(), None, &self.counted)
+                    .await?;
             }
         }
         Ok(())
@@ -309,20 +321,35 @@ impl Mcs {
             }
         }
         for service in services {
-            let Some(of) = service.labels().get(LABEL_IMPORT) else { continue };
+            let Some(of) = service.labels().get(LABEL_IMPORT) else {
+                continue;
+            };
             let namespace = service.namespace().unwrap_or_default();
-            if service.name_any() != plan::derived_name(of) || merged.contains_key(&(namespace.clone(), of.clone())) {
+            if service.name_any() != plan::derived_name(of)
+                || merged.contains_key(&(namespace.clone(), of.clone()))
+            {
                 continue;
             }
             let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
-            sink::delete_exact(&api, &service.name_any(), service.uid(), None, &self.counted).await?;
+            sink::delete_exact(
+                &api,
+                &service.name_any(),
+                service.uid(),
+                None,
+                &self.counted,
+            )
+            .await?;
         }
         for slice in slices {
             if slice.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY) {
                 continue;
             }
             let namespace = slice.namespace().unwrap_or_default();
-            let of = slice.labels().get(LABEL_SERVICE_NAME).cloned().unwrap_or_default();
+            let of = slice
+                .labels()
+                .get(LABEL_SERVICE_NAME)
+                .cloned()
+                .unwrap_or_default();
             if merged.contains_key(&(namespace.clone(), of)) {
                 continue;
             }
@@ -343,7 +370,12 @@ impl Mcs {
         for export in exports {
             let key = key_of(export);
             let validity = plan::validate(services.get(&key).copied());
-            let status = self.export_status(export, validity, merged.get(&key), published.contains_key(&key));
+            let status = self.export_status(
+                export,
+                validity,
+                merged.get(&key),
+                published.contains_key(&key),
+            );
             let api: Api<ServiceExport> = Api::namespaced(self.core.client.clone(), &key.0);
             sink::write_status(&api, export, &status, &self.counted).await?;
         }
@@ -361,33 +393,93 @@ impl Mcs {
         let generation = export.metadata.generation;
         let mut list = export.status.clone().unwrap_or_default().conditions;
         let (valid, reason, message) = match validity {
-            Validity::Valid => (ConditionStatus::True, conditions::REASON_VALID, "the Service is exported to the ClusterSet".to_string()),
-            Validity::NoService => (ConditionStatus::False, conditions::REASON_NO_SERVICE, "no Service of this name in the namespace".to_string()),
-            Validity::InvalidServiceType => (ConditionStatus::False, conditions::REASON_INVALID_SERVICE_TYPE, "an ExternalName Service cannot be exported".to_string()),
+            Validity::Valid => (
+                ConditionStatus::True,
+                conditions::REASON_VALID,
+                "the Service is exported to the ClusterSet".to_string(),
+            ),
+            Validity::NoService => (
+                ConditionStatus::False,
+                conditions::REASON_NO_SERVICE,
+                "no Service of this name in the namespace".to_string(),
+            ),
+            Validity::InvalidServiceType => (
+                ConditionStatus::False,
+                conditions::REASON_INVALID_SERVICE_TYPE,
+                "an ExternalName Service cannot be exported".to_string(),
+            ),
         };
-        set_condition(&mut list, conditions::VALID, valid, reason, message, generation);
+        set_condition(
+            &mut list,
+            conditions::VALID,
+            valid,
+            reason,
+            message,
+            generation,
+        );
         match merged.filter(|_| validity == Validity::Valid) {
             Some(merged) => {
                 let (conflict, reason, message) = merged.conflict_of(&self.id);
-                let status = if conflict { ConditionStatus::True } else { ConditionStatus::False };
-                set_condition(&mut list, conditions::CONFLICT, status, reason, message, generation);
+                let status = if conflict {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                };
+                set_condition(
+                    &mut list,
+                    conditions::CONFLICT,
+                    status,
+                    reason,
+                    message,
+                    generation,
+                );
             }
             None => remove_condition(&mut list, conditions::CONFLICT),
         }
         let (ready, reason, message) = if validity != Validity::Valid {
-            (ConditionStatus::False, conditions::REASON_FAILED, "the export is not valid".to_string())
+            (
+                ConditionStatus::False,
+                conditions::REASON_FAILED,
+                "the export is not valid".to_string(),
+            )
         } else if published && merged.is_some() {
             let seen = objects::<ExportedService>(&self.local.publications)
                 .iter()
                 .any(|p| key_of(p) == key_of(export));
-            let reason = if seen { conditions::REASON_READY } else { conditions::REASON_EXPORTED };
-            (ConditionStatus::True, reason, format!("published to the ClusterSet as cluster {}", self.id))
+            let reason = if seen {
+                conditions::REASON_READY
+            } else {
+                conditions::REASON_EXPORTED
+            };
+            (
+                ConditionStatus::True,
+                reason,
+                format!("published to the ClusterSet as cluster {}", self.id),
+            )
         } else {
-            (ConditionStatus::False, conditions::REASON_PENDING, "not yet published".to_string())
+            (
+                ConditionStatus::False,
+                conditions::REASON_PENDING,
+                "not yet published".to_string(),
+            )
         };
-        set_condition(&mut list, conditions::READY, ready, reason, message, generation);
+        set_condition(
+            &mut list,
+            conditions::READY,
+            ready,
+            reason,
+            message,
+            generation,
+        );
         if self.refused.is_empty() {
-            set_condition(&mut list, PEERS_READ, ConditionStatus::True, "AllPeersRead", "every peer of the cluster group is read", generation);
+            set_condition(
+                &mut list,
+                PEERS_READ,
+                ConditionStatus::True,
+                "AllPeersRead",
+                "every peer of the cluster group is read",
+                generation,
+            );
         } else {
             let message = self
                 .refused
@@ -395,7 +487,14 @@ impl Mcs {
                 .map(|(peer, why)| format!("cluster {peer}: {why}"))
                 .collect::<Vec<_>>()
                 .join("; ");
-            set_condition(&mut list, PEERS_READ, ConditionStatus::False, "PeerRefused", format!("the exports of these peers are not imported: {message}"), generation);
+            set_condition(
+                &mut list,
+                PEERS_READ,
+                ConditionStatus::False,
+                "PeerRefused",
+                format!("the exports of these peers are not imported: {message}"),
+                generation,
+            );
         }
         ServiceExportStatus { conditions: list }
     }

@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::{
     api::{
         core::v1::{Service, ServicePort as CorePort, ServiceSpec},
-        discovery::v1::{
-            Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice,
-        },
+        discovery::v1::{Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -155,11 +153,15 @@ pub fn publication(
     let spec = service.spec.clone().unwrap_or_default();
     ExportedServiceSpec {
         cluster_id: cluster_id.to_string(),
-        exported_at: export.metadata.creation_timestamp.clone().unwrap_or_else(|| {
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            )
-        }),
+        exported_at: export
+            .metadata
+            .creation_timestamp
+            .clone()
+            .unwrap_or_else(|| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                )
+            }),
         headless: spec.cluster_ip.as_deref() == Some("None"),
         ports: import_ports(&spec),
         session_affinity: spec.session_affinity.clone(),
@@ -235,9 +237,7 @@ impl Merged {
 /// taking the oldest's. Every difference is a [`Conflict`]. `None` when nobody exports.
 pub fn merge(publications: &[&ExportedServiceSpec]) -> Option<Merged> {
     let mut sorted: Vec<&ExportedServiceSpec> = publications.to_vec();
-    sorted.sort_by(|a, b| {
-        (a.exported_at.0, &a.cluster_id).cmp(&(b.exported_at.0, &b.cluster_id))
-    });
+    sorted.sort_by(|a, b| (a.exported_at.0, &a.cluster_id).cmp(&(b.exported_at.0, &b.cluster_id)));
     let winner = *sorted.first()?;
     let mut ports: Vec<ServicePort> = Vec::new();
     for publication in &sorted {
@@ -270,9 +270,11 @@ pub fn merge(publications: &[&ExportedServiceSpec]) -> Option<Merged> {
         ports
     };
     let winner_ports = sorted_ports(winner);
-    check(conditions::REASON_TYPE_CONFLICT, "headlessness (clusterIP: None)", &|p| {
-        p.headless != winner.headless
-    });
+    check(
+        conditions::REASON_TYPE_CONFLICT,
+        "headlessness (clusterIP: None)",
+        &|p| p.headless != winner.headless,
+    );
     check(conditions::REASON_PORT_CONFLICT, "ports", &|p| {
         sorted_ports(p) != winner_ports
     });

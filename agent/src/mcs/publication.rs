@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    api::core::v1::SessionAffinityConfig, apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::core::v1::SessionAffinityConfig, apimachinery::pkg::apis::meta::v1::Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -87,7 +85,9 @@ pub struct EndpointGroup {
 }
 
 /// A port of an [`EndpointGroup`]: the Service port it serves and the number to connect to.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointPort {
     /// The Service port's name.
@@ -107,7 +107,9 @@ pub struct EndpointPort {
 }
 
 /// One endpoint.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedEndpoint {
     /// Its addresses.

@@ -237,6 +237,17 @@ const FEATURES: &[Feature] = &[
         rules: &[("apiregistration.k8s.io", "apiservices")],
     },
     Feature {
+        component: "without-mcs",
+        switch: Some("XCC_MCS"),
+        group: Some("multicluster.x-k8s.io"),
+        label: ("xcc.test/feature", "mcs"),
+        words: &["xcc-agent-mcs", "xcc-mcs-peer-reader"],
+        rules: &[
+            ("about.k8s.io", "clusterproperties"),
+            ("mcs.xcc.test", "exportedservices"),
+        ],
+    },
+    Feature {
         component: "without-coredns-patcher",
         switch: None,
         group: None,
