@@ -303,11 +303,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         )]
         .into(),
     );
-    vec![
-        property,
-        service_export_crd(),
-        ServiceImport::crd(),
-    ]
+    vec![property, service_export_crd(), ServiceImport::crd()]
 }
 
 #[cfg(test)]

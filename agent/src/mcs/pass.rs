@@ -392,51 +392,16 @@ impl Mcs {
     ) -> ServiceExportStatus {
         let generation = export.metadata.generation;
         let mut list = export.status.clone().unwrap_or_default().conditions;
-        let (valid, reason, message) = match validity {
-            Validity::Valid => (
-                ConditionStatus::True,
-                conditions::REASON_VALID,
-                "the Service is exported to the ClusterSet".to_string(),
-            ),
-            Validity::NoService => (
-                ConditionStatus::False,
-                conditions::REASON_NO_SERVICE,
-                "no Service of this name in the namespace".to_string(),
-            ),
-            Validity::InvalidServiceType => (
-                ConditionStatus::False,
-                conditions::REASON_INVALID_SERVICE_TYPE,
-                "an ExternalName Service cannot be exported".to_string(),
-            ),
+        let mut set = |type_: &str, (status, reason, message): Verdict| {
+            set_condition(&mut list, type_, status, reason, message, generation);
         };
-        set_condition(
-            &mut list,
-            conditions::VALID,
-            valid,
-            reason,
-            message,
-            generation,
-        );
-        match merged.filter(|_| validity == Validity::Valid) {
-            Some(merged) => {
-                let (conflict, reason, message) = merged.conflict_of(&self.id);
-                let status = if conflict {
-                    ConditionStatus::True
-                } else {
-                    ConditionStatus::False
-                };
-                set_condition(
-                    &mut list,
-                    conditions::CONFLICT,
-                    status,
-                    reason,
-                    message,
-                    generation,
-                );
-            }
-            None => remove_condition(&mut list, conditions::CONFLICT),
+        set(conditions::VALID, valid_condition(validity));
+        let merged = merged.filter(|_| validity == Validity::Valid);
+        if let Some(merged) = merged {
+            let (conflict, reason, message) = merged.conflict_of(&self.id);
+            set(conditions::CONFLICT, (truth(conflict), reason, message));
         }
-        let (ready, reason, message) = if validity != Validity::Valid {
+        let ready = if validity != Validity::Valid {
             (
                 ConditionStatus::False,
                 conditions::REASON_FAILED,
@@ -463,39 +428,64 @@ impl Mcs {
                 "not yet published".to_string(),
             )
         };
-        set_condition(
-            &mut list,
-            conditions::READY,
-            ready,
-            reason,
-            message,
-            generation,
-        );
-        if self.refused.is_empty() {
-            set_condition(
-                &mut list,
-                PEERS_READ,
-                ConditionStatus::True,
-                "AllPeersRead",
-                "every peer of the cluster group is read",
-                generation,
-            );
-        } else {
-            let message = self
-                .refused
-                .iter()
-                .map(|(peer, why)| format!("cluster {peer}: {why}"))
-                .collect::<Vec<_>>()
-                .join("; ");
-            set_condition(
-                &mut list,
-                PEERS_READ,
-                ConditionStatus::False,
-                "PeerRefused",
-                format!("the exports of these peers are not imported: {message}"),
-                generation,
-            );
+        set(conditions::READY, ready);
+        set(PEERS_READ, peers_condition(&self.refused));
+        if merged.is_none() {
+            remove_condition(&mut list, conditions::CONFLICT);
         }
         ServiceExportStatus { conditions: list }
     }
+}
+
+/// A condition as decided: status, reason, message.
+type Verdict = (ConditionStatus, &'static str, String);
+
+fn truth(b: bool) -> ConditionStatus {
+    if b {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    }
+}
+
+/// The `Valid` condition of an export.
+fn valid_condition(validity: Validity) -> Verdict {
+    match validity {
+        Validity::Valid => (
+            ConditionStatus::True,
+            conditions::REASON_VALID,
+            "the Service is exported to the ClusterSet".to_string(),
+        ),
+        Validity::NoService => (
+            ConditionStatus::False,
+            conditions::REASON_NO_SERVICE,
+            "no Service of this name in the namespace".to_string(),
+        ),
+        Validity::InvalidServiceType => (
+            ConditionStatus::False,
+            conditions::REASON_INVALID_SERVICE_TYPE,
+            "an ExternalName Service cannot be exported".to_string(),
+        ),
+    }
+}
+
+/// The `PeersRead` condition: every peer read, or those that are not and why.
+fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
+    if refused.is_empty() {
+        return (
+            ConditionStatus::True,
+            "AllPeersRead",
+            "every peer of the cluster group is read".to_string(),
+        );
+    }
+    let message = refused
+        .iter()
+        .map(|(peer, why)| format!("cluster {peer}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    (
+        ConditionStatus::False,
+        "PeerRefused",
+        format!("the exports of these peers are not imported: {message}"),
+    )
 }

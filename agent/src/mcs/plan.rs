@@ -153,15 +153,11 @@ pub fn publication(
     let spec = service.spec.clone().unwrap_or_default();
     ExportedServiceSpec {
         cluster_id: cluster_id.to_string(),
-        exported_at: export
-            .metadata
-            .creation_timestamp
-            .clone()
-            .unwrap_or_else(|| {
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-                )
-            }),
+        exported_at: export.metadata.creation_timestamp.clone().unwrap_or(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        ),
         headless: spec.cluster_ip.as_deref() == Some("None"),
         ports: import_ports(&spec),
         session_affinity: spec.session_affinity.clone(),
@@ -247,6 +243,37 @@ pub fn merge(publications: &[&ExportedServiceSpec]) -> Option<Merged> {
             }
         }
     }
+    let conflicts = conflicts(&sorted);
+    let mut clusters: Vec<String> = sorted.iter().map(|p| p.cluster_id.clone()).collect();
+    clusters.sort();
+    clusters.dedup();
+    Some(Merged {
+        winner: winner.cluster_id.clone(),
+        spec: ServiceImportSpec {
+            ports,
+            ips: Vec::new(),
+            type_: if winner.headless {
+                ServiceImportType::Headless
+            } else {
+                ServiceImportType::ClusterSetIP
+            },
+            session_affinity: winner.session_affinity.clone(),
+            session_affinity_config: winner.session_affinity_config.clone(),
+            ip_families: winner.ip_families.clone(),
+            internal_traffic_policy: winner.internal_traffic_policy.clone(),
+            traffic_distribution: winner.traffic_distribution.clone(),
+        },
+        labels: winner.exported_labels.clone(),
+        annotations: winner.exported_annotations.clone(),
+        clusters,
+        conflicts,
+    })
+}
+
+/// Every property on which a publication of `sorted` (oldest first, not empty) differs from the
+/// oldest.
+fn conflicts(sorted: &[&ExportedServiceSpec]) -> Vec<Conflict> {
+    let winner = sorted[0];
     let mut conflicts = Vec::new();
     let mut check = |reason: &'static str,
                      field: &'static str,
@@ -309,30 +336,7 @@ pub fn merge(publications: &[&ExportedServiceSpec]) -> Option<Merged> {
         "exportedAnnotations",
         &|p| p.exported_annotations != winner.exported_annotations,
     );
-    let mut clusters: Vec<String> = sorted.iter().map(|p| p.cluster_id.clone()).collect();
-    clusters.sort();
-    clusters.dedup();
-    Some(Merged {
-        winner: winner.cluster_id.clone(),
-        spec: ServiceImportSpec {
-            ports,
-            ips: Vec::new(),
-            type_: if winner.headless {
-                ServiceImportType::Headless
-            } else {
-                ServiceImportType::ClusterSetIP
-            },
-            session_affinity: winner.session_affinity.clone(),
-            session_affinity_config: winner.session_affinity_config.clone(),
-            ip_families: winner.ip_families.clone(),
-            internal_traffic_policy: winner.internal_traffic_policy.clone(),
-            traffic_distribution: winner.traffic_distribution.clone(),
-        },
-        labels: winner.exported_labels.clone(),
-        annotations: winner.exported_annotations.clone(),
-        clusters,
-        conflicts,
-    })
+    conflicts
 }
 
 /// Session affinity as Kubernetes reads it (absent: `None`).
