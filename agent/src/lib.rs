@@ -15,7 +15,7 @@
 //! - `feed/`: the record feed (EndpointSlices or a records file → the table), `/explain`, the
 //!   announcement, the DNS metrics;
 //! - the reconcilers on the sync core (crate `xcc-sync`): `replication/`, `clusterregistry/`,
-//!   `plumber/`, `projection/`;
+//!   `plumber/`, `projection/`, `mcs/`;
 //! - `reconcilers.rs`: the one list of the reconcilers;
 //! - [`process`]: flags, wiring, the admin server; all that `main.rs` calls.
 //!
@@ -30,7 +30,6 @@
 
 mod clusterregistry;
 mod feed;
-#[allow(dead_code, reason = "the MCS reconciler that uses the API lands next")]
 mod mcs;
 mod plumber;
 pub mod process;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use xcc_sync::kit::Reconciler;
 
-use crate::{clusterregistry, plumber, projection, replication};
+use crate::{clusterregistry, mcs, plumber, projection, replication};
 
 /// What the process hands every reconciler beside the core.
 #[derive(Clone, Debug, Default)]
@@ -48,6 +48,7 @@ reconcilers! {
     resource_sync: clusterregistry::reconciler::ResourceSync,
     plumber: plumber::reconciler::Plumber,
     projection: projection::reconciler::ApiProjection,
+    mcs: mcs::reconciler::Mcs,
 }
 
 #[cfg(test)]
@@ -74,7 +75,8 @@ mod tests {
                 "secret-replication",
                 "resource-sync",
                 "plumber",
-                "api-projection"
+                "api-projection",
+                "mcs"
             ]
         );
         for name in names {
@@ -99,11 +101,12 @@ mod tests {
             "resource-sync",
             "plumber",
             "api-projection",
+            "mcs",
         ] {
             let args = Args::try_parse_from(["xcc-agent", &format!("--{off}=false")]).unwrap();
             let on = xcc_sync::kit::enabled_names(&args.sync.reconcilers.all());
             assert!(!on.split(',').any(|n| n == off), "{off}: {on}");
-            assert_eq!(on.split(',').count(), 3, "{off}: {on}");
+            assert_eq!(on.split(',').count(), 4, "{off}: {on}");
         }
         let none = Args::try_parse_from([
             "xcc-agent",
@@ -111,6 +114,7 @@ mod tests {
             "--resource-sync=false",
             "--plumber=false",
             "--api-projection=false",
+            "--mcs=false",
         ])
         .unwrap();
         assert!(!xcc_sync::kit::any_enabled(&none.sync.reconcilers.all()));

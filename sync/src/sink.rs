@@ -95,6 +95,25 @@ where
     Ok(written)
 }
 
+/// Makes the fields `desired` sets (a JSON object with apiVersion, kind, metadata) so in local
+/// object `name`: a forced server-side apply under [`FIELD_MANAGER`], nothing replaced, for kinds
+/// whose API server fills in fields the reconciler leaves to it (a Service's `clusterIP`): the
+/// fields it sets and no longer sets are its own, the rest stays. Counted as `apply`.
+pub async fn apply_fields<K>(
+    api: &Api<K>,
+    name: &str,
+    desired: &Value,
+    counted: &Counted,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = api.patch(name, &params, &Patch::Apply(desired)).await?;
+    counted.wrote("apply");
+    Ok(written)
+}
+
 /// Merges `patch` (a JSON merge patch under [`FIELD_MANAGER`]) into local object `name`, for an
 /// object the reconciler does not own as a whole (a user's Secret that holds a token it renews):
 /// only the fields in `patch` change. With `metadata.resourceVersion` in `patch`, the write

@@ -66,6 +66,7 @@ fn checked_for_names(path: &Path) -> bool {
         "docs/api-projection.md",
         "docs/cli.md",
         "docs/kubeconfig-trust.md",
+        "docs/mcs.md",
     ]
     .iter()
     .any(|p| path == Path::new(p))

@@ -157,33 +157,9 @@ async fn liveness(ctx: &Context, name: &str, peer: &PeerClient) -> Result<String
 /// Examines a peer Cluster; returns what it found and the client to read it with.
 async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerClient>) {
     let name = cluster.name_any();
-    if super::disabled(cluster) {
-        let message = format!(
-            "annotation {CLUSTER_DISABLED_ANNOTATION}=true: nothing is read from this cluster; remove the annotation to read from it again"
-        );
-        return (Found::peer(ClusterState::Disabled, message), None);
-    }
-    let (secret, at) = match peer_secret(cluster, &name, ctx).await {
-        Ok(found) => found,
+    let (peer, at) = match open_peer(cluster, &ctx.client, &ctx.peers).await {
+        Ok(opened) => opened,
         Err(found) => return (found, None),
-    };
-    let peer = match ctx.peers.client_for(&secret).await {
-        Ok(peer) => peer,
-        Err(error @ KubeconfigError::Rejected { .. }) => {
-            // Nothing was run, read or sent; the copies from this peer stay as they are.
-            let mut found = Found::peer(
-                ClusterState::InvalidAuthInfo,
-                format!("{error}; nothing is read from cluster {name} until the Secret is fixed"),
-            );
-            found.reason = ClusterReason::KubeconfigRejected;
-            return (found, None);
-        }
-        Err(error) => {
-            let message = format!(
-                "Secret {at}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig"
-            );
-            return (Found::peer(ClusterState::InvalidAuthInfo, message), None);
-        }
     };
     match liveness(ctx, &name, &peer).await {
         Ok(uid) if uid == cluster.spec.cluster_id => (
@@ -213,12 +189,49 @@ async fn examine_peer(cluster: &Cluster, ctx: &Context) -> (Found, Option<PeerCl
     }
 }
 
+/// The client of peer Cluster `cluster` (built from its kubeconfig Secret through the trust gate)
+/// and the Secret's `namespace/name`, or what stops it (disabled, no Secret, kubeconfig
+/// refused): the one way every reconciler finds a peer of the group.
+pub(crate) async fn open_peer(
+    cluster: &Cluster,
+    client: &Client,
+    peers: &PeerClients,
+) -> Result<(PeerClient, String), Found> {
+    let name = cluster.name_any();
+    if super::disabled(cluster) {
+        let message = format!(
+            "annotation {CLUSTER_DISABLED_ANNOTATION}=true: nothing is read from this cluster; remove the annotation to read from it again"
+        );
+        return Err(Found::peer(ClusterState::Disabled, message));
+    }
+    let (secret, at) = peer_secret(cluster, &name, client, peers).await?;
+    match peers.client_for(&secret).await {
+        Ok(peer) => Ok((peer, at)),
+        Err(error @ KubeconfigError::Rejected { .. }) => {
+            // Nothing was run, read or sent; the copies from this peer stay as they are.
+            let mut found = Found::peer(
+                ClusterState::InvalidAuthInfo,
+                format!("{error}; nothing is read from cluster {name} until the Secret is fixed"),
+            );
+            found.reason = ClusterReason::KubeconfigRejected;
+            Err(found)
+        }
+        Err(error) => {
+            let message = format!(
+                "Secret {at}: {error}; it must hold a kubeconfig for cluster {name} under key kubeconfig"
+            );
+            Err(Found::peer(ClusterState::InvalidAuthInfo, message))
+        }
+    }
+}
+
 /// The kubeconfig Secret of peer Cluster `name` and its `namespace/name`, or what is wrong
 /// with its reference.
 async fn peer_secret(
     cluster: &Cluster,
     name: &str,
-    ctx: &Context,
+    client: &Client,
+    peers: &PeerClients,
 ) -> Result<(Secret, String), Found> {
     let Some(secret_ref) = cluster
         .spec
@@ -238,11 +251,11 @@ async fn peer_secret(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.to_string());
     let at = format!("{namespace}/{}", secret_ref.name);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     match secrets.get_opt(&secret_ref.name).await {
         Ok(Some(secret)) => Ok((secret, at)),
         Ok(None) => {
-            ctx.peers.forget(&namespace, &secret_ref.name);
+            peers.forget(&namespace, &secret_ref.name);
             let message = format!(
                 "Secret {at} not found: copy it from cluster {name} (it holds a kubeconfig that reads that cluster)"
             );

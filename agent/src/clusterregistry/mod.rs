@@ -16,7 +16,7 @@ mod access;
 pub mod api;
 mod builtin;
 mod churn;
-mod clusters;
+pub(crate) mod clusters;
 #[cfg(test)]
 mod convergence;
 mod decide;
@@ -92,7 +92,7 @@ pub struct PeerState {
 pub type PeerTable = BTreeMap<String, PeerState>;
 
 /// The UID of this cluster's kube-system namespace; retried until the API server answers.
-async fn local_cluster_id(
+pub(crate) async fn local_cluster_id(
     client: &Client,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<String> {

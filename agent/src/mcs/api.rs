@@ -293,11 +293,17 @@ pub struct ClusterPropertySpec {
 
 /// The CRDs of the MCS API and the About API, in the order `xcc-agent crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        ClusterProperty::crd(),
-        service_export_crd(),
-        ServiceImport::crd(),
-    ]
+    let mut property = ClusterProperty::crd();
+    // `*.k8s.io` is a protected group: the API server serves it only with this annotation, which
+    // the upstream About API CRD carries too.
+    property.metadata.annotations = Some(
+        [(
+            "api-approved.kubernetes.io".to_string(),
+            "https://github.com/kubernetes/enhancements/pull/3084".to_string(),
+        )]
+        .into(),
+    );
+    vec![property, service_export_crd(), ServiceImport::crd()]
 }
 
 #[cfg(test)]

@@ -48,6 +48,17 @@ impl View {
         self.shared.state.listed.load(Ordering::Acquire) >= self.detail as u8
     }
 
+    /// What the watch knows of its cluster now: listing, synced, or failing since when and why
+    /// (a reconciler's stale policy for a peer that stops answering reads it).
+    pub fn health(&self) -> super::Health {
+        self.shared
+            .state
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Every change from now on, in order; it starts with `Listed` when the store already holds
     /// a list this view can use, and says `Missed` when the subscriber fell behind.
     pub fn changes(&self) -> impl Stream<Item = Change> + Send + use<> {

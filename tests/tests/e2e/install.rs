@@ -237,6 +237,17 @@ const FEATURES: &[Feature] = &[
         rules: &[("apiregistration.k8s.io", "apiservices")],
     },
     Feature {
+        component: "without-mcs",
+        switch: Some("XCC_MCS"),
+        group: Some("multicluster.x-k8s.io"),
+        label: ("xcc.test/feature", "mcs"),
+        words: &["xcc-agent-mcs", "xcc-mcs-peer-reader"],
+        rules: &[
+            ("about.k8s.io", "clusterproperties"),
+            ("mcs.xcc.test", "exportedservices"),
+        ],
+    },
+    Feature {
         component: "without-coredns-patcher",
         switch: None,
         group: None,
@@ -718,6 +729,7 @@ async fn the_workload_install_applies_and_its_agent_starts_without_a_warning() {
         "clusterrole.rbac.authorization.k8s.io/xcc-agent-projection",
         "clusterrole.rbac.authorization.k8s.io/xcc-agent-secret-replication",
         "clusterrole.rbac.authorization.k8s.io/xcc-agent-cluster-registry",
+        "clusterrole.rbac.authorization.k8s.io/xcc-agent-mcs",
         "customresourcedefinition.apiextensions.k8s.io/replicators.plumber.jnytnai0613.github.io",
     ] {
         assert!(applied.contains(object), "{object} not in:\n{applied}");
@@ -740,6 +752,8 @@ async fn the_workload_install_applies_and_its_agent_starts_without_a_warning() {
                 "Cluster",
                 "Replicator",
                 "UpstreamClusterLink",
+                "ServiceExport",
+                "ExportedService",
             ],
         )
         .await;
@@ -750,6 +764,7 @@ async fn the_workload_install_applies_and_its_agent_starts_without_a_warning() {
         "resource-sync",
         "plumber",
         "api-projection",
+        "mcs",
     ] {
         assert!(log.contains(feature), "{feature} not started:\n{log}");
     }

@@ -42,7 +42,7 @@ fn named<T: kube::Resource<DynamicType = ()> + Default>(name: &str, namespace: O
 
 /// What no xcc ServiceAccount may do on a cluster: cluster-scoped objects it does not own. The
 /// peer reader (`lists`) may list namespaces and nodes, as the original cluster-registry-controller
-/// reads them from a peer; it writes neither.
+/// reads them from a peer, and so may the agent (Multi-Cluster Services); they write neither.
 async fn cluster_scope_is_closed(who: &str, client: &Client, lists: bool) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     assert_forbidden(
@@ -62,8 +62,8 @@ async fn cluster_scope_is_closed(who: &str, client: &Client, lists: bool) {
         .list(&ListParams::default())
         .await;
     if lists {
-        listed_namespaces.expect("the peer reader lists namespaces");
-        listed_nodes.expect("the peer reader lists nodes");
+        listed_namespaces.unwrap_or_else(|e| panic!("{who} lists namespaces: {e}"));
+        listed_nodes.unwrap_or_else(|e| panic!("{who} lists nodes: {e}"));
     } else {
         assert_forbidden(who, "list namespaces", listed_namespaces);
         assert_forbidden(who, "list nodes", listed_nodes);
@@ -109,6 +109,7 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
         "manifests/agent/agent.yaml",
         "manifests/agent/cluster-registry.yaml",
         "manifests/agent/projection.yaml",
+        "manifests/agent/mcs.yaml",
         "manifests/controller/controller.yaml",
         "manifests/coredns-patcher/job.yaml",
     ] {
@@ -150,7 +151,9 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
     .await;
 
     for (who, client, lists) in [
-        ("xcc-agent", &agent, false),
+        // Multi-Cluster Services: the agent lists namespaces (an import waits for its namespace)
+        // and nodes (the gateway data plane's addresses); it writes neither.
+        ("xcc-agent", &agent, true),
         ("the peer reader", &reader, true),
         ("xcc-controller", &controller, false),
         ("xcc-coredns-patcher", &patcher, false),
@@ -201,6 +204,7 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
             .list(&ListParams::default())
             .await,
     );
+    mcs_reader_reads_only_publications(&reader).await;
 
     // The controller reads kubeconfig Secrets and writes nothing but its own status and Events.
     let who = "xcc-controller";
@@ -308,26 +312,45 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
         own.patch("xcc-agent", &apply, &Patch::Apply(&announce))
             .await,
     );
-    let slices = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "discovery.k8s.io",
-        "v1",
-        "EndpointSlice",
+    // Multi-Cluster Services: the agent writes the imports' Services and EndpointSlices (and
+    // reads them cluster-wide), never the users' ServiceExports, and a ClusterProperty only
+    // once: it may create one, not change or delete it.
+    let exports = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "multicluster.x-k8s.io",
+        "v1beta1",
+        "ServiceExport",
     ));
     assert_forbidden(
         who,
-        "write EndpointSlices",
-        Api::<DynamicObject>::namespaced_with(agent.clone(), "xcc-dns", &slices)
+        "create a ServiceExport",
+        Api::<DynamicObject>::namespaced_with(agent.clone(), "team-a", &exports)
             .create(
                 &PostParams::default(),
-                &DynamicObject::new("planted", &slices),
+                &DynamicObject::new("planted", &exports),
+            )
+            .await,
+    );
+    let properties = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "about.k8s.io",
+        "v1alpha1",
+        "ClusterProperty",
+    ));
+    assert_forbidden(
+        who,
+        "change a ClusterProperty",
+        Api::<DynamicObject>::all_with(agent.clone(), &properties)
+            .patch(
+                "cluster.clusterset.k8s.io",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"value": "other"}})),
             )
             .await,
     );
     assert_forbidden(
         who,
-        "read EndpointSlices elsewhere",
-        Api::<DynamicObject>::namespaced_with(agent.clone(), "kube-system", &slices)
-            .list(&ListParams::default())
+        "delete a ClusterProperty",
+        Api::<DynamicObject>::all_with(agent.clone(), &properties)
+            .delete("cluster.clusterset.k8s.io", &DeleteParams::default())
             .await,
     );
 
@@ -654,4 +677,62 @@ spec:
         .await
         .unwrap();
     settle(expected_table(&["cluster-registry"]), "that rule deleted").await;
+}
+
+/// Multi-Cluster Services: a peer reads what is exported (the publications, cluster-wide) and
+/// the ClusterProperties (the IDs), and neither the Services, the EndpointSlices nor the Secrets
+/// behind them; it writes none of them.
+async fn mcs_reader_reads_only_publications(reader: &Client) {
+    let who = "the peer reader";
+    let resource = |group: &str, version: &str, kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+    };
+    let publications = resource("mcs.xcc.test", "v1alpha1", "ExportedService");
+    let properties = resource("about.k8s.io", "v1alpha1", "ClusterProperty");
+    crate::resource_sync::wait_for(
+        "the reader lists ExportedServices and ClusterProperties (aggregated)",
+        std::time::Duration::from_secs(30),
+        || async {
+            let listed = Api::<DynamicObject>::all_with(reader.clone(), &publications)
+                .list(&ListParams::default())
+                .await
+                .is_ok()
+                && Api::<DynamicObject>::all_with(reader.clone(), &properties)
+                    .list(&ListParams::default())
+                    .await
+                    .is_ok();
+            listed.then_some(())
+        },
+    )
+    .await;
+    assert_forbidden(
+        who,
+        "list Services",
+        Api::<k8s_openapi::api::core::v1::Service>::all(reader.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "list EndpointSlices",
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::all(reader.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    assert_forbidden(
+        who,
+        "list Secrets of every namespace",
+        Api::<Secret>::all(reader.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    let mut planted = DynamicObject::new("planted", &properties);
+    planted.data = serde_json::json!({"spec": {"value": "x"}});
+    assert_forbidden(
+        who,
+        "create a ClusterProperty",
+        Api::<DynamicObject>::all_with(reader.clone(), &properties)
+            .create(&PostParams::default(), &planted)
+            .await,
+    );
 }

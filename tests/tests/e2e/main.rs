@@ -23,6 +23,7 @@ mod https;
 mod install;
 mod isolation;
 mod least_privilege;
+mod mcs;
 mod mcs_dns;
 mod measure;
 mod metrics;

@@ -299,6 +299,7 @@ pub(crate) async fn prepare_member(binaries: &Binaries, cluster: &Cluster) -> Pr
     for file in [
         "manifests/agent/agent.yaml",
         "manifests/agent/cluster-registry.yaml",
+        "manifests/agent/mcs.yaml",
     ] {
         cluster
             .kubectl(&["apply", "-f", &manifest(file)])

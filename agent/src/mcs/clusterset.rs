@@ -1,0 +1,283 @@
+//! The ClusterSet as the MCS reconciler sees it: this cluster's ID (the About API's
+//! ClusterProperty, read if present, else written), and the peers of its cluster group, found
+//! as resource sync finds them (Cluster CRs, kubeconfig Secrets through the trust gate), each
+//! read through two shared watches: its `ExportedService`s and its ClusterProperties.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, GroupVersionKind, PostParams},
+};
+use tokio::sync::Notify;
+
+use super::{
+    api::{CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, ClusterProperty, ClusterPropertySpec},
+    publication::ExportedService,
+};
+use crate::{
+    clusterregistry::{self, api::Cluster},
+    sources::{Detail, Health, SourceId, View},
+};
+
+/// A task that is aborted when this is dropped.
+pub struct Forwarder(tokio::task::AbortHandle);
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Wakes `wake` at every change of `view` (and raises `flag`, when given).
+pub fn forward(
+    view: &View,
+    wake: Arc<Notify>,
+    flag: Option<Arc<std::sync::atomic::AtomicBool>>,
+) -> Forwarder {
+    use futures::StreamExt as _;
+    let changes = view.changes();
+    let task = tokio::spawn(async move {
+        let mut changes = std::pin::pin!(changes);
+        while changes.next().await.is_some() {
+            if let Some(flag) = &flag {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
+            wake.notify_one();
+        }
+    });
+    Forwarder(task.abort_handle())
+}
+
+/// The objects of `view`'s store read as `K` (those that do not read are left out).
+pub fn objects<K: serde::de::DeserializeOwned>(view: &View) -> Vec<K> {
+    view.store()
+        .state()
+        .iter()
+        .filter_map(|o| {
+            serde_json::to_value(&**o)
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())
+        })
+        .collect()
+}
+
+/// A peer of the group, read through its two watches.
+pub struct Peer {
+    /// The peer client's identity (a new Secret: new watches).
+    pub identity: String,
+    /// Its `ExportedService`s, cluster-wide.
+    pub publications: View,
+    /// Its ClusterProperties.
+    pub properties: View,
+    _forwarders: [Forwarder; 2],
+    /// What it published when its watch was last synced, kept while it fails.
+    pub last: Option<Vec<ExportedService>>,
+    /// Whether its withdrawal after the stale period was said.
+    pub withdrawn: bool,
+}
+
+impl Peer {
+    /// Its cluster ID: its ClusterProperty `cluster.clusterset.k8s.io`, if it has one.
+    pub fn id(&self) -> Option<String> {
+        objects::<ClusterProperty>(&self.properties)
+            .into_iter()
+            .find(|p| p.name_any() == CLUSTER_ID_PROPERTY)
+            .map(|p| p.spec.value)
+    }
+
+    /// What it publishes, as this agent uses it now: the store while the watch is synced; what
+    /// it last published while it fails, until `stale` has passed; then nothing.
+    pub fn current(&mut self, stale: Duration) -> Vec<ExportedService> {
+        let failing_since = match self.publications.health() {
+            Health::Synced { .. } if self.publications.listed() => {
+                let now = objects::<ExportedService>(&self.publications);
+                self.last = Some(now.clone());
+                self.withdrawn = false;
+                return now;
+            }
+            // Synced, but not yet in the detail this view asked for.
+            Health::Synced { .. } => return self.last.clone().unwrap_or_default(),
+            Health::Listing { since } | Health::Reconnecting { since, .. } => since,
+        };
+        let failing = SystemTime::now()
+            .duration_since(failing_since)
+            .unwrap_or_default();
+        if failing < stale {
+            return self.last.clone().unwrap_or_default();
+        }
+        Vec::new()
+    }
+}
+
+/// Opens the watches of a peer.
+pub fn open(
+    core: &xcc_sync::Core,
+    cluster: &str,
+    peer: &xcc_kube::PeerClient,
+    wake: &Arc<Notify>,
+) -> Peer {
+    let view = |gvk: GroupVersionKind, resource: ApiResource| {
+        core.sources.view(
+            SourceId {
+                cluster: cluster.to_string(),
+                identity: peer.identity.clone(),
+                gvk,
+                fields: None,
+                namespace: None,
+            },
+            peer.client.clone(),
+            &resource,
+            Detail::Full,
+        )
+    };
+    let publications = view(
+        GroupVersionKind::gvk(super::publication::GROUP, "v1alpha1", "ExportedService"),
+        ApiResource::erase::<ExportedService>(&()),
+    );
+    let properties = view(
+        GroupVersionKind::gvk("about.k8s.io", "v1alpha1", "ClusterProperty"),
+        ApiResource::erase::<ClusterProperty>(&()),
+    );
+    let forwarders = [
+        forward(&publications, wake.clone(), None),
+        forward(&properties, wake.clone(), None),
+    ];
+    Peer {
+        identity: peer.identity.clone(),
+        publications,
+        properties,
+        _forwarders: forwarders,
+        last: None,
+        withdrawn: false,
+    }
+}
+
+/// What discovery found: the peers' clients by Cluster name, and the peers that cannot be read
+/// with why.
+#[derive(Default)]
+pub struct Found {
+    /// Peer Cluster name → client.
+    pub clients: BTreeMap<String, xcc_kube::PeerClient>,
+    /// Peer Cluster name → why it is not read.
+    pub refused: BTreeMap<String, String>,
+}
+
+/// The peers of the group: every Cluster but this one (`uid`: its kube-system UID), opened
+/// through the trust gate.
+pub async fn discover(core: &xcc_sync::Core, clusters: &View, uid: &str) -> Found {
+    let mut found = Found::default();
+    for cluster in objects::<Cluster>(clusters) {
+        if cluster.spec.cluster_id == uid {
+            continue;
+        }
+        let name = cluster.name_any();
+        match clusterregistry::clusters::open_peer(&cluster, &core.client, &core.peers).await {
+            Ok((client, _)) => {
+                found.clients.insert(name, client);
+            }
+            Err(problem) => {
+                found.refused.insert(name, problem.message);
+            }
+        }
+    }
+    found
+}
+
+/// A valid cluster ID: a DNS label of at most 63 characters.
+pub fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
+/// This cluster's ID: ClusterProperty `cluster.clusterset.k8s.io` if present; else written as
+/// the name of this cluster's own Cluster in the group (if it has one and it is a DNS label),
+/// else the kube-system UID. ClusterProperty `clusterset.k8s.io` is written as `clusterset` if
+/// absent.
+pub async fn cluster_id(
+    client: &Client,
+    clusters: &View,
+    uid: &str,
+    clusterset: &str,
+    counted: &xcc_sync::sink::Counted,
+) -> Result<String, kube::Error> {
+    let properties: Api<ClusterProperty> = Api::all(client.clone());
+    if properties.get_opt(CLUSTERSET_PROPERTY).await?.is_none() {
+        create(&properties, CLUSTERSET_PROPERTY, clusterset, counted).await?;
+    }
+    if let Some(existing) = properties.get_opt(CLUSTER_ID_PROPERTY).await? {
+        return Ok(existing.spec.value);
+    }
+    // The group's Clusters, once listed (a short wait: without the CRDs, the UID).
+    for _ in 0..50 {
+        if clusters.listed() {
+            break;
+        }
+        // sleep: the pace of a wait for the first list.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let own = objects::<Cluster>(clusters)
+        .into_iter()
+        .find(|c| c.spec.cluster_id == uid)
+        .map(|c| c.name_any())
+        .filter(|n| is_dns_label(n));
+    let id = own.unwrap_or_else(|| uid.to_string());
+    create(&properties, CLUSTER_ID_PROPERTY, &id, counted).await?;
+    // Whoever wrote it first (another writer, a restart) wins.
+    Ok(properties
+        .get_opt(CLUSTER_ID_PROPERTY)
+        .await?
+        .map_or(id, |p| p.spec.value))
+}
+
+/// Creates ClusterProperty `name` = `value`, unless it exists.
+async fn create(
+    api: &Api<ClusterProperty>,
+    name: &str,
+    value: &str,
+    counted: &xcc_sync::sink::Counted,
+) -> Result<(), kube::Error> {
+    let property = ClusterProperty::new(
+        name,
+        ClusterPropertySpec {
+            value: value.to_string(),
+        },
+    );
+    let created = api
+        .create(
+            &PostParams {
+                field_manager: Some(xcc_sync::sink::FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &property,
+        )
+        .await;
+    match created {
+        Ok(_) => {
+            counted.wrote("create");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A local view of `gvk` (whole objects).
+pub fn local_view(
+    core: &xcc_sync::Core,
+    gvk: GroupVersionKind,
+    resource: &ApiResource,
+    detail: Detail,
+) -> View {
+    core.sources
+        .view(SourceId::local(gvk), core.client.clone(), resource, detail)
+}

@@ -1,0 +1,491 @@
+//! One pass of the MCS reconciler: publish this cluster's exports, merge every cluster's, write
+//! the imports, remove what no cluster exports any more, and say it all on the local exports.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::{
+    core::v1::{ObjectReference, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::events::{Event, EventType},
+};
+use serde::Serialize;
+use serde_json::Value;
+use xcc_kube::{ConditionStatus, remove_condition, set_condition};
+
+use super::{
+    Mcs,
+    api::{LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport, conditions},
+    clusterset::objects,
+    plan::{self, LABEL_IMPORT, LABEL_MANAGED_BY, MANAGED_BY, Merged, Validity},
+    publication::{ExportedService, ExportedServiceSpec},
+};
+use crate::sink;
+
+/// `namespace/name` of an exported Service.
+type Key = (String, String);
+
+/// Condition on every local ServiceExport: whether every peer of the group is read.
+pub const PEERS_READ: &str = "PeersRead";
+
+/// Whether `current` holds everything `desired` sets (objects: each key of `desired`; lists:
+/// the same length, item by item; the rest: equal).
+pub fn contains(current: &Value, desired: &Value) -> bool {
+    match (current, desired) {
+        (Value::Object(c), Value::Object(d)) => d
+            .iter()
+            .all(|(k, v)| v.is_null() || c.get(k).is_some_and(|cv| contains(cv, v))),
+        (Value::Array(c), Value::Array(d)) => {
+            c.len() == d.len() && c.iter().zip(d).all(|(c, d)| contains(c, d))
+        }
+        (c, d) => c == d,
+    }
+}
+
+fn key_of<K: Resource>(object: &K) -> Key {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Value, kube::Error> {
+    serde_json::to_value(value).map_err(kube::Error::SerdeError)
+}
+
+/// `desired` as applied: with its apiVersion and kind.
+fn typed<K: Resource<DynamicType = ()> + Serialize>(desired: &K) -> Result<Value, kube::Error> {
+    let mut value = json(desired)?;
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    Ok(value)
+}
+
+/// Whether `managed_fields` name the agent's field manager.
+fn ours<K: Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.manager.as_deref() == Some(sink::FIELD_MANAGER))
+}
+
+impl Mcs {
+    /// One pass over everything.
+    pub(super) async fn pass(&mut self) -> Result<(), kube::Error> {
+        let exports: Vec<ServiceExport> = objects(&self.local.exports);
+        let services: Vec<Service> = objects(&self.local.services);
+        let slices: Vec<EndpointSlice> = objects(&self.local.slices);
+        let services_by: BTreeMap<Key, &Service> =
+            services.iter().map(|s| (key_of(s), s)).collect();
+        let mut failed = None;
+        let mut note = |result: Result<(), kube::Error>| {
+            if let Err(error) = result {
+                failed.get_or_insert(error);
+            }
+        };
+        let published = self.published(&exports, &services_by, &slices);
+        note(self.write_publications(&published).await);
+        let mut by_key: BTreeMap<Key, Vec<ExportedServiceSpec>> = BTreeMap::new();
+        for (key, spec) in &published {
+            by_key.entry(key.clone()).or_default().push(spec.clone());
+        }
+        let stale = self.settings.stale_after;
+        for (name, peer) in &mut self.peers {
+            let id = peer.id();
+            let current = peer.current(stale);
+            if current.is_empty()
+                && peer.last.is_some()
+                && !peer.withdrawn
+                && !peer.publications.listed()
+            {
+                peer.withdrawn = true;
+                tracing::info!(peer = %name, "multi-cluster services: the peer has not answered for the stale period; its endpoints are withdrawn");
+            }
+            for publication in current {
+                let mut spec = publication.spec.clone();
+                if let Some(id) = &id {
+                    spec.cluster_id.clone_from(id);
+                }
+                by_key.entry(key_of(&publication)).or_default().push(spec);
+            }
+        }
+        let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
+        for (key, specs) in &by_key {
+            let refs: Vec<&ExportedServiceSpec> = specs.iter().collect();
+            if let Some(m) = plan::merge(&refs) {
+                note(self.import(key, &m, &refs, &services_by, &slices).await);
+                merged.insert(key.clone(), m);
+            }
+        }
+        note(self.clean(&merged, &services, &slices).await);
+        note(
+            self.statuses(&exports, &services_by, &merged, &published)
+                .await,
+        );
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// What this cluster publishes: one spec per valid export.
+    fn published(
+        &self,
+        exports: &[ServiceExport],
+        services: &BTreeMap<Key, &Service>,
+        slices: &[EndpointSlice],
+    ) -> BTreeMap<Key, ExportedServiceSpec> {
+        let mut out = BTreeMap::new();
+        for export in exports {
+            let key = key_of(export);
+            let service = services.get(&key).copied();
+            if plan::validate(service) != Validity::Valid {
+                continue;
+            }
+            let Some(service) = service else { continue };
+            let own: Vec<&EndpointSlice> = slices
+                .iter()
+                .filter(|s| {
+                    s.namespace().as_deref() == Some(key.0.as_str())
+                        && s.labels().get(plan::LABEL_KUBE_SERVICE_NAME) == Some(&key.1)
+                        && s.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY)
+                })
+                .collect();
+            let spec = service.spec.clone().unwrap_or_default();
+            let endpoints = plan::flat_endpoints(&spec, &own);
+            out.insert(
+                key,
+                plan::publication(
+                    &self.id,
+                    export,
+                    service,
+                    self.settings.data_plane.as_str(),
+                    endpoints,
+                ),
+            );
+        }
+        out
+    }
+
+    /// Makes the local `ExportedService`s exactly `published`.
+    async fn write_publications(
+        &self,
+        published: &BTreeMap<Key, ExportedServiceSpec>,
+    ) -> Result<(), kube::Error> {
+        let current: Vec<ExportedService> = objects(&self.local.publications);
+        let current: BTreeMap<Key, &ExportedService> =
+            current.iter().map(|p| (key_of(p), p)).collect();
+        for ((namespace, name), spec) in published {
+            let mut desired = ExportedService::new(name, spec.clone());
+            desired.metadata.namespace = Some(namespace.clone());
+            let desired = typed(&desired)?;
+            let have = current.get(&(namespace.clone(), name.clone()));
+            if have.is_some_and(|h| json(h).is_ok_and(|h| contains(&h, &desired))) {
+                continue;
+            }
+            let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), namespace);
+            sink::apply_whole(&api, name, desired, &self.counted).await?;
+        }
+        for (key, have) in &current {
+            if !published.contains_key(key) {
+                let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), &key.0);
+                sink::delete_exact(&api, &key.1, have.uid(), None, &self.counted).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the import of `key` here: derived Service, ServiceImport, EndpointSlices.
+    async fn import(
+        &mut self,
+        key: &Key,
+        merged: &Merged,
+        publications: &[&ExportedServiceSpec],
+        services: &BTreeMap<Key, &Service>,
+        slices: &[EndpointSlice],
+    ) -> Result<(), kube::Error> {
+        let (namespace, name) = key;
+        if !self.namespace_exists(namespace) {
+            self.say_absent(key).await;
+            return Ok(());
+        }
+        self.absent.remove(key);
+        let client = self.core.client.clone();
+        let derived = plan::derived_service(namespace, name, merged);
+        let derived_name = plan::derived_name(name);
+        let services_api: Api<Service> = Api::namespaced(client.clone(), namespace);
+        let desired = typed(&derived)?;
+        let current = services
+            .get(&(namespace.clone(), derived_name.clone()))
+            .copied();
+        let written = match current {
+            Some(c) if contains(&json(c)?, &desired) => c.clone(),
+            _ => sink::apply_fields(&services_api, &derived_name, &desired, &self.counted).await?,
+        };
+        let ips = plan::ips_of(&written, &merged.spec.ip_families);
+        let import = plan::service_import(namespace, name, merged, ips);
+        let imports: Vec<ServiceImport> = objects(&self.local.imports);
+        let current = imports.iter().find(|i| key_of(*i) == *key);
+        let desired = typed(&import)?;
+        if !current.is_some_and(|c| json(c).is_ok_and(|c| contains(&c, &desired))) {
+            let api: Api<ServiceImport> = Api::namespaced(client.clone(), namespace);
+            sink::apply_whole(&api, name, desired, &self.counted).await?;
+        }
+        self.write_slices(key, merged, publications, slices).await
+    }
+
+    /// The import's EndpointSlices: written where they differ, removed where no longer wanted.
+    async fn write_slices(
+        &self,
+        (namespace, name): &Key,
+        merged: &Merged,
+        publications: &[&ExportedServiceSpec],
+        slices: &[EndpointSlice],
+    ) -> Result<(), kube::Error> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.core.client.clone(), namespace);
+        let desired = plan::slices(namespace, name, merged, publications);
+        let mine: Vec<&EndpointSlice> = slices
+            .iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(namespace.as_str())
+                    && s.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+                    && s.labels().get(LABEL_SERVICE_NAME) == Some(name)
+            })
+            .collect();
+        for slice in &desired {
+            let slice_name = slice.name_any();
+            let want = typed(slice)?;
+            let have = mine.iter().find(|s| s.name_any() == slice_name);
+            if have.is_some_and(|h| json(*h).is_ok_and(|h| contains(&h, &want))) {
+                continue;
+            }
+            sink::apply_fields(&api, &slice_name, &want, &self.counted).await?;
+        }
+        let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+        for slice in mine {
+            if !names.contains(&slice.name_any()) {
+                sink::delete_exact(&api, &slice.name_any(), slice.uid(), None, &self.counted)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn namespace_exists(&self, namespace: &str) -> bool {
+        self.local
+            .namespaces
+            .store()
+            .state()
+            .iter()
+            .any(|n| n.name_any() == namespace)
+    }
+
+    /// Says once, in an Event on the Namespace, that an import waits for its namespace.
+    async fn say_absent(&mut self, key: &Key) {
+        if !self.local.namespaces.listed() || !self.absent.insert(key.clone()) {
+            return;
+        }
+        let (namespace, name) = key;
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "NamespaceAbsent".into(),
+            note: Some(format!(
+                "Service {namespace}/{name} is exported in the ClusterSet, but namespace {namespace} does not exist in this cluster: its ServiceImport is not created; it appears when the namespace is created"
+            )),
+            action: "Import".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(namespace.clone()),
+            ..Default::default()
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(%namespace, %error, "could not publish an Event");
+        }
+    }
+
+    /// Removes the imports, derived Services and slices of services no cluster exports.
+    async fn clean(
+        &self,
+        merged: &BTreeMap<Key, Merged>,
+        services: &[Service],
+        slices: &[EndpointSlice],
+    ) -> Result<(), kube::Error> {
+        let client = &self.core.client;
+        let imports: Vec<ServiceImport> = objects(&self.local.imports);
+        for import in imports.iter().filter(|i| ours(*i)) {
+            let key = key_of(import);
+            if !merged.contains_key(&key) {
+                let api: Api<ServiceImport> = Api::namespaced(client.clone(), &key.0);
+                sink::delete_exact(&api, &key.1, import.uid(), None, &self.counted).await?;
+            }
+        }
+        for service in services {
+            let Some(of) = service.labels().get(LABEL_IMPORT) else {
+                continue;
+            };
+            let namespace = service.namespace().unwrap_or_default();
+            if service.name_any() != plan::derived_name(of)
+                || merged.contains_key(&(namespace.clone(), of.clone()))
+            {
+                continue;
+            }
+            let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
+            sink::delete_exact(
+                &api,
+                &service.name_any(),
+                service.uid(),
+                None,
+                &self.counted,
+            )
+            .await?;
+        }
+        for slice in slices {
+            if slice.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY) {
+                continue;
+            }
+            let namespace = slice.namespace().unwrap_or_default();
+            let of = slice
+                .labels()
+                .get(LABEL_SERVICE_NAME)
+                .cloned()
+                .unwrap_or_default();
+            if merged.contains_key(&(namespace.clone(), of)) {
+                continue;
+            }
+            let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+            sink::delete_exact(&api, &slice.name_any(), slice.uid(), None, &self.counted).await?;
+        }
+        Ok(())
+    }
+
+    /// The status of every local ServiceExport.
+    async fn statuses(
+        &self,
+        exports: &[ServiceExport],
+        services: &BTreeMap<Key, &Service>,
+        merged: &BTreeMap<Key, Merged>,
+        published: &BTreeMap<Key, ExportedServiceSpec>,
+    ) -> Result<(), kube::Error> {
+        for export in exports {
+            let key = key_of(export);
+            let validity = plan::validate(services.get(&key).copied());
+            let status = self.export_status(
+                export,
+                validity,
+                merged.get(&key),
+                published.contains_key(&key),
+            );
+            let api: Api<ServiceExport> = Api::namespaced(self.core.client.clone(), &key.0);
+            sink::write_status(&api, export, &status, &self.counted).await?;
+        }
+        Ok(())
+    }
+
+    /// The status `export` gets.
+    fn export_status(
+        &self,
+        export: &ServiceExport,
+        validity: Validity,
+        merged: Option<&Merged>,
+        published: bool,
+    ) -> ServiceExportStatus {
+        let generation = export.metadata.generation;
+        let mut list = export.status.clone().unwrap_or_default().conditions;
+        let mut set = |type_: &str, (status, reason, message): Verdict| {
+            set_condition(&mut list, type_, status, reason, message, generation);
+        };
+        set(conditions::VALID, valid_condition(validity));
+        let merged = merged.filter(|_| validity == Validity::Valid);
+        if let Some(merged) = merged {
+            let (conflict, reason, message) = merged.conflict_of(&self.id);
+            set(conditions::CONFLICT, (truth(conflict), reason, message));
+        }
+        let ready = if validity != Validity::Valid {
+            (
+                ConditionStatus::False,
+                conditions::REASON_FAILED,
+                "the export is not valid".to_string(),
+            )
+        } else if published && merged.is_some() {
+            let seen = objects::<ExportedService>(&self.local.publications)
+                .iter()
+                .any(|p| key_of(p) == key_of(export));
+            let reason = if seen {
+                conditions::REASON_READY
+            } else {
+                conditions::REASON_EXPORTED
+            };
+            (
+                ConditionStatus::True,
+                reason,
+                format!("published to the ClusterSet as cluster {}", self.id),
+            )
+        } else {
+            (
+                ConditionStatus::False,
+                conditions::REASON_PENDING,
+                "not yet published".to_string(),
+            )
+        };
+        set(conditions::READY, ready);
+        set(PEERS_READ, peers_condition(&self.refused));
+        if merged.is_none() {
+            remove_condition(&mut list, conditions::CONFLICT);
+        }
+        ServiceExportStatus { conditions: list }
+    }
+}
+
+/// A condition as decided: status, reason, message.
+type Verdict = (ConditionStatus, &'static str, String);
+
+fn truth(b: bool) -> ConditionStatus {
+    if b {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    }
+}
+
+/// The `Valid` condition of an export.
+fn valid_condition(validity: Validity) -> Verdict {
+    match validity {
+        Validity::Valid => (
+            ConditionStatus::True,
+            conditions::REASON_VALID,
+            "the Service is exported to the ClusterSet".to_string(),
+        ),
+        Validity::NoService => (
+            ConditionStatus::False,
+            conditions::REASON_NO_SERVICE,
+            "no Service of this name in the namespace".to_string(),
+        ),
+        Validity::InvalidServiceType => (
+            ConditionStatus::False,
+            conditions::REASON_INVALID_SERVICE_TYPE,
+            "an ExternalName Service cannot be exported".to_string(),
+        ),
+    }
+}
+
+/// The `PeersRead` condition: every peer read, or those that are not and why.
+fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
+    if refused.is_empty() {
+        return (
+            ConditionStatus::True,
+            "AllPeersRead",
+            "every peer of the cluster group is read".to_string(),
+        );
+    }
+    let message = refused
+        .iter()
+        .map(|(peer, why)| format!("cluster {peer}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    (
+        ConditionStatus::False,
+        "PeerRefused",
+        format!("the exports of these peers are not imported: {message}"),
+    )
+}
