@@ -22,6 +22,7 @@ mod https;
 mod install;
 mod isolation;
 mod least_privilege;
+mod mcs_conformance;
 mod measure;
 mod metrics;
 mod mixed_fleet;
