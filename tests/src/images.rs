@@ -11,7 +11,7 @@
 //! | [`BUSYBOX`] | Debian's static busybox with a link per applet (`sh`, `wget`, `nslookup`, `httpd`, ...), and `lookup` (`tests/fixtures/lookup/lookup.c`: lookups through the C library with the pod's resolv.conf, and their latency), user root |
 //! | `registry.k8s.io/coredns/coredns:<version>` ([`coredns`]) | the test bed's static CoreDNS at `/coredns` |
 //! | [`SOCAT`] | the MCS conformance suite's server: Debian's `socat` (1.7.4.4, the tag's version) with the libraries `ldd` names, static busybox with a link per applet (`sh`, `grep -E`, `awk`, `tr`, `echo`, ...), entrypoint `socat` as upstream's |
-//! | [`NETSHOOT`] | the suite's client: Debian's `nc` (netcat-openbsd: `-4`/`-6`/`-v`/`-w`), `nslookup` and `dig` (bind9-dnsutils, whose output the suite parses), their libraries, static busybox for the rest (`grep`, `tail`, `awk`, `sleep`, ...); no entrypoint, command `sh` |
+//! | [`NETSHOOT`] | the suite's client: Debian's `nc` (netcat-openbsd: `-4`/`-6`/`-v`/`-w`), `nslookup` and `dig` (bind9-dnsutils, whose output the suite parses), `dash` as `/bin/sh` (busybox's shell would run its own `nc` and `nslookup` applets first), their libraries, static busybox for the rest (`grep`, `tail`, `awk`, `sleep`, ...); no entrypoint, command `sh` |
 //! | `xcc:<workspace version>` ([`xcc`]) | the stripped release binaries `xcc-agent`, `xcc-controller`, `xcc-coredns-patcher` at `/usr/local/bin/`, the libc files `ldd` names, CA certificates, `/etc/passwd` with `nonroot` (65532), user 65532: the layout of the project's `Dockerfile` (distroless cc) |
 //!
 //! Archives are cached in `$XCC_TESTBED_DIR/images/` (default `~/.cache/xcc-testbed/images/`),
@@ -299,8 +299,11 @@ fn socat(cache: &Path) -> anyhow::Result<Image> {
 /// (bind9's output format, which it parses), `grep`, `tail`, `awk`.
 fn netshoot(cache: &Path) -> anyhow::Result<Image> {
     let mut files = base_files();
-    files.extend(busybox_files(&["nc", "nslookup", "netcat"])?);
+    // Debian's busybox runs its own applets before looking at PATH (`sh -c 'nc ...'` would run
+    // busybox's nc): the shell is Debian's dash, which runs what PATH finds.
+    files.extend(busybox_files(&["sh", "nc", "nslookup", "netcat"])?);
     files.extend(debian_programs(&[
+        ("/bin/dash", "bin/sh"),
         ("/bin/nc.openbsd", "usr/bin/nc"),
         ("/usr/bin/nslookup", "usr/bin/nslookup"),
         ("/usr/bin/dig", "usr/bin/dig"),

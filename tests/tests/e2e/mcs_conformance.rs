@@ -73,7 +73,8 @@ spec:
 /// What the suite runs to reach a Service (`ncCommand` for IPv4), in the request pod of `c`,
 /// until the answer contains `want` (the server may still be starting).
 async fn nc_until(c: &Cluster, host: &str, port: u16, want: &str) -> String {
-    let command = format!("echo hi | nc -v -w 2 -4 {host} {port} 2>&1");
+    // `exit=` keeps what nc said when it fails (kubectl exec would drop it).
+    let command = format!("echo hi | nc -v -w 2 -4 {host} {port} 2>&1; echo exit=$?");
     let started = Instant::now();
     loop {
         let out = c
