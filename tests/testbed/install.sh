@@ -150,7 +150,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 suite_src=${XCC_MCS_CONFORMANCE_SRC:-$repo/../shared/third-party/mcs-api-conformance}
 mcs_test=""
 if [ -f "$suite_src/go.mod" ]; then
-  suite_key=$( { (cd "$suite_src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); go version; } | sha256sum | cut -c1-16)
+  suite_build=(go test -c -trimpath)
+  suite_key=$( { (cd "$suite_src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); go version; echo "${suite_build[*]}"; } | sha256sum | cut -c1-16)
   suite_dir=$dir/mcs-conformance-$suite_key
   mcs_test=$suite_dir/mcs-conformance.test
   if [ ! -x "$mcs_test" ]; then
@@ -159,7 +160,7 @@ if [ -f "$suite_src/go.mod" ]; then
     rm -rf "$suite_dir.tmp" && mkdir -p "$suite_dir.tmp"
     cp -R "$suite_src" "$suite_dir.tmp/src"
     chmod -R u+w "$suite_dir.tmp/src"
-    (cd "$suite_dir.tmp/src" && nice go test -c -o "$suite_dir.tmp/mcs-conformance.test" .)
+    (cd "$suite_dir.tmp/src" && nice "${suite_build[@]}" -o "$suite_dir.tmp/mcs-conformance.test" .)
     rm -rf "$suite_dir" && mv "$suite_dir.tmp" "$suite_dir"
     step "MCS conformance suite built in $(( $(date +%s) - start )) s"
   fi
