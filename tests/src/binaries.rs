@@ -18,6 +18,12 @@ pub struct Binaries {
     /// What real nodes need (`None` when the installer that made the env file predates them):
     /// see [`require_node_testbed`].
     pub node: Option<NodeBinaries>,
+    /// The MCS conformance suite's test binary (`XCC_MCS_CONFORMANCE`, built by the installer
+    /// from `../shared/third-party/mcs-api-conformance`): see [`crate::mcs`].
+    pub mcs_conformance: Option<PathBuf>,
+    /// Upstream's ServiceExport and ServiceImport CRDs (`XCC_MCS_CRDS`, a folder), of the module
+    /// the suite is built against: for the tests of the test bed itself.
+    pub mcs_crds: Option<PathBuf>,
 }
 
 /// The binaries and versions the test bed's real nodes need (`XCC_KUBELET`, ...).
@@ -109,6 +115,8 @@ impl Binaries {
             etcd: e?,
             coredns: c?,
             node,
+            mcs_conformance: get("XCC_MCS_CONFORMANCE"),
+            mcs_crds: value("XCC_MCS_CRDS").filter(|d| d.is_dir()),
         })
     }
 }

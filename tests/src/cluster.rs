@@ -21,7 +21,7 @@ use crate::{
     Binaries, certs,
     egress::{self, EgressProxy},
     images, lb,
-    node::{Network, Node, NodePlan},
+    node::{Network, NetworkMode, Node, NodePlan},
     process::{Process, free_port, spawn},
 };
 
@@ -60,6 +60,13 @@ pub struct Cluster {
     node: Option<Node>,
     /// The host's address on the test network of the nodes, in a bed with nodes.
     host_ip: Option<std::net::Ipv4Addr>,
+}
+
+/// Choices for a test bed with nodes ([`Testbed::start_with_options`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BedOptions {
+    /// How the test network routes pod addresses between the node clusters.
+    pub network: NetworkMode,
 }
 
 /// Several clusters sharing one etcd. Dropping it stops every process it started.
@@ -133,6 +140,16 @@ impl Testbed {
         names: &[&str],
         with_nodes: &[&str],
     ) -> anyhow::Result<Testbed> {
+        Self::start_with_options(binaries, names, with_nodes, BedOptions::default()).await
+    }
+
+    /// [`Testbed::start_with_nodes`] with `options` (the network between the node clusters).
+    pub async fn start_with_options(
+        binaries: &Binaries,
+        names: &[&str],
+        with_nodes: &[&str],
+        options: BedOptions,
+    ) -> anyhow::Result<Testbed> {
         let started = Instant::now();
         if let Some(missing) = with_nodes.iter().find(|n| !names.contains(n)) {
             bail!("{missing} has a node but is not a cluster of the test bed");
@@ -164,7 +181,7 @@ impl Testbed {
         let (network, plans) = if with_nodes.is_empty() {
             (None, vec![])
         } else {
-            let (network, plans) = Network::create(dir.path(), with_nodes)?;
+            let (network, plans) = Network::create(dir.path(), with_nodes, options.network)?;
             (Some(network), plans)
         };
         let etcd_port = free_port();
@@ -806,6 +823,11 @@ impl Cluster {
             path,
             client: client_for(&yaml, true).await?,
         })
+    }
+
+    /// The admin's bearer token (`system:masters`), as in [`Cluster::kubeconfig`].
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
     }
 
     /// The CA (PEM) that signed this API server's serving certificate.

@@ -10,6 +10,8 @@
 //! | [`PAUSE`] | the pod sandbox: a 15-line static C program (`tests/fixtures/pause.c`), containerd's `sandbox_image` |
 //! | [`BUSYBOX`] | Debian's static busybox with a link per applet (`sh`, `wget`, `nslookup`, `httpd`, ...), and `lookup` (`tests/fixtures/lookup/lookup.c`: lookups through the C library with the pod's resolv.conf, and their latency), user root |
 //! | `registry.k8s.io/coredns/coredns:<version>` ([`coredns`]) | the test bed's static CoreDNS at `/coredns` |
+//! | [`SOCAT`] | the MCS conformance suite's server: Debian's `socat` (1.7.4.4, the tag's version) with the libraries `ldd` names, static busybox with a link per applet (`sh`, `grep -E`, `awk`, `tr`, `echo`, ...), entrypoint `socat` as upstream's |
+//! | [`NETSHOOT`] | the suite's client: Debian's `nc` (netcat-openbsd: `-4`/`-6`/`-v`/`-w`), `nslookup` and `dig` (bind9-dnsutils, whose output the suite parses), `dash` as `/bin/sh` (busybox's shell would run its own `nc` and `nslookup` applets first), their libraries, static busybox for the rest (`grep`, `tail`, `awk`, `sleep`, ...); no entrypoint, command `sh` |
 //! | `xcc:<workspace version>` ([`xcc`]) | the stripped release binaries `xcc-agent`, `xcc-controller`, `xcc-coredns-patcher` at `/usr/local/bin/`, the libc files `ldd` names, CA certificates, `/etc/passwd` with `nonroot` (65532), user 65532: the layout of the project's `Dockerfile` (distroless cc) |
 //!
 //! Archives are cached in `$XCC_TESTBED_DIR/images/` (default `~/.cache/xcc-testbed/images/`),
@@ -33,6 +35,10 @@ use crate::binaries::{Binaries, NodeBinaries};
 pub const PAUSE: &str = "registry.k8s.io/pause:3.10";
 /// Static busybox: test client pods, and an HTTP server (`busybox httpd -f -p 80 -h /www`).
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.35";
+/// `alpine/socat:1.7.4.4` as the MCS conformance suite names it: socat and a busybox shell.
+pub const SOCAT: &str = "docker.io/alpine/socat:1.7.4.4";
+/// `nicolaka/netshoot:v0.15` as the MCS conformance suite names it: nc, nslookup, dig, busybox.
+pub const NETSHOOT: &str = "docker.io/nicolaka/netshoot:v0.15";
 /// The release binaries of xcc, as the manifests name them.
 pub const XCC_BINARIES: [&str; 3] = ["xcc-agent", "xcc-controller", "xcc-coredns-patcher"];
 
@@ -101,6 +107,8 @@ pub fn build_all(binaries: &Binaries) -> anyhow::Result<Vec<Image>> {
             &["/coredns"],
             None,
         )?,
+        socat(&cache)?,
+        netshoot(&cache)?,
         xcc_image(&cache)?,
     ])
 }
@@ -149,7 +157,12 @@ fn pause(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
     let source = workspace_root().join("tests/fixtures/pause.c");
     // Keyed by the C source: compile only when that image is not cached yet.
     let key_file = File::copy(&source, "pause.c", 0o644);
-    let key = key(&[key_file], &["/pause"], None)?;
+    let pause_config = Config {
+        entrypoint: &["/pause"],
+        cmd: &[],
+        user: None,
+    };
+    let key = key(&[key_file], &pause_config)?;
     let archive = cache.join(format!("pause-{key}.tar"));
     if !archive.is_file() {
         let bin = scratch.join("pause");
@@ -162,8 +175,7 @@ fn pause(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
             &archive,
             PAUSE,
             &[File::copy(&bin, "pause", 0o755)],
-            &["/pause"],
-            None,
+            &pause_config,
         )?;
     }
     Ok(Image {
@@ -215,6 +227,97 @@ fn busybox(cache: &Path, scratch: &Path) -> anyhow::Result<Image> {
         }
     }
     build(cache, BUSYBOX, &files, &["/bin/sh"], None)
+}
+
+/// Static busybox at `bin/busybox` and a link in `bin/` per applet, except `skip` (commands the
+/// image has from Debian instead).
+fn busybox_files(skip: &[&str]) -> anyhow::Result<Vec<File>> {
+    let bin = Path::new("/bin/busybox");
+    let linked = Command::new("ldd").arg(bin).output()?;
+    if linked.status.success() {
+        bail!(
+            "/bin/busybox is not static: install the Debian package busybox-static (tests/testbed/install.sh does)"
+        );
+    }
+    let list = Command::new(bin).arg("--list").output()?;
+    let mut files = vec![File::copy(bin, "bin/busybox", 0o755)];
+    for applet in String::from_utf8(list.stdout)?.split_whitespace() {
+        if applet != "busybox" && !skip.contains(&applet) {
+            files.push(File {
+                source: Source::Symlink("busybox".into()),
+                dest: format!("bin/{applet}"),
+                mode: 0o777,
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Debian's `programs` (each `(host path, path in the image)`) with every library `ldd` names.
+fn debian_programs(programs: &[(&str, &str)]) -> anyhow::Result<Vec<File>> {
+    let mut files = Vec::new();
+    let mut libs = std::collections::BTreeSet::new();
+    for (host, dest) in programs {
+        let path = Path::new(host);
+        if !path.is_file() {
+            bail!(
+                "{host} is missing: tests/testbed/install.sh installs it (Debian packages socat, netcat-openbsd, bind9-dnsutils)"
+            );
+        }
+        libs.extend(ldd(path)?);
+        files.push(File::copy(path, dest, 0o755));
+    }
+    for lib in libs {
+        let dest = lib.strip_prefix("/").unwrap_or(&lib).display().to_string();
+        files.push(File::copy(&lib, &dest, 0o755));
+    }
+    Ok(files)
+}
+
+/// The root user and `nobody`, `/tmp`: what both images of the MCS suite share.
+fn base_files() -> Vec<File> {
+    vec![
+        File::dir("tmp", 0o1777),
+        File::text(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        ),
+        File::text("etc/group", "root:x:0:\nnobody:x:65534:\n"),
+    ]
+}
+
+/// [`SOCAT`]: what the suite's listener script runs (`sh`, `grep -E`, `awk`, `tr`, `echo`,
+/// `socat ... SYSTEM:'echo ...'`, whose `SYSTEM` is `/bin/sh -c`).
+fn socat(cache: &Path) -> anyhow::Result<Image> {
+    let mut files = base_files();
+    files.extend(busybox_files(&[])?);
+    files.extend(debian_programs(&[("/usr/bin/socat", "usr/bin/socat")])?);
+    build(cache, SOCAT, &files, &["socat"], None)
+}
+
+/// [`NETSHOOT`]: the suite's request pod runs `sh -c` with `nc -4 -v -w 2`, `nslookup -type=A|AAAA|SRV`
+/// (bind9's output format, which it parses), `grep`, `tail`, `awk`.
+fn netshoot(cache: &Path) -> anyhow::Result<Image> {
+    let mut files = base_files();
+    // Debian's busybox runs its own applets before looking at PATH (`sh -c 'nc ...'` would run
+    // busybox's nc): the shell is Debian's dash, which runs what PATH finds.
+    files.extend(busybox_files(&["sh", "nc", "nslookup", "netcat"])?);
+    files.extend(debian_programs(&[
+        ("/bin/dash", "bin/sh"),
+        ("/bin/nc.openbsd", "usr/bin/nc"),
+        ("/usr/bin/nslookup", "usr/bin/nslookup"),
+        ("/usr/bin/dig", "usr/bin/dig"),
+    ])?);
+    build_config(
+        cache,
+        NETSHOOT,
+        &files,
+        &Config {
+            entrypoint: &[],
+            cmd: &["sh"],
+            user: None,
+        },
+    )
 }
 
 fn xcc_image(cache: &Path) -> anyhow::Result<Image> {
@@ -364,6 +467,13 @@ fn ldd(bin: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
+/// What an image runs: its config's `Entrypoint`, `Cmd` and `User`.
+struct Config<'a> {
+    entrypoint: &'a [&'a str],
+    cmd: &'a [&'a str],
+    user: Option<&'a str>,
+}
+
 /// The cached archive of an image made of `files`, built when missing.
 fn build(
     cache: &Path,
@@ -372,7 +482,26 @@ fn build(
     entrypoint: &[&str],
     user: Option<&str>,
 ) -> anyhow::Result<Image> {
-    let key = key(files, entrypoint, user)?;
+    build_config(
+        cache,
+        reference,
+        files,
+        &Config {
+            entrypoint,
+            cmd: &[],
+            user,
+        },
+    )
+}
+
+/// [`build`] with a whole [`Config`].
+fn build_config(
+    cache: &Path,
+    reference: &str,
+    files: &[File],
+    config: &Config<'_>,
+) -> anyhow::Result<Image> {
+    let key = key(files, config)?;
     let stem: String = reference
         .rsplit('/')
         .next()
@@ -380,7 +509,7 @@ fn build(
         .replace(':', "-");
     let archive = cache.join(format!("{stem}-{key}.tar"));
     if !archive.is_file() {
-        write_archive(&archive, reference, files, entrypoint, user)?;
+        write_archive(&archive, reference, files, config)?;
         prune(cache, &stem, &archive);
     }
     Ok(Image {
@@ -416,8 +545,12 @@ fn prune(cache: &Path, stem: &str, keep: &Path) {
 }
 
 /// SHA-256 (16 hex digits) of the image's inputs.
-fn key(files: &[File], entrypoint: &[&str], user: Option<&str>) -> anyhow::Result<String> {
+fn key(files: &[File], config: &Config<'_>) -> anyhow::Result<String> {
+    let (entrypoint, user) = (config.entrypoint, config.user);
     let mut manifest = format!("v1 {entrypoint:?} {user:?}\n");
+    if !config.cmd.is_empty() {
+        manifest.push_str(&format!("cmd {:?}\n", config.cmd));
+    }
     let sources: Vec<&Path> = files
         .iter()
         .filter_map(|f| match &f.source {
@@ -489,8 +622,7 @@ fn write_archive(
     archive: &Path,
     reference: &str,
     files: &[File],
-    entrypoint: &[&str],
-    user: Option<&str>,
+    image: &Config<'_>,
 ) -> anyhow::Result<()> {
     let work = tempfile::Builder::new()
         .prefix("xcc-image-")
@@ -541,13 +673,22 @@ fn write_archive(
         "os": "linux",
         "created": "1970-01-01T00:00:00Z",
         "config": {
-            "Entrypoint": entrypoint,
+            "Entrypoint": image.entrypoint,
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "WorkingDir": "/",
         },
         "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{diff_id}")]},
     });
-    if let Some(user) = user {
+    if image.entrypoint.is_empty() {
+        config["config"]
+            .as_object_mut()
+            .expect("an object")
+            .remove("Entrypoint");
+    }
+    if !image.cmd.is_empty() {
+        config["config"]["Cmd"] = image.cmd.into();
+    }
+    if let Some(user) = image.user {
         config["config"]["User"] = user.into();
     }
     let config = serde_json::to_vec(&config)?;

@@ -29,12 +29,13 @@ mod cluster;
 mod egress;
 pub mod images;
 mod lb;
+pub mod mcs;
 pub mod node;
 mod process;
 pub mod scrape;
 pub mod xcc;
 
 pub use binaries::{Binaries, NodeBinaries, require_node_testbed, require_testbed};
-pub use cluster::{Blackhole, Cluster, Kubeconfig, Testbed, client_for};
-pub use node::{Node, NodePlan};
+pub use cluster::{BedOptions, Blackhole, Cluster, Kubeconfig, Testbed, client_for};
+pub use node::{NetworkMode, Node, NodePlan};
 pub use process::{Process, connections_to, free_port, spawn};

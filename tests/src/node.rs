@@ -51,10 +51,23 @@
 //!     cni0 bridge 10.(64+bed).(32i).0/19, ipMasq; kube-proxy; LB pool 10.250.(8·bed+i).0/24
 //! ```
 //! The host routes `172.30.<bed>.0/24`, every pod range and every LB pool to the router. The
-//! router routes each LB pool to its node, and pod ranges only for packets from the host (a policy
-//! rule on its host link): a pod of cluster-b reaches cluster-a's LoadBalancer addresses, never
-//! cluster-a's pods. `<bed>` is the first index whose host link `xcch<bed>` could be created, so
-//! concurrent test beds (in this or another process) never share addresses.
+//! router routes each LB pool to its node; what it does with pod ranges is the bed's
+//! [`NetworkMode`]:
+//! - [`NetworkMode::Isolated`] (the default): pod ranges only for packets from the host (a policy
+//!   rule on its host link): a pod of cluster-b reaches cluster-a's LoadBalancer addresses, never
+//!   cluster-a's pods;
+//! - [`NetworkMode::Flat`]: pod ranges for packets from any node too, and the bridge does not
+//!   masquerade (`ipMasq` off): pods of different clusters reach each other's pod addresses and
+//!   see each other's pod address as the source, as on a flat pod network (Cilium ClusterMesh);
+//! - [`NetworkMode::IdenticalRanges`]: every node cluster has the same pod range and the same
+//!   Service range (the premise of the original XCC: no pod routing between clusters at all).
+//!   Nothing routes pod ranges, not even the host: aggregated APIs and webhooks served at pod
+//!   addresses do not work in this mode. Node addresses and LB pools stay distinct: a pod of
+//!   cluster-b reaches cluster-a's node address (a NodePort) and LoadBalancer addresses, its
+//!   source masqueraded to its node's address.
+//!
+//! `<bed>` is the first index whose host link `xcch<bed>` could be created, so concurrent test
+//! beds (in this or another process) never share addresses.
 //!
 //! ## Cleanup
 //! Dropping the test bed SIGKILLs every process in the node's cgroups and namespaces (daemons,
@@ -85,6 +98,22 @@ use crate::{
 const MAX_BEDS: u8 = 32;
 pub(crate) const MAX_NODES: usize = 8;
 
+/// How the test network routes pod addresses between the node clusters of a bed (see the module
+/// doc, "Network").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// Pod ranges routed only for the host: pods of different clusters cannot reach each other's
+    /// pod addresses, only LoadBalancer and node addresses.
+    #[default]
+    Isolated,
+    /// Pod ranges routed between every node and the host, sources kept (no masquerade): a flat
+    /// pod network across the clusters.
+    Flat,
+    /// Every node cluster has the same pod range and the same Service range; nothing routes pod
+    /// ranges (not even the host); node addresses and LB pools stay distinct.
+    IdenticalRanges,
+}
+
 /// What one node cluster gets: addresses, ranges and names, fixed before anything starts.
 #[derive(Clone, Debug)]
 pub struct NodePlan {
@@ -112,12 +141,20 @@ pub struct NodePlan {
     pub pod_cidr: String,
     /// The cluster's LoadBalancer pool, a /24.
     pub lb_pool: String,
+    /// How the bed's network routes pod addresses.
+    pub mode: NetworkMode,
     lb_base: Ipv4Addr,
 }
 
 impl NodePlan {
-    fn new(bed: u8, index: usize, cluster: &str) -> NodePlan {
+    fn new(bed: u8, index: usize, cluster: &str, mode: NetworkMode) -> NodePlan {
         let i = index as u8;
+        // With identical ranges every cluster takes the first one's pod and Service ranges.
+        let r = if mode == NetworkMode::IdenticalRanges {
+            0
+        } else {
+            i
+        };
         NodePlan {
             index,
             bed,
@@ -126,11 +163,12 @@ impl NodePlan {
             host_ip: Ipv4Addr::new(172, 30, bed, 1),
             node_ip: Ipv4Addr::new(172, 30, bed, 4 * i + 6),
             gateway_ip: Ipv4Addr::new(172, 30, bed, 4 * i + 5),
-            service_cidr: format!("10.{}.0.0/16", 96 + i),
-            kubernetes_ip: Ipv4Addr::new(10, 96 + i, 0, 1),
-            dns_ip: Ipv4Addr::new(10, 96 + i, 0, 10),
-            pod_cidr: format!("10.{}.{}.0/19", 64 + bed, 32 * i),
+            service_cidr: format!("10.{}.0.0/16", 96 + r),
+            kubernetes_ip: Ipv4Addr::new(10, 96 + r, 0, 1),
+            dns_ip: Ipv4Addr::new(10, 96 + r, 0, 10),
+            pod_cidr: format!("10.{}.{}.0/19", 64 + bed, 32 * r),
             lb_pool: format!("10.250.{}.0/24", 8 * bed + i),
+            mode,
             lb_base: Ipv4Addr::new(10, 250, 8 * bed + i, 0),
         }
     }
@@ -206,11 +244,17 @@ fn holder(
 pub(crate) struct Network {
     host_link: String,
     router: Option<Process>,
+    mode: NetworkMode,
 }
 
 impl Network {
-    /// Makes the router and the host's link for up to `nodes` nodes; picks the first free bed index.
-    pub fn create(dir: &Path, nodes: &[&str]) -> anyhow::Result<(Network, Vec<NodePlan>)> {
+    /// Makes the router and the host's link for up to `nodes` nodes, routing pod ranges as `mode`
+    /// says; picks the first free bed index.
+    pub fn create(
+        dir: &Path,
+        nodes: &[&str],
+        mode: NetworkMode,
+    ) -> anyhow::Result<(Network, Vec<NodePlan>)> {
         if nodes.len() > MAX_NODES {
             bail!("at most {MAX_NODES} node clusters per test bed");
         }
@@ -235,6 +279,7 @@ impl Network {
         let mut network = Network {
             host_link: host_link.clone(),
             router: None,
+            mode,
         };
         let ready = dir.join("router.ready");
         let router = holder(
@@ -252,7 +297,7 @@ impl Network {
         let plans: Vec<NodePlan> = nodes
             .iter()
             .enumerate()
-            .map(|(i, name)| NodePlan::new(bed, i, name))
+            .map(|(i, name)| NodePlan::new(bed, i, name, mode))
             .collect();
         let host_ip = format!("172.30.{bed}.1/30");
         let router_ip = format!("172.30.{bed}.2");
@@ -291,7 +336,10 @@ impl Network {
         )?;
         let mut host_routes = vec![format!("172.30.{bed}.0/24")];
         for plan in &plans {
-            host_routes.push(plan.pod_cidr.clone());
+            // Identical pod ranges cannot be routed: the host reaches no pod there.
+            if mode != NetworkMode::IdenticalRanges {
+                host_routes.push(plan.pod_cidr.clone());
+            }
             host_routes.push(plan.lb_pool.clone());
         }
         for route in &host_routes {
@@ -357,20 +405,30 @@ impl Network {
             false,
             &["ip", "route", "add", &plan.lb_pool, "via", &node_ip],
         )?;
-        run_in(
-            router,
-            false,
-            &[
-                "ip",
-                "route",
-                "add",
-                &plan.pod_cidr,
-                "via",
-                &node_ip,
-                "table",
-                "100",
-            ],
-        )?;
+        match self.mode {
+            // From the host only (the policy rule sends the host's packets to table 100).
+            NetworkMode::Isolated => run_in(
+                router,
+                false,
+                &[
+                    "ip",
+                    "route",
+                    "add",
+                    &plan.pod_cidr,
+                    "via",
+                    &node_ip,
+                    "table",
+                    "100",
+                ],
+            )?,
+            // From anywhere: the main table.
+            NetworkMode::Flat => run_in(
+                router,
+                false,
+                &["ip", "route", "add", &plan.pod_cidr, "via", &node_ip],
+            )?,
+            NetworkMode::IdenticalRanges => String::new(),
+        };
         run_in(
             holder_pid,
             false,
@@ -591,7 +649,10 @@ impl Node {
                     "type": "bridge",
                     "bridge": "cni0",
                     "isGateway": true,
-                    "ipMasq": true,
+                    // A flat network keeps pod sources; elsewhere what leaves the node is seen
+                    // from the node's address (with identical ranges, a pod source would be
+                    // ambiguous).
+                    "ipMasq": self.plan.mode != NetworkMode::Flat,
                     "hairpinMode": true,
                     "ipam": {
                         "type": "host-local",

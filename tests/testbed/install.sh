@@ -10,11 +10,15 @@
 #    and, for the test bed's real nodes (docs/testing.md, "Nodes"):
 #      kubelet, kube-proxy, kube-scheduler               (k8s.io/kubernetes $K8S_VERSION, version-stamped)
 #    plus the Debian packages the nodes use: containerd, runc, CNI plugins, iptables, conntrack,
-#    busybox-static;
+#    busybox-static, and for the MCS conformance suite's images socat, netcat-openbsd and
+#    bind9-dnsutils (nslookup);
+#  - the MCS conformance suite (../shared/third-party/mcs-api-conformance, copied: shared/ is
+#    read-only), compiled with `go test -c` and cached, keyed by its files and `go version`;
 # and writes $XCC_TESTBED_DIR/env, which exports XCC_KUBE_APISERVER, XCC_KUBECTL,
 # XCC_KUBE_CONTROLLER_MANAGER, XCC_ETCD, XCC_COREDNS and, for the nodes, XCC_KUBELET,
 # XCC_KUBE_PROXY, XCC_KUBE_SCHEDULER, XCC_COREDNS_STATIC, XCC_CNI_DIR, XCC_K8S_VERSION,
-# XCC_COREDNS_VERSION.
+# XCC_COREDNS_VERSION, and XCC_MCS_CONFORMANCE (the suite's test binary) and XCC_MCS_CRDS
+# (upstream's ServiceExport and ServiceImport CRDs, of the module the suite is built against).
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
@@ -41,6 +45,11 @@ command -v iptables >/dev/null || pkgs+=(iptables)
 command -v conntrack >/dev/null || pkgs+=(conntrack)
 case "$(ldd /bin/busybox 2>&1 || true)" in *"not a dynamic executable"*) ;; *) pkgs+=(busybox-static) ;; esac
 command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
+# The MCS conformance suite's images (tests/src/images.rs): socat for alpine/socat, nc and
+# nslookup for nicolaka/netshoot.
+command -v socat >/dev/null || pkgs+=(socat)
+command -v nc.openbsd >/dev/null || pkgs+=(netcat-openbsd)
+command -v nslookup >/dev/null || pkgs+=(bind9-dnsutils)
 if [ ${#pkgs[@]} -gt 0 ]; then
   step "apt-get install ${pkgs[*]}"
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -133,6 +142,41 @@ if [ ! -x "$coredns_static/coredns" ]; then
   step "CoreDNS built in $(( $(date +%s) - start )) s"
 fi
 
+# --- The MCS conformance suite ------------------------------------------------------------------
+# Upstream's conformance/ folder as kept in shared/ (read-only there: built from a copy), compiled
+# once into a test binary; the cache folder is keyed by the suite's files and the Go version, so a
+# second run is instant and any change of either builds anew.
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+suite_src=${XCC_MCS_CONFORMANCE_SRC:-$repo/../shared/third-party/mcs-api-conformance}
+mcs_test=""
+if [ -f "$suite_src/go.mod" ]; then
+  suite_build=(go test -c -trimpath)
+  suite_key=$( { (cd "$suite_src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); go version; echo "${suite_build[*]}"; } | sha256sum | cut -c1-16)
+  suite_dir=$dir/mcs-conformance-$suite_key
+  mcs_test=$suite_dir/mcs-conformance.test
+  if [ ! -x "$mcs_test" ]; then
+    start=$(date +%s)
+    step "building the MCS conformance suite (go test -c, dependencies from the module proxy)"
+    rm -rf "$suite_dir.tmp" && mkdir -p "$suite_dir.tmp"
+    cp -R "$suite_src" "$suite_dir.tmp/src"
+    chmod -R u+w "$suite_dir.tmp/src"
+    (cd "$suite_dir.tmp/src" && nice "${suite_build[@]}" -o "$suite_dir.tmp/mcs-conformance.test" .)
+    rm -rf "$suite_dir" && mv "$suite_dir.tmp" "$suite_dir"
+    step "MCS conformance suite built in $(( $(date +%s) - start )) s"
+  fi
+  # Upstream's ServiceExport and ServiceImport CRDs, of the module the suite was built against:
+  # for the tests of the test bed itself (xcc's own CRDs are in manifests/crds).
+  if [ ! -d "$suite_dir/crds" ]; then
+    mcs_api=$(cd "$suite_dir/src" && go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
+    mkdir -p "$suite_dir/crds.tmp"
+    cp "$mcs_api"/config/crd/*.yaml "$suite_dir/crds.tmp/"
+    chmod u+w "$suite_dir"/crds.tmp/*.yaml
+    mv "$suite_dir/crds.tmp" "$suite_dir/crds"
+  fi
+else
+  step "no MCS conformance suite at $suite_src: skipped (the MCS conformance test needs it)"
+fi
+
 cat > "$dir/env.tmp" <<ENV
 export XCC_KUBE_APISERVER=$k8s/bin/kube-apiserver
 export XCC_KUBECTL=$k8s/bin/kubectl
@@ -147,5 +191,6 @@ export XCC_CNI_DIR=/usr/lib/cni
 export XCC_K8S_VERSION=$K8S_VERSION
 export XCC_COREDNS_VERSION=$COREDNS_VERSION
 ENV
+[ -z "$mcs_test" ] || printf 'export XCC_MCS_CONFORMANCE=%s\nexport XCC_MCS_CRDS=%s\n' "$mcs_test" "$suite_dir/crds" >> "$dir/env.tmp"
 mv "$dir/env.tmp" "$dir/env"
 step "ready: $dir/env"

@@ -24,6 +24,7 @@ mod install;
 mod isolation;
 mod least_privilege;
 mod mcs;
+mod mcs_conformance;
 mod mcs_dns;
 mod measure;
 mod metrics;
