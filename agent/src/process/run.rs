@@ -171,6 +171,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         dns = %dns_addr,
         admin = %admin_addr,
         zones = ?args.dns.zones,
+        clusterset_zone = %clusterset_zone(&args).map(|z| z.origin.to_string()).unwrap_or_default(),
         udp_sockets,
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
         %source,
