@@ -294,10 +294,11 @@ fn table_and_metrics(args: &Args) -> anyhow::Result<(Arc<RecordTable>, Arc<Metri
     Ok((table, metrics))
 }
 
-/// The clusterset zone, when it is served: on a cluster (never with a records file) and not
-/// switched off.
+/// The clusterset zone, when it is served: on a cluster (never with a records file), with MCS
+/// on (`--mcs`: without it nothing writes the ServiceImports, and `without-mcs` removes the
+/// grant to read them), and not switched off.
 fn clusterset_zone(args: &Args) -> Option<ClustersetZone> {
-    if args.records.file.is_some() {
+    if args.records.file.is_some() || !args.sync.reconcilers.mcs.mcs {
         return None;
     }
     ClustersetZone::from_flag(&args.dns.clusterset_zone, args.dns.clusterset_ttl)
