@@ -16,7 +16,8 @@
 //!   `NodeRestriction` admission plugin, client certificates (the kubelet is `system:node:<node>`
 //!   in `system:nodes`; the API server reaches kubelets with its own client certificate, so
 //!   `kubectl logs` / `exec` work), its own Service range, and aggregated APIs / webhooks reached
-//!   at their endpoints (`--enable-aggregator-routing`; the host routes pod ranges to the nodes);
+//!   at their endpoints (`--enable-aggregator-routing`; the host routes pod ranges to the nodes,
+//!   except in [`NetworkMode::IdenticalRanges`]);
 //! - (every cluster of the bed, with a node or not, also listens on `0.0.0.0` with the host's
 //!   address in its certificate: pods reach it at [`Cluster::url_from_pods`](crate::Cluster::url_from_pods));
 //! - kube-controller-manager (every default controller; `--root-ca-file` publishes the
