@@ -17,7 +17,10 @@ use xcc_kube::{ConditionStatus, remove_condition, set_condition};
 
 use super::{
     Mcs,
-    api::{LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport, conditions},
+    api::{
+        ExportReason, LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport,
+        conditions,
+    },
     clusterset::objects,
     plan::{self, LABEL_IMPORT, LABEL_MANAGED_BY, MANAGED_BY, Merged, Validity},
     publication::{ExportedService, ExportedServiceSpec},
@@ -26,9 +29,6 @@ use crate::sink;
 
 /// `namespace/name` of an exported Service.
 type Key = (String, String);
-
-/// Condition on every local ServiceExport: whether every peer of the group is read.
-pub const PEERS_READ: &str = "PeersRead";
 
 /// Whether `current` holds everything `desired` sets (objects: each key of `desired`; lists:
 /// the same length, item by item; the rest: equal).
@@ -393,18 +393,28 @@ impl Mcs {
         let generation = export.metadata.generation;
         let mut list = export.status.clone().unwrap_or_default().conditions;
         let mut set = |type_: &str, (status, reason, message): Verdict| {
-            set_condition(&mut list, type_, status, reason, message, generation);
+            set_condition(
+                &mut list,
+                type_,
+                status,
+                reason.as_str(),
+                message,
+                generation,
+            );
         };
-        set(conditions::VALID, valid_condition(validity));
+        set(conditions::VALID_CONDITION, valid_condition(validity));
         let merged = merged.filter(|_| validity == Validity::Valid);
         if let Some(merged) = merged {
             let (conflict, reason, message) = merged.conflict_of(&self.id);
-            set(conditions::CONFLICT, (truth(conflict), reason, message));
+            set(
+                conditions::CONFLICT_CONDITION,
+                (truth(conflict), reason, message),
+            );
         }
         let ready = if validity != Validity::Valid {
             (
                 ConditionStatus::False,
-                conditions::REASON_FAILED,
+                ExportReason::Failed,
                 "the export is not valid".to_string(),
             )
         } else if published && merged.is_some() {
@@ -412,9 +422,9 @@ impl Mcs {
                 .iter()
                 .any(|p| key_of(p) == key_of(export));
             let reason = if seen {
-                conditions::REASON_READY
+                ExportReason::Ready
             } else {
-                conditions::REASON_EXPORTED
+                ExportReason::Exported
             };
             (
                 ConditionStatus::True,
@@ -424,21 +434,24 @@ impl Mcs {
         } else {
             (
                 ConditionStatus::False,
-                conditions::REASON_PENDING,
+                ExportReason::Pending,
                 "not yet published".to_string(),
             )
         };
-        set(conditions::READY, ready);
-        set(PEERS_READ, peers_condition(&self.refused));
+        set(conditions::READY_CONDITION, ready);
+        set(
+            conditions::PEERS_READ_CONDITION,
+            peers_condition(&self.refused),
+        );
         if merged.is_none() {
-            remove_condition(&mut list, conditions::CONFLICT);
+            remove_condition(&mut list, conditions::CONFLICT_CONDITION);
         }
         ServiceExportStatus { conditions: list }
     }
 }
 
 /// A condition as decided: status, reason, message.
-type Verdict = (ConditionStatus, &'static str, String);
+type Verdict = (ConditionStatus, ExportReason, String);
 
 fn truth(b: bool) -> ConditionStatus {
     if b {
@@ -453,17 +466,17 @@ fn valid_condition(validity: Validity) -> Verdict {
     match validity {
         Validity::Valid => (
             ConditionStatus::True,
-            conditions::REASON_VALID,
+            ExportReason::Valid,
             "the Service is exported to the ClusterSet".to_string(),
         ),
         Validity::NoService => (
             ConditionStatus::False,
-            conditions::REASON_NO_SERVICE,
+            ExportReason::NoService,
             "no Service of this name in the namespace".to_string(),
         ),
         Validity::InvalidServiceType => (
             ConditionStatus::False,
-            conditions::REASON_INVALID_SERVICE_TYPE,
+            ExportReason::InvalidServiceType,
             "an ExternalName Service cannot be exported".to_string(),
         ),
     }
@@ -474,7 +487,7 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
     if refused.is_empty() {
         return (
             ConditionStatus::True,
-            "AllPeersRead",
+            ExportReason::AllPeersRead,
             "every peer of the cluster group is read".to_string(),
         );
     }
@@ -485,7 +498,7 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
         .join("; ");
     (
         ConditionStatus::False,
-        "PeerRefused",
+        ExportReason::PeerRefused,
         format!("the exports of these peers are not imported: {message}"),
     )
 }
