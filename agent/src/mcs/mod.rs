@@ -37,6 +37,7 @@
 
 pub mod api;
 mod clusterset;
+pub mod gateway;
 mod pass;
 pub mod plan;
 pub mod publication;
@@ -88,6 +89,8 @@ struct Local {
     publications: View,
     namespaces: View,
     clusters: View,
+    /// The nodes, watched once an export uses the gateway data plane.
+    nodes: Option<View>,
     _forwarders: Vec<Forwarder>,
 }
 
@@ -141,8 +144,24 @@ impl Local {
             publications,
             namespaces,
             clusters,
+            nodes: None,
             _forwarders: forwarders,
         }
+    }
+
+    /// The nodes' view, opened on first use.
+    fn nodes(&mut self, core: &xcc_sync::Core, wake: &Arc<Notify>) -> &View {
+        if self.nodes.is_none() {
+            let view = local_view(
+                core,
+                GroupVersionKind::gvk("", "v1", "Node"),
+                &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+                Detail::Full,
+            );
+            self._forwarders.push(forward(&view, wake.clone(), None));
+            self.nodes = Some(view);
+        }
+        self.nodes.as_ref().expect("opened above")
     }
 }
 

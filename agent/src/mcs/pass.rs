@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{
-    core::v1::{ObjectReference, Service},
+    core::v1::{Node, ObjectReference, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -22,8 +22,10 @@ use super::{
         conditions,
     },
     clusterset::objects,
+    gateway,
     plan::{self, LABEL_IMPORT, LABEL_MANAGED_BY, MANAGED_BY, Merged, Validity},
     publication::{ExportedService, ExportedServiceSpec},
+    reconciler::DataPlane,
 };
 use crate::sink;
 
@@ -84,7 +86,16 @@ impl Mcs {
                 failed.get_or_insert(error);
             }
         };
-        let published = self.published(&exports, &services_by, &slices);
+        let gateway = exports
+            .iter()
+            .any(|e| self.plane_of(e) == DataPlane::Gateway);
+        let nodes: Vec<Node> = if gateway {
+            objects(self.local.nodes(&self.core, &self.wake))
+        } else {
+            Vec::new()
+        };
+        let (published, gateways) = self.published(&exports, &services_by, &slices, &nodes);
+        note(self.write_gateways(&gateways, &services).await);
         note(self.write_publications(&published).await);
         let mut by_key: BTreeMap<Key, Vec<ExportedServiceSpec>> = BTreeMap::new();
         for (key, spec) in &published {
@@ -126,14 +137,30 @@ impl Mcs {
         failed.map_or(Ok(()), Err)
     }
 
-    /// What this cluster publishes: one spec per valid export.
+    /// The data plane of `export`: its annotation, else `--mcs-data-plane`.
+    fn plane_of(&self, export: &ServiceExport) -> DataPlane {
+        match export
+            .annotations()
+            .get(gateway::DATA_PLANE_ANNOTATION)
+            .map(String::as_str)
+        {
+            Some("gateway") => DataPlane::Gateway,
+            Some("flat") => DataPlane::Flat,
+            _ => self.settings.data_plane,
+        }
+    }
+
+    /// What this cluster publishes: one spec per valid export; and the gateway Services its
+    /// gateway exports need.
     fn published(
         &self,
         exports: &[ServiceExport],
         services: &BTreeMap<Key, &Service>,
         slices: &[EndpointSlice],
-    ) -> BTreeMap<Key, ExportedServiceSpec> {
+        nodes: &[Node],
+    ) -> (BTreeMap<Key, ExportedServiceSpec>, Vec<Service>) {
         let mut out = BTreeMap::new();
+        let mut gateways = Vec::new();
         for export in exports {
             let key = key_of(export);
             let service = services.get(&key).copied();
@@ -150,19 +177,58 @@ impl Mcs {
                 })
                 .collect();
             let spec = service.spec.clone().unwrap_or_default();
-            let endpoints = plan::flat_endpoints(&spec, &own);
+            let plane = self.plane_of(export);
+            let endpoints = match plane {
+                DataPlane::Flat => plan::flat_endpoints(&spec, &own),
+                DataPlane::Gateway => {
+                    let current = services
+                        .get(&(key.0.clone(), gateway::gateway_name(&key.1)))
+                        .copied();
+                    if gateway::needs_node_port(service) {
+                        gateways.push(gateway::gateway_service(service));
+                    }
+                    gateway::gateway_endpoints(service, current, nodes)
+                }
+            };
             out.insert(
                 key,
-                plan::publication(
-                    &self.id,
-                    export,
-                    service,
-                    self.settings.data_plane.as_str(),
-                    endpoints,
-                ),
+                plan::publication(&self.id, export, service, plane.as_str(), endpoints),
             );
         }
-        out
+        (out, gateways)
+    }
+
+    /// Makes the gateway Services exactly `desired`: written where they differ, removed where
+    /// no longer wanted.
+    async fn write_gateways(
+        &self,
+        desired: &[Service],
+        services: &[Service],
+    ) -> Result<(), kube::Error> {
+        let mut wanted = BTreeSet::new();
+        for gateway in desired {
+            let key = key_of(gateway);
+            let want = typed(gateway)?;
+            let have = services.iter().find(|s| key_of(*s) == key);
+            wanted.insert(key.clone());
+            if have.is_some_and(|h| json(h).is_ok_and(|h| contains(&h, &want))) {
+                continue;
+            }
+            let api: Api<Service> = Api::namespaced(self.core.client.clone(), &key.0);
+            sink::apply_fields(&api, &key.1, &want, &self.counted).await?;
+        }
+        for service in services {
+            let key = key_of(service);
+            let Some(of) = service.labels().get(gateway::LABEL_GATEWAY_FOR) else {
+                continue;
+            };
+            if wanted.contains(&key) || key.1 != gateway::gateway_name(of) {
+                continue;
+            }
+            let api: Api<Service> = Api::namespaced(self.core.client.clone(), &key.0);
+            sink::delete_exact(&api, &key.1, service.uid(), None, &self.counted).await?;
+        }
+        Ok(())
     }
 
     /// Makes the local `ExportedService`s exactly `published`.

@@ -294,6 +294,16 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
     wait_condition(first, NS, "hello", "Valid", "True", "Valid").await;
     imported_everywhere(&bed).await;
     wait_condition(first, NS, "hello", "Conflict", "False", "NoConflicts").await;
+    // Converged: a change that calls for no write (a namespace no export is in) is handled
+    // without one; nothing is rewritten for nothing.
+    let agent = &members[2].agent;
+    let mark = agent.mark("mcs").await.unwrap();
+    third
+        .kubectl(&["create", "namespace", "noise"])
+        .await
+        .unwrap();
+    agent.handled(("local", "Namespace"), &mark).await.unwrap();
+    assert_eq!(agent.writes_since(&mark).await.unwrap(), 0.0);
 
     // A second exporter with one more port: the union, and Conflict on both exports.
     let more = json!([{"name": "tcp", "port": 42, "protocol": "TCP", "targetPort": 8080},
@@ -422,6 +432,7 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
     }
 
     absent_namespace(first, second).await;
+    gateway(first, second).await;
     refused_peer(first, third).await;
     stopped_peer(first, second, &members[0].agent).await;
 }
@@ -475,6 +486,73 @@ async fn absent_namespace(first: &Cluster, second: &Cluster) {
         |_| true,
     )
     .await;
+}
+
+/// An export in the gateway data plane (by its annotation): the exporting agent opens the
+/// Service on a node port of its own, and the importing slices list the exporting cluster's node
+/// addresses with that port.
+async fn gateway(first: &Cluster, second: &Cluster) {
+    first
+        .apply_yaml("apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n")
+        .await
+        .unwrap();
+    first
+        .kubectl(&[
+            "patch",
+            "node",
+            "node-a",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"addresses":[{"type":"InternalIP","address":"192.168.50.1"}]}}"#,
+        ])
+        .await
+        .unwrap();
+    let tcp = json!([{"name": "tcp", "port": 42, "protocol": "TCP", "targetPort": 8080}]);
+    export(first, NS, "gw", tcp, false, &["10.1.0.7"]).await;
+    exports(first, NS)
+        .patch(
+            "gw",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"mcs.xcc.test/data-plane": "gateway"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(first.client.clone(), NS);
+    let node_port = wait_for(
+        "on first: the gateway Service with a node port",
+        WAIT,
+        || async {
+            let params = ListParams::default().labels("mcs.xcc.test/gateway-for=gw");
+            let gateway = services
+                .list(&params)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()?;
+            let spec = gateway.spec?;
+            assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+            spec.ports?.first()?.node_port
+        },
+    )
+    .await;
+    let slice = wait_for(
+        "on second: gw's slice lists first's node and node port",
+        WAIT,
+        || async {
+            mcs_slices(second, NS, "gw")
+                .await
+                .into_iter()
+                .find(|s| s.endpoints.iter().any(|e| e.addresses == ["192.168.50.1"]))
+        },
+    )
+    .await;
+    assert_eq!(slice.endpoints.len(), 1, "the node, not the pod");
+    let ports: Vec<_> = slice.ports.iter().flatten().map(|p| p.port).collect();
+    assert_eq!(ports, [Some(node_port)]);
 }
 
 /// The kubeconfig of `first` on `third` replaced by one the trust gate refuses (an exec user):
