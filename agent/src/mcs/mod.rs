@@ -223,10 +223,16 @@ pub async fn run(
     };
     loop {
         mcs.core.metrics.queue_depth(NAME, 0);
-        tokio::select! {
-            () = mcs.wake.notified() => {}
-            () = tokio::time::sleep(TICK) => {}
+        let woke = tokio::select! {
+            () = mcs.wake.notified() => true,
+            () = tokio::time::sleep(TICK) => false,
             _ = stop.wait_for(|s| *s) => break,
+        };
+        // Without a change, a pass is due only while a peer fails (its stale period runs) or
+        // when the peers are to be looked up again.
+        let due = mcs.discovered.is_none_or(|at| at.elapsed() >= REDISCOVER);
+        if !woke && !due && !mcs.peers.values().any(|p| p.failing() && !p.withdrawn) {
+            continue;
         }
         mcs.core.metrics.queue_depth(NAME, 1);
         mcs.discover().await;
@@ -261,15 +267,13 @@ async fn own_id(
         xcc_sync::outage::local_server(),
     );
     loop {
-        match clusterset::cluster_id(
-            &core.client,
-            &local.clusters,
-            uid,
-            &settings.clusterset,
-            counted,
-        )
-        .await
-        {
+        let candidate = async || {
+            clusterset::chosen_id(
+                clusterset::own_cluster_name(&local.clusters, uid).await,
+                uid,
+            )
+        };
+        match clusterset::cluster_id(&core.client, candidate, &settings.clusterset, counted).await {
             Ok(id) => {
                 outage.recovered();
                 return Some(id);

@@ -102,17 +102,9 @@ impl Mcs {
             by_key.entry(key.clone()).or_default().push(spec.clone());
         }
         let stale = self.settings.stale_after;
-        for (name, peer) in &mut self.peers {
+        for peer in self.peers.values_mut() {
             let id = peer.id();
             let current = peer.current(stale);
-            if current.is_empty()
-                && peer.last.is_some()
-                && !peer.withdrawn
-                && !peer.publications.listed()
-            {
-                peer.withdrawn = true;
-                tracing::info!(peer = %name, "multi-cluster services: the peer has not answered for the stale period; its endpoints are withdrawn");
-            }
             for publication in current {
                 let mut spec = publication.spec.clone();
                 if let Some(id) = &id {
