@@ -65,6 +65,15 @@ async fn export(
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace}, "spec": spec});
     cluster.apply_yaml(&service.to_string()).await.unwrap();
+    endpoint_slice(cluster, namespace, name, addresses).await;
+    let export = json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
+        "metadata": {"name": name, "namespace": namespace}});
+    cluster.apply_yaml(&export.to_string()).await.unwrap();
+}
+
+/// The EndpointSlice of Service `name` as the EndpointSlice controller would write it:
+/// `addresses`, port `tcp` → 8080.
+async fn endpoint_slice(cluster: &Cluster, namespace: &str, name: &str, addresses: &[&str]) {
     let endpoints: Vec<Value> = addresses
         .iter()
         .enumerate()
@@ -78,9 +87,6 @@ async fn export(
         "ports": [{"name": "tcp", "port": 8080, "protocol": "TCP"}],
         "endpoints": endpoints});
     cluster.apply_yaml(&slice.to_string()).await.unwrap();
-    let export = json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
-        "metadata": {"name": name, "namespace": namespace}});
-    cluster.apply_yaml(&export.to_string()).await.unwrap();
 }
 
 /// Condition `type_` of ServiceExport `name`: (status, reason, message).
@@ -247,6 +253,7 @@ async fn imported_everywhere(bed: &Testbed) {
             .collect();
         addresses.sort_unstable();
         assert_eq!(addresses, ["10.1.0.1", "10.1.0.2"]);
+        assert!(slice.endpoints.iter().all(|e| e.hostname.is_some()));
         let ports: Vec<_> = slice
             .ports
             .iter()
@@ -304,6 +311,27 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
         .unwrap();
     agent.handled(("local", "Namespace"), &mark).await.unwrap();
     assert_eq!(agent.writes_since(&mark).await.unwrap(), 0.0);
+    // An endpoint more in the exporting cluster: one update of its publication, and one of
+    // the slice in each member (the exporting one's written by its own agent).
+    let agent = &members[0].agent;
+    let mark = agent.mark("mcs").await.unwrap();
+    endpoint_slice(first, NS, "hello", &["10.1.0.1", "10.1.0.2", "10.1.0.3"]).await;
+    for cluster in &bed.clusters {
+        wait_for(
+            &format!("on {}: the third endpoint", cluster.name),
+            WAIT,
+            || async {
+                let slices = mcs_slices(cluster, NS, "hello").await;
+                (slices.len() == 1 && slices[0].endpoints.len() == 3).then_some(())
+            },
+        )
+        .await;
+    }
+    agent
+        .handled(("local", "EndpointSlice"), &mark)
+        .await
+        .unwrap();
+    assert_eq!(agent.writes_since(&mark).await.unwrap(), 2.0);
 
     // A second exporter with one more port: the union, and Conflict on both exports.
     let more = json!([{"name": "tcp", "port": 42, "protocol": "TCP", "targetPort": 8080},
