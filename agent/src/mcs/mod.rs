@@ -183,6 +183,8 @@ struct Mcs {
     refused: BTreeMap<String, String>,
     /// Imports whose namespace is absent, already said in an Event.
     absent: BTreeSet<(String, String)>,
+    /// This agent's writes whose echo the stores have not shown yet, by kind/namespace/name.
+    echoes: std::sync::Mutex<std::collections::HashMap<String, pass::Echo>>,
 }
 
 /// Runs the MCS reconciler until `stop` is raised.
@@ -220,6 +222,7 @@ pub async fn run(
         peers: BTreeMap::new(),
         refused: BTreeMap::new(),
         absent: BTreeSet::new(),
+        echoes: std::sync::Mutex::default(),
     };
     loop {
         mcs.core.metrics.queue_depth(NAME, 0);
@@ -320,6 +323,16 @@ impl Mcs {
             return;
         }
         self.discovered = Some(Instant::now());
+        // While the local API server does not answer, no Secret can be read: the peers stay as
+        // they were (the watches say the outage), and are looked up at the next change.
+        if !matches!(
+            self.local.clusters.health(),
+            crate::sources::Health::Synced { .. }
+        ) {
+            self.rediscover
+                .store(true, std::sync::atomic::Ordering::Release);
+            return;
+        }
         let found = clusterset::discover(&self.core, &self.local.clusters, &self.uid).await;
         self.peers.retain(|name, peer| {
             found
@@ -336,7 +349,7 @@ impl Mcs {
         }
         if found.refused != self.refused {
             for (name, why) in &found.refused {
-                if self.refused.get(name) != Some(why) {
+                if !self.refused.contains_key(name) {
                     tracing::warn!(peer = %name, reason = %why, "multi-cluster services: the peer's exports are not imported");
                 }
             }

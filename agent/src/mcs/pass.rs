@@ -11,7 +11,7 @@ use kube::{
     Api, Resource, ResourceExt,
     runtime::events::{Event, EventType},
 };
-use serde::Serialize;
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use xcc_kube::{ConditionStatus, remove_condition, set_condition};
 
@@ -72,7 +72,78 @@ fn ours<K: Resource>(object: &K) -> bool {
         .any(|f| f.manager.as_deref() == Some(sink::FIELD_MANAGER))
 }
 
+/// A write of this agent whose echo its store has not shown yet.
+pub(super) struct Echo {
+    /// What was written.
+    desired: Value,
+    /// The resourceVersion the store had when it was written.
+    before: Option<String>,
+    /// The resourceVersion the write left.
+    after: Option<String>,
+}
+
 impl Mcs {
+    /// Makes local object `namespace/name` hold `desired` (a forced apply; `whole`: replaced
+    /// when other managers' fields survive), unless `current` (the store's) holds it already
+    /// or is still the version this agent's identical last write replaced (the store has not
+    /// caught up: writing again would be a write for nothing). Returns the object as written or
+    /// found (`None`: created, not in the store yet).
+    async fn write<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: Option<&K>,
+        desired: Value,
+        whole: bool,
+    ) -> Result<Option<K>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let id = format!("{}/{namespace}/{name}", K::kind(&()));
+        let rv = current.and_then(ResourceExt::resource_version);
+        {
+            let mut echoes = self
+                .echoes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(c) = current
+                && contains(&json(c)?, &desired)
+            {
+                echoes.remove(&id);
+                return Ok(Some(c.clone()));
+            }
+            if let Some(echo) = echoes.get(&id) {
+                if rv.is_some() && rv == echo.after {
+                    echoes.remove(&id);
+                } else if echo.desired == desired && rv == echo.before {
+                    return Ok(current.cloned());
+                }
+            }
+        }
+        let api: Api<K> = Api::namespaced(self.core.client.clone(), namespace);
+        let written = if whole {
+            sink::apply_whole(&api, name, desired.clone(), &self.counted).await?
+        } else {
+            sink::apply_fields(&api, name, &desired, &self.counted).await?
+        };
+        self.echoes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                id,
+                Echo {
+                    desired,
+                    before: rv,
+                    after: written.resource_version(),
+                },
+            );
+        Ok(Some(written))
+    }
+
     /// One pass over everything.
     pub(super) async fn pass(&mut self) -> Result<(), kube::Error> {
         let exports: Vec<ServiceExport> = objects(&self.local.exports);
@@ -203,11 +274,7 @@ impl Mcs {
             let want = typed(gateway)?;
             let have = services.iter().find(|s| key_of(*s) == key);
             wanted.insert(key.clone());
-            if have.is_some_and(|h| json(h).is_ok_and(|h| contains(&h, &want))) {
-                continue;
-            }
-            let api: Api<Service> = Api::namespaced(self.core.client.clone(), &key.0);
-            sink::apply_fields(&api, &key.1, &want, &self.counted).await?;
+            self.write(&key.0, &key.1, have, want, false).await?;
         }
         for service in services {
             let key = key_of(service);
@@ -235,12 +302,8 @@ impl Mcs {
             let mut desired = ExportedService::new(name, spec.clone());
             desired.metadata.namespace = Some(namespace.clone());
             let desired = typed(&desired)?;
-            let have = current.get(&(namespace.clone(), name.clone()));
-            if have.is_some_and(|h| json(h).is_ok_and(|h| contains(&h, &desired))) {
-                continue;
-            }
-            let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), namespace);
-            sink::apply_whole(&api, name, desired, &self.counted).await?;
+            let have = current.get(&(namespace.clone(), name.clone())).copied();
+            self.write(namespace, name, have, desired, true).await?;
         }
         for (key, have) in &current {
             if !published.contains_key(key) {
@@ -266,28 +329,37 @@ impl Mcs {
             return Ok(());
         }
         self.absent.remove(key);
-        let client = self.core.client.clone();
         let derived = plan::derived_service(namespace, name, merged);
         let derived_name = plan::derived_name(name);
-        let services_api: Api<Service> = Api::namespaced(client.clone(), namespace);
         let desired = typed(&derived)?;
         let current = services
             .get(&(namespace.clone(), derived_name.clone()))
             .copied();
-        let written = match current {
-            Some(c) if contains(&json(c)?, &desired) => c.clone(),
-            _ => sink::apply_fields(&services_api, &derived_name, &desired, &self.counted).await?,
+        let Some(written) = self
+            .write(namespace, &derived_name, current, desired, false)
+            .await?
+        else {
+            // Created; its ClusterIP is read once the store has it.
+            return Ok(());
         };
+        // The families this cluster gave the derived Service (a single-stack cluster gives one
+        // of a dual-stack export's two): the import states those, with one IP each.
+        let mut merged = merged.clone();
+        if let Some(families) = written
+            .spec
+            .as_ref()
+            .and_then(|s| s.ip_families.clone())
+            .filter(|f| !f.is_empty())
+        {
+            merged.spec.ip_families = families;
+        }
         let ips = plan::ips_of(&written, &merged.spec.ip_families);
-        let import = plan::service_import(namespace, name, merged, ips);
+        let import = plan::service_import(namespace, name, &merged, ips);
         let imports: Vec<ServiceImport> = objects(&self.local.imports);
         let current = imports.iter().find(|i| key_of(*i) == *key);
         let desired = typed(&import)?;
-        if !current.is_some_and(|c| json(c).is_ok_and(|c| contains(&c, &desired))) {
-            let api: Api<ServiceImport> = Api::namespaced(client.clone(), namespace);
-            sink::apply_whole(&api, name, desired, &self.counted).await?;
-        }
-        self.write_slices(key, merged, publications, slices).await
+        self.write(namespace, name, current, desired, true).await?;
+        self.write_slices(key, &merged, publications, slices).await
     }
 
     /// The import's EndpointSlices: written where they differ, removed where no longer wanted.
@@ -311,11 +383,9 @@ impl Mcs {
         for slice in &desired {
             let slice_name = slice.name_any();
             let want = typed(slice)?;
-            let have = mine.iter().find(|s| s.name_any() == slice_name);
-            if have.is_some_and(|h| json(*h).is_ok_and(|h| contains(&h, &want))) {
-                continue;
-            }
-            sink::apply_fields(&api, &slice_name, &want, &self.counted).await?;
+            let have = mine.iter().find(|s| s.name_any() == slice_name).copied();
+            self.write(namespace, &slice_name, have, want, false)
+                .await?;
         }
         let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
         for slice in mine {

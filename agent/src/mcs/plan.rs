@@ -433,7 +433,7 @@ pub fn derived_service(namespace: &str, name: &str, merged: &Merged) -> Service 
             ip_families: Some(spec.ip_families.clone()).filter(|f| !f.is_empty()),
             ip_family_policy: (!spec.ip_families.is_empty()).then(|| {
                 if spec.ip_families.len() > 1 {
-                    "RequireDualStack".to_string()
+                    "PreferDualStack".to_string()
                 } else {
                     "SingleStack".to_string()
                 }

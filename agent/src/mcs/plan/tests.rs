@@ -297,7 +297,7 @@ fn the_derived_service_is_selectorless_with_the_import_ports_and_never_the_servi
     assert_eq!(spec.selector, None);
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     assert_eq!(spec.cluster_ip, None);
-    assert_eq!(spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    assert_eq!(spec.ip_family_policy.as_deref(), Some("PreferDualStack"));
     assert_eq!(spec.session_affinity.as_deref(), Some("ClientIP"));
     assert_eq!(spec.ports.unwrap()[0].port, 42);
     // The ClusterSet IPs follow the import's families.
