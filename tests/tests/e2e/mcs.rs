@@ -379,6 +379,18 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
             .filter(|s| s.uid() != gone.uid())
     })
     .await;
+    let slice = mcs_slices(third, NS, "hello").await.remove(0);
+    Api::<EndpointSlice>::namespaced(third.client.clone(), NS)
+        .delete(&slice.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("on third: the slice recreated", WAIT, || async {
+        mcs_slices(third, NS, "hello")
+            .await
+            .into_iter()
+            .find(|s| s.name_any() == slice.name_any() && s.uid() != slice.uid())
+    })
+    .await;
     let ip = back.spec.unwrap().cluster_ip.unwrap();
     wait_import(
         third,
