@@ -31,9 +31,14 @@
 //! - **Faults**: a peer whose kubeconfig is refused is not read; condition `PeersRead=False` on
 //!   every local ServiceExport names it. A peer that stops answering keeps its endpoints for
 //!   `--mcs-stale-after` (default 2m, at most 1h), then they are withdrawn.
+//! - **Data planes** (`--mcs-data-plane`, or per export the annotation
+//!   `mcs.xcc.test/data-plane`): `flat` publishes the pods' addresses; `gateway` a NodePort
+//!   Service of the agent's own and the nodes' addresses, or a LoadBalancer's address
+//!   ([`gateway`]).
 //!
 //! The reconciler is one level-triggered loop: any change of a kind it watches wakes it; a pass
-//! computes everything and writes only what differs from the stores.
+//! computes everything and writes only what differs from the stores (and not again while a
+//! store has not caught up with the agent's own last write).
 
 pub mod api;
 mod clusterset;
