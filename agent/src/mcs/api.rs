@@ -25,48 +25,61 @@ pub const CLUSTER_ID_PROPERTY: &str = "cluster.clusterset.k8s.io";
 /// The ClusterProperty holding the name of the ClusterSet this cluster belongs to.
 pub const CLUSTERSET_PROPERTY: &str = "clusterset.k8s.io";
 
-/// `ServiceExport` conditions and their reasons (as `sigs.k8s.io/mcs-api` names them).
+/// `ServiceExport` condition types (as `sigs.k8s.io/mcs-api` names them, and xcc's `PeersRead`).
 pub mod conditions {
     /// Whether the export is valid: the Service exists and is of a type that can be exported.
-    pub const VALID: &str = "Valid";
+    pub const VALID_CONDITION: &str = "Valid";
     /// Whether the export is in use by the ClusterSet.
-    pub const READY: &str = "Ready";
+    pub const READY_CONDITION: &str = "Ready";
     /// Whether this export disagrees with another cluster's export of the same service.
-    pub const CONFLICT: &str = "Conflict";
-    /// `Valid=True`.
-    pub const REASON_VALID: &str = "Valid";
-    /// `Valid=False`: no Service of that name in the namespace.
-    pub const REASON_NO_SERVICE: &str = "NoService";
-    /// `Valid=False`: an ExternalName Service cannot be exported.
-    pub const REASON_INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
-    /// `Ready=True`.
-    pub const REASON_READY: &str = "Ready";
-    /// `Ready=True`: exported, not yet imported everywhere.
-    pub const REASON_EXPORTED: &str = "Exported";
-    /// `Ready=False`: waiting.
-    pub const REASON_PENDING: &str = "Pending";
-    /// `Ready=False`: failed.
-    pub const REASON_FAILED: &str = "Failed";
-    /// `Conflict=True`: the ports differ.
-    pub const REASON_PORT_CONFLICT: &str = "PortConflict";
-    /// `Conflict=True`: one export is headless, another not.
-    pub const REASON_TYPE_CONFLICT: &str = "TypeConflict";
-    /// `Conflict=True`: session affinity differs.
-    pub const REASON_SESSION_AFFINITY_CONFLICT: &str = "SessionAffinityConflict";
-    /// `Conflict=True`: session affinity config differs.
-    pub const REASON_SESSION_AFFINITY_CONFIG_CONFLICT: &str = "SessionAffinityConfigConflict";
-    /// `Conflict=True`: the exported labels differ.
-    pub const REASON_LABELS_CONFLICT: &str = "LabelsConflict";
-    /// `Conflict=True`: the exported annotations differ.
-    pub const REASON_ANNOTATIONS_CONFLICT: &str = "AnnotationsConflict";
-    /// `Conflict=True`: internal traffic policy differs.
-    pub const REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT: &str = "InternalTrafficPolicyConflict";
-    /// `Conflict=True`: traffic distribution differs.
-    pub const REASON_TRAFFIC_DISTRIBUTION_CONFLICT: &str = "TrafficDistributionConflict";
-    /// `Conflict=True`: IP families differ.
-    pub const REASON_IP_FAMILY_CONFLICT: &str = "IPFamilyConflict";
-    /// `Conflict=False`.
-    pub const REASON_NO_CONFLICTS: &str = "NoConflicts";
+    pub const CONFLICT_CONDITION: &str = "Conflict";
+    /// Whether every peer of the cluster group is read (xcc's own).
+    pub const PEERS_READ_CONDITION: &str = "PeersRead";
+}
+
+xcc_kube::status_enum! {
+    /// Reasons of the `ServiceExport` conditions (as `sigs.k8s.io/mcs-api` names them, and xcc's
+    /// for `PeersRead`).
+    pub enum ExportReason {
+        /// `Valid=True`.
+        Valid = "Valid",
+        /// `Valid=False`: no Service of that name in the namespace.
+        NoService = "NoService",
+        /// `Valid=False`: an ExternalName Service cannot be exported.
+        InvalidServiceType = "InvalidServiceType",
+        /// `Ready=True`.
+        Ready = "Ready",
+        /// `Ready=True`: exported, its publication not yet seen.
+        Exported = "Exported",
+        /// `Ready=False`: waiting.
+        Pending = "Pending",
+        /// `Ready=False`: failed.
+        Failed = "Failed",
+        /// `Conflict=True`: the ports differ.
+        PortConflict = "PortConflict",
+        /// `Conflict=True`: one export is headless, another not.
+        TypeConflict = "TypeConflict",
+        /// `Conflict=True`: session affinity differs.
+        SessionAffinityConflict = "SessionAffinityConflict",
+        /// `Conflict=True`: session affinity config differs.
+        SessionAffinityConfigConflict = "SessionAffinityConfigConflict",
+        /// `Conflict=True`: the exported labels differ.
+        LabelsConflict = "LabelsConflict",
+        /// `Conflict=True`: the exported annotations differ.
+        AnnotationsConflict = "AnnotationsConflict",
+        /// `Conflict=True`: internal traffic policy differs.
+        InternalTrafficPolicyConflict = "InternalTrafficPolicyConflict",
+        /// `Conflict=True`: traffic distribution differs.
+        TrafficDistributionConflict = "TrafficDistributionConflict",
+        /// `Conflict=True`: IP families differ.
+        IPFamilyConflict = "IPFamilyConflict",
+        /// `Conflict=False`.
+        NoConflicts = "NoConflicts",
+        /// `PeersRead=True`.
+        AllPeersRead = "AllPeersRead",
+        /// `PeersRead=False`: a peer's kubeconfig is refused or missing.
+        PeerRefused = "PeerRefused",
+    }
 }
 
 /// A ServiceExport: the Service of the same name and namespace is exported to the ClusterSet.

@@ -68,6 +68,8 @@ pub fn objects<K: serde::de::DeserializeOwned>(view: &View) -> Vec<K> {
 
 /// A peer of the group, read through its two watches.
 pub struct Peer {
+    /// Its Cluster's name.
+    pub cluster: String,
     /// The peer client's identity (a new Secret: new watches).
     pub identity: String,
     /// Its `ExportedService`s, cluster-wide.
@@ -110,7 +112,16 @@ impl Peer {
         if failing < stale {
             return self.last.clone().unwrap_or_default();
         }
+        if self.last.is_some() && !self.withdrawn {
+            self.withdrawn = true;
+            tracing::info!(peer = %self.cluster, stale = %xcc_kube::flags::show_duration(stale), "multi-cluster services: the peer has not answered for the stale period; its exports and endpoints are withdrawn");
+        }
         Vec::new()
+    }
+
+    /// Whether its watch is not synced (its stale period may be running).
+    pub fn failing(&self) -> bool {
+        !matches!(self.publications.health(), Health::Synced { .. })
     }
 }
 
@@ -148,6 +159,7 @@ pub fn open(
         forward(&properties, wake.clone(), None),
     ];
     Peer {
+        cluster: cluster.to_string(),
         identity: peer.identity.clone(),
         publications,
         properties,
@@ -199,14 +211,35 @@ pub fn is_dns_label(text: &str) -> bool {
         && !text.ends_with('-')
 }
 
+/// This cluster's own Cluster's name in the group, once the Clusters are listed (a short wait:
+/// without the CRD, none).
+pub async fn own_cluster_name(clusters: &View, uid: &str) -> Option<String> {
+    for _ in 0..50 {
+        if clusters.listed() {
+            break;
+        }
+        // sleep: the pace of a wait for the first list.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    objects::<Cluster>(clusters)
+        .into_iter()
+        .find(|c| c.spec.cluster_id == uid)
+        .map(|c| c.name_any())
+}
+
+/// The ID this cluster writes when it has none: its own Cluster's name if that is a DNS label,
+/// else the kube-system UID.
+pub fn chosen_id(own: Option<String>, uid: &str) -> String {
+    own.filter(|n| is_dns_label(n))
+        .unwrap_or_else(|| uid.to_string())
+}
+
 /// This cluster's ID: ClusterProperty `cluster.clusterset.k8s.io` if present; else written as
-/// the name of this cluster's own Cluster in the group (if it has one and it is a DNS label),
-/// else the kube-system UID. ClusterProperty `clusterset.k8s.io` is written as `clusterset` if
-/// absent.
+/// what `candidate` gives ([`chosen_id`]). ClusterProperty `clusterset.k8s.io` is written as
+/// `clusterset` if absent. An existing property, whoever wrote it, is never changed.
 pub async fn cluster_id(
     client: &Client,
-    clusters: &View,
-    uid: &str,
+    candidate: impl AsyncFnOnce() -> String,
     clusterset: &str,
     counted: &xcc_sync::sink::Counted,
 ) -> Result<String, kube::Error> {
@@ -217,20 +250,7 @@ pub async fn cluster_id(
     if let Some(existing) = properties.get_opt(CLUSTER_ID_PROPERTY).await? {
         return Ok(existing.spec.value);
     }
-    // The group's Clusters, once listed (a short wait: without the CRDs, the UID).
-    for _ in 0..50 {
-        if clusters.listed() {
-            break;
-        }
-        // sleep: the pace of a wait for the first list.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let own = objects::<Cluster>(clusters)
-        .into_iter()
-        .find(|c| c.spec.cluster_id == uid)
-        .map(|c| c.name_any())
-        .filter(|n| is_dns_label(n));
-    let id = own.unwrap_or_else(|| uid.to_string());
+    let id = candidate().await;
     create(&properties, CLUSTER_ID_PROPERTY, &id, counted).await?;
     // Whoever wrote it first (another writer, a restart) wins.
     Ok(properties
@@ -280,4 +300,82 @@ pub fn local_view(
 ) -> View {
     core.sources
         .view(SourceId::local(gvk), core.client.clone(), resource, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use xcc_kube::scenario::{Scenario, echo, not_found, status};
+
+    use super::*;
+
+    const PATH: &str = "/apis/about.k8s.io/v1alpha1/clusterproperties";
+
+    fn counted() -> xcc_sync::sink::Counted {
+        let mut registry = prometheus_client::registry::Registry::default();
+        xcc_sync::sink::Counted {
+            metrics: xcc_sync::metrics::SyncMetrics::register(&mut registry),
+            reconciler: "mcs",
+        }
+    }
+
+    fn property(name: &str, value: &str) -> (u16, serde_json::Value) {
+        (
+            200,
+            json!({"apiVersion": "about.k8s.io/v1alpha1", "kind": "ClusterProperty",
+                "metadata": {"name": name}, "spec": {"value": value}}),
+        )
+    }
+
+    #[test]
+    fn the_written_id_is_the_own_clusters_name_if_it_is_a_dns_label() {
+        assert_eq!(chosen_id(Some("first".into()), "uid-1"), "first");
+        assert_eq!(chosen_id(None, "uid-1"), "uid-1");
+        for bad in ["First", "a.b", "-a", &"a".repeat(64), ""] {
+            assert_eq!(chosen_id(Some(bad.to_string()), "uid-1"), "uid-1", "{bad}");
+        }
+    }
+
+    /// Both properties present: read, nothing written, whatever this cluster would choose.
+    #[tokio::test]
+    async fn existing_properties_are_read_and_never_written() {
+        let (client, server) = Scenario::new()
+            .expect("GET", format!("{PATH}/clusterset.k8s.io"))
+            .reply(property("clusterset.k8s.io", "theirs"))
+            .expect("GET", format!("{PATH}/cluster.clusterset.k8s.io"))
+            .reply(property("cluster.clusterset.k8s.io", "kept"))
+            .run();
+        let id = cluster_id(&client, async || "first".to_string(), "default", &counted())
+            .await
+            .unwrap();
+        assert_eq!(id, "kept");
+        server.done().await;
+    }
+
+    /// Absent: both written once, the ID as chosen; a writer that came first wins.
+    #[tokio::test]
+    async fn absent_properties_are_written_and_a_first_writer_wins() {
+        let (client, server) = Scenario::new()
+            .expect("GET", format!("{PATH}/clusterset.k8s.io"))
+            .reply(not_found())
+            .expect("POST", PATH)
+            .check(|body| {
+                assert_eq!(body["metadata"]["name"], "clusterset.k8s.io");
+                assert_eq!(body["spec"]["value"], "default");
+            })
+            .reply_with(echo)
+            .expect("GET", format!("{PATH}/cluster.clusterset.k8s.io"))
+            .reply(not_found())
+            .expect("POST", PATH)
+            .check(|body| assert_eq!(body["spec"]["value"], "first"))
+            .reply(status(409, "AlreadyExists", "exists"))
+            .expect("GET", format!("{PATH}/cluster.clusterset.k8s.io"))
+            .reply(property("cluster.clusterset.k8s.io", "earlier"))
+            .run();
+        let id = cluster_id(&client, async || "first".to_string(), "default", &counted())
+            .await
+            .unwrap();
+        assert_eq!(id, "earlier");
+        server.done().await;
+    }
 }

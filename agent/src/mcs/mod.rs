@@ -31,12 +31,18 @@
 //! - **Faults**: a peer whose kubeconfig is refused is not read; condition `PeersRead=False` on
 //!   every local ServiceExport names it. A peer that stops answering keeps its endpoints for
 //!   `--mcs-stale-after` (default 2m, at most 1h), then they are withdrawn.
+//! - **Data planes** (`--mcs-data-plane`, or per export the annotation
+//!   `mcs.xcc.test/data-plane`): `flat` publishes the pods' addresses; `gateway` a NodePort
+//!   Service of the agent's own and the nodes' addresses, or a LoadBalancer's address
+//!   ([`gateway`]).
 //!
 //! The reconciler is one level-triggered loop: any change of a kind it watches wakes it; a pass
-//! computes everything and writes only what differs from the stores.
+//! computes everything and writes only what differs from the stores (and not again while a
+//! store has not caught up with the agent's own last write).
 
 pub mod api;
 mod clusterset;
+pub mod gateway;
 mod pass;
 pub mod plan;
 pub mod publication;
@@ -88,6 +94,8 @@ struct Local {
     publications: View,
     namespaces: View,
     clusters: View,
+    /// The nodes, watched once an export uses the gateway data plane.
+    nodes: Option<View>,
     _forwarders: Vec<Forwarder>,
 }
 
@@ -141,8 +149,24 @@ impl Local {
             publications,
             namespaces,
             clusters,
+            nodes: None,
             _forwarders: forwarders,
         }
+    }
+
+    /// The nodes' view, opened on first use.
+    fn nodes(&mut self, core: &xcc_sync::Core, wake: &Arc<Notify>) -> &View {
+        if self.nodes.is_none() {
+            let view = local_view(
+                core,
+                GroupVersionKind::gvk("", "v1", "Node"),
+                &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+                Detail::Full,
+            );
+            self._forwarders.push(forward(&view, wake.clone(), None));
+            self.nodes = Some(view);
+        }
+        self.nodes.as_ref().expect("opened above")
     }
 }
 
@@ -164,6 +188,8 @@ struct Mcs {
     refused: BTreeMap<String, String>,
     /// Imports whose namespace is absent, already said in an Event.
     absent: BTreeSet<(String, String)>,
+    /// This agent's writes whose echo the stores have not shown yet, by kind/namespace/name.
+    echoes: std::sync::Mutex<std::collections::HashMap<String, pass::Echo>>,
 }
 
 /// Runs the MCS reconciler until `stop` is raised.
@@ -201,13 +227,20 @@ pub async fn run(
         peers: BTreeMap::new(),
         refused: BTreeMap::new(),
         absent: BTreeSet::new(),
+        echoes: std::sync::Mutex::default(),
     };
     loop {
         mcs.core.metrics.queue_depth(NAME, 0);
-        tokio::select! {
-            () = mcs.wake.notified() => {}
-            () = tokio::time::sleep(TICK) => {}
+        let woke = tokio::select! {
+            () = mcs.wake.notified() => true,
+            () = tokio::time::sleep(TICK) => false,
             _ = stop.wait_for(|s| *s) => break,
+        };
+        // Without a change, a pass is due only while a peer fails (its stale period runs) or
+        // when the peers are to be looked up again.
+        let due = mcs.discovered.is_none_or(|at| at.elapsed() >= REDISCOVER);
+        if !woke && !due && !mcs.peers.values().any(|p| p.failing() && !p.withdrawn) {
+            continue;
         }
         mcs.core.metrics.queue_depth(NAME, 1);
         mcs.discover().await;
@@ -242,15 +275,13 @@ async fn own_id(
         xcc_sync::outage::local_server(),
     );
     loop {
-        match clusterset::cluster_id(
-            &core.client,
-            &local.clusters,
-            uid,
-            &settings.clusterset,
-            counted,
-        )
-        .await
-        {
+        let candidate = async || {
+            clusterset::chosen_id(
+                clusterset::own_cluster_name(&local.clusters, uid).await,
+                uid,
+            )
+        };
+        match clusterset::cluster_id(&core.client, candidate, &settings.clusterset, counted).await {
             Ok(id) => {
                 outage.recovered();
                 return Some(id);
@@ -297,6 +328,16 @@ impl Mcs {
             return;
         }
         self.discovered = Some(Instant::now());
+        // While the local API server does not answer, no Secret can be read: the peers stay as
+        // they were (the watches say the outage), and are looked up at the next change.
+        if !matches!(
+            self.local.clusters.health(),
+            crate::sources::Health::Synced { .. }
+        ) {
+            self.rediscover
+                .store(true, std::sync::atomic::Ordering::Release);
+            return;
+        }
         let found = clusterset::discover(&self.core, &self.local.clusters, &self.uid).await;
         self.peers.retain(|name, peer| {
             found
@@ -313,7 +354,7 @@ impl Mcs {
         }
         if found.refused != self.refused {
             for (name, why) in &found.refused {
-                if self.refused.get(name) != Some(why) {
+                if !self.refused.contains_key(name) {
                     tracing::warn!(peer = %name, reason = %why, "multi-cluster services: the peer's exports are not imported");
                 }
             }

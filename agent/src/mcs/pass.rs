@@ -4,31 +4,33 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{
-    core::v1::{ObjectReference, Service},
+    core::v1::{Node, ObjectReference, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
     Api, Resource, ResourceExt,
     runtime::events::{Event, EventType},
 };
-use serde::Serialize;
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use xcc_kube::{ConditionStatus, remove_condition, set_condition};
 
 use super::{
     Mcs,
-    api::{LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport, conditions},
+    api::{
+        ExportReason, LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport,
+        conditions,
+    },
     clusterset::objects,
+    gateway,
     plan::{self, LABEL_IMPORT, LABEL_MANAGED_BY, MANAGED_BY, Merged, Validity},
     publication::{ExportedService, ExportedServiceSpec},
+    reconciler::DataPlane,
 };
 use crate::sink;
 
 /// `namespace/name` of an exported Service.
 type Key = (String, String);
-
-/// Condition on every local ServiceExport: whether every peer of the group is read.
-pub const PEERS_READ: &str = "PeersRead";
 
 /// Whether `current` holds everything `desired` sets (objects: each key of `desired`; lists:
 /// the same length, item by item; the rest: equal).
@@ -70,7 +72,78 @@ fn ours<K: Resource>(object: &K) -> bool {
         .any(|f| f.manager.as_deref() == Some(sink::FIELD_MANAGER))
 }
 
+/// A write of this agent whose echo its store has not shown yet.
+pub(super) struct Echo {
+    /// What was written.
+    desired: Value,
+    /// The resourceVersion the store had when it was written.
+    before: Option<String>,
+    /// The resourceVersion the write left.
+    after: Option<String>,
+}
+
 impl Mcs {
+    /// Makes local object `namespace/name` hold `desired` (a forced apply; `whole`: replaced
+    /// when other managers' fields survive), unless `current` (the store's) holds it already
+    /// or is still the version this agent's identical last write replaced (the store has not
+    /// caught up: writing again would be a write for nothing). Returns the object as written or
+    /// found (`None`: created, not in the store yet).
+    async fn write<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: Option<&K>,
+        desired: Value,
+        whole: bool,
+    ) -> Result<Option<K>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let id = format!("{}/{namespace}/{name}", K::kind(&()));
+        let rv = current.and_then(ResourceExt::resource_version);
+        {
+            let mut echoes = self
+                .echoes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(c) = current
+                && contains(&json(c)?, &desired)
+            {
+                echoes.remove(&id);
+                return Ok(Some(c.clone()));
+            }
+            if let Some(echo) = echoes.get(&id) {
+                if rv.is_some() && rv == echo.after {
+                    echoes.remove(&id);
+                } else if echo.desired == desired && rv == echo.before {
+                    return Ok(current.cloned());
+                }
+            }
+        }
+        let api: Api<K> = Api::namespaced(self.core.client.clone(), namespace);
+        let written = if whole {
+            sink::apply_whole(&api, name, desired.clone(), &self.counted).await?
+        } else {
+            sink::apply_fields(&api, name, &desired, &self.counted).await?
+        };
+        self.echoes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                id,
+                Echo {
+                    desired,
+                    before: rv,
+                    after: written.resource_version(),
+                },
+            );
+        Ok(Some(written))
+    }
+
     /// One pass over everything.
     pub(super) async fn pass(&mut self) -> Result<(), kube::Error> {
         let exports: Vec<ServiceExport> = objects(&self.local.exports);
@@ -84,24 +157,25 @@ impl Mcs {
                 failed.get_or_insert(error);
             }
         };
-        let published = self.published(&exports, &services_by, &slices);
+        let gateway = exports
+            .iter()
+            .any(|e| self.plane_of(e) == DataPlane::Gateway);
+        let nodes: Vec<Node> = if gateway {
+            objects(self.local.nodes(&self.core, &self.wake))
+        } else {
+            Vec::new()
+        };
+        let (published, gateways) = self.published(&exports, &services_by, &slices, &nodes);
+        note(self.write_gateways(&gateways, &services).await);
         note(self.write_publications(&published).await);
         let mut by_key: BTreeMap<Key, Vec<ExportedServiceSpec>> = BTreeMap::new();
         for (key, spec) in &published {
             by_key.entry(key.clone()).or_default().push(spec.clone());
         }
         let stale = self.settings.stale_after;
-        for (name, peer) in &mut self.peers {
+        for peer in self.peers.values_mut() {
             let id = peer.id();
             let current = peer.current(stale);
-            if current.is_empty()
-                && peer.last.is_some()
-                && !peer.withdrawn
-                && !peer.publications.listed()
-            {
-                peer.withdrawn = true;
-                tracing::info!(peer = %name, "multi-cluster services: the peer has not answered for the stale period; its endpoints are withdrawn");
-            }
             for publication in current {
                 let mut spec = publication.spec.clone();
                 if let Some(id) = &id {
@@ -126,14 +200,30 @@ impl Mcs {
         failed.map_or(Ok(()), Err)
     }
 
-    /// What this cluster publishes: one spec per valid export.
+    /// The data plane of `export`: its annotation, else `--mcs-data-plane`.
+    fn plane_of(&self, export: &ServiceExport) -> DataPlane {
+        match export
+            .annotations()
+            .get(gateway::DATA_PLANE_ANNOTATION)
+            .map(String::as_str)
+        {
+            Some("gateway") => DataPlane::Gateway,
+            Some("flat") => DataPlane::Flat,
+            _ => self.settings.data_plane,
+        }
+    }
+
+    /// What this cluster publishes: one spec per valid export; and the gateway Services its
+    /// gateway exports need.
     fn published(
         &self,
         exports: &[ServiceExport],
         services: &BTreeMap<Key, &Service>,
         slices: &[EndpointSlice],
-    ) -> BTreeMap<Key, ExportedServiceSpec> {
+        nodes: &[Node],
+    ) -> (BTreeMap<Key, ExportedServiceSpec>, Vec<Service>) {
         let mut out = BTreeMap::new();
+        let mut gateways = Vec::new();
         for export in exports {
             let key = key_of(export);
             let service = services.get(&key).copied();
@@ -150,19 +240,54 @@ impl Mcs {
                 })
                 .collect();
             let spec = service.spec.clone().unwrap_or_default();
-            let endpoints = plan::flat_endpoints(&spec, &own);
+            let plane = self.plane_of(export);
+            let endpoints = match plane {
+                DataPlane::Flat => plan::flat_endpoints(&spec, &own),
+                DataPlane::Gateway => {
+                    let current = services
+                        .get(&(key.0.clone(), gateway::gateway_name(&key.1)))
+                        .copied();
+                    if gateway::needs_node_port(service) {
+                        gateways.push(gateway::gateway_service(service));
+                    }
+                    gateway::gateway_endpoints(service, current, nodes)
+                }
+            };
             out.insert(
                 key,
-                plan::publication(
-                    &self.id,
-                    export,
-                    service,
-                    self.settings.data_plane.as_str(),
-                    endpoints,
-                ),
+                plan::publication(&self.id, export, service, plane.as_str(), endpoints),
             );
         }
-        out
+        (out, gateways)
+    }
+
+    /// Makes the gateway Services exactly `desired`: written where they differ, removed where
+    /// no longer wanted.
+    async fn write_gateways(
+        &self,
+        desired: &[Service],
+        services: &[Service],
+    ) -> Result<(), kube::Error> {
+        let mut wanted = BTreeSet::new();
+        for gateway in desired {
+            let key = key_of(gateway);
+            let want = typed(gateway)?;
+            let have = services.iter().find(|s| key_of(*s) == key);
+            wanted.insert(key.clone());
+            self.write(&key.0, &key.1, have, want, false).await?;
+        }
+        for service in services {
+            let key = key_of(service);
+            let Some(of) = service.labels().get(gateway::LABEL_GATEWAY_FOR) else {
+                continue;
+            };
+            if wanted.contains(&key) || key.1 != gateway::gateway_name(of) {
+                continue;
+            }
+            let api: Api<Service> = Api::namespaced(self.core.client.clone(), &key.0);
+            sink::delete_exact(&api, &key.1, service.uid(), None, &self.counted).await?;
+        }
+        Ok(())
     }
 
     /// Makes the local `ExportedService`s exactly `published`.
@@ -177,12 +302,8 @@ impl Mcs {
             let mut desired = ExportedService::new(name, spec.clone());
             desired.metadata.namespace = Some(namespace.clone());
             let desired = typed(&desired)?;
-            let have = current.get(&(namespace.clone(), name.clone()));
-            if have.is_some_and(|h| json(h).is_ok_and(|h| contains(&h, &desired))) {
-                continue;
-            }
-            let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), namespace);
-            sink::apply_whole(&api, name, desired, &self.counted).await?;
+            let have = current.get(&(namespace.clone(), name.clone())).copied();
+            self.write(namespace, name, have, desired, true).await?;
         }
         for (key, have) in &current {
             if !published.contains_key(key) {
@@ -208,28 +329,37 @@ impl Mcs {
             return Ok(());
         }
         self.absent.remove(key);
-        let client = self.core.client.clone();
         let derived = plan::derived_service(namespace, name, merged);
         let derived_name = plan::derived_name(name);
-        let services_api: Api<Service> = Api::namespaced(client.clone(), namespace);
         let desired = typed(&derived)?;
         let current = services
             .get(&(namespace.clone(), derived_name.clone()))
             .copied();
-        let written = match current {
-            Some(c) if contains(&json(c)?, &desired) => c.clone(),
-            _ => sink::apply_fields(&services_api, &derived_name, &desired, &self.counted).await?,
+        let Some(written) = self
+            .write(namespace, &derived_name, current, desired, false)
+            .await?
+        else {
+            // Created; its ClusterIP is read once the store has it.
+            return Ok(());
         };
+        // The families this cluster gave the derived Service (a single-stack cluster gives one
+        // of a dual-stack export's two): the import states those, with one IP each.
+        let mut merged = merged.clone();
+        if let Some(families) = written
+            .spec
+            .as_ref()
+            .and_then(|s| s.ip_families.clone())
+            .filter(|f| !f.is_empty())
+        {
+            merged.spec.ip_families = families;
+        }
         let ips = plan::ips_of(&written, &merged.spec.ip_families);
-        let import = plan::service_import(namespace, name, merged, ips);
+        let import = plan::service_import(namespace, name, &merged, ips);
         let imports: Vec<ServiceImport> = objects(&self.local.imports);
         let current = imports.iter().find(|i| key_of(*i) == *key);
         let desired = typed(&import)?;
-        if !current.is_some_and(|c| json(c).is_ok_and(|c| contains(&c, &desired))) {
-            let api: Api<ServiceImport> = Api::namespaced(client.clone(), namespace);
-            sink::apply_whole(&api, name, desired, &self.counted).await?;
-        }
-        self.write_slices(key, merged, publications, slices).await
+        self.write(namespace, name, current, desired, true).await?;
+        self.write_slices(key, &merged, publications, slices).await
     }
 
     /// The import's EndpointSlices: written where they differ, removed where no longer wanted.
@@ -253,11 +383,9 @@ impl Mcs {
         for slice in &desired {
             let slice_name = slice.name_any();
             let want = typed(slice)?;
-            let have = mine.iter().find(|s| s.name_any() == slice_name);
-            if have.is_some_and(|h| json(*h).is_ok_and(|h| contains(&h, &want))) {
-                continue;
-            }
-            sink::apply_fields(&api, &slice_name, &want, &self.counted).await?;
+            let have = mine.iter().find(|s| s.name_any() == slice_name).copied();
+            self.write(namespace, &slice_name, have, want, false)
+                .await?;
         }
         let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
         for slice in mine {
@@ -393,18 +521,28 @@ impl Mcs {
         let generation = export.metadata.generation;
         let mut list = export.status.clone().unwrap_or_default().conditions;
         let mut set = |type_: &str, (status, reason, message): Verdict| {
-            set_condition(&mut list, type_, status, reason, message, generation);
+            set_condition(
+                &mut list,
+                type_,
+                status,
+                reason.as_str(),
+                message,
+                generation,
+            );
         };
-        set(conditions::VALID, valid_condition(validity));
+        set(conditions::VALID_CONDITION, valid_condition(validity));
         let merged = merged.filter(|_| validity == Validity::Valid);
         if let Some(merged) = merged {
             let (conflict, reason, message) = merged.conflict_of(&self.id);
-            set(conditions::CONFLICT, (truth(conflict), reason, message));
+            set(
+                conditions::CONFLICT_CONDITION,
+                (truth(conflict), reason, message),
+            );
         }
         let ready = if validity != Validity::Valid {
             (
                 ConditionStatus::False,
-                conditions::REASON_FAILED,
+                ExportReason::Failed,
                 "the export is not valid".to_string(),
             )
         } else if published && merged.is_some() {
@@ -412,9 +550,9 @@ impl Mcs {
                 .iter()
                 .any(|p| key_of(p) == key_of(export));
             let reason = if seen {
-                conditions::REASON_READY
+                ExportReason::Ready
             } else {
-                conditions::REASON_EXPORTED
+                ExportReason::Exported
             };
             (
                 ConditionStatus::True,
@@ -424,21 +562,24 @@ impl Mcs {
         } else {
             (
                 ConditionStatus::False,
-                conditions::REASON_PENDING,
+                ExportReason::Pending,
                 "not yet published".to_string(),
             )
         };
-        set(conditions::READY, ready);
-        set(PEERS_READ, peers_condition(&self.refused));
+        set(conditions::READY_CONDITION, ready);
+        set(
+            conditions::PEERS_READ_CONDITION,
+            peers_condition(&self.refused),
+        );
         if merged.is_none() {
-            remove_condition(&mut list, conditions::CONFLICT);
+            remove_condition(&mut list, conditions::CONFLICT_CONDITION);
         }
         ServiceExportStatus { conditions: list }
     }
 }
 
 /// A condition as decided: status, reason, message.
-type Verdict = (ConditionStatus, &'static str, String);
+type Verdict = (ConditionStatus, ExportReason, String);
 
 fn truth(b: bool) -> ConditionStatus {
     if b {
@@ -453,17 +594,17 @@ fn valid_condition(validity: Validity) -> Verdict {
     match validity {
         Validity::Valid => (
             ConditionStatus::True,
-            conditions::REASON_VALID,
+            ExportReason::Valid,
             "the Service is exported to the ClusterSet".to_string(),
         ),
         Validity::NoService => (
             ConditionStatus::False,
-            conditions::REASON_NO_SERVICE,
+            ExportReason::NoService,
             "no Service of this name in the namespace".to_string(),
         ),
         Validity::InvalidServiceType => (
             ConditionStatus::False,
-            conditions::REASON_INVALID_SERVICE_TYPE,
+            ExportReason::InvalidServiceType,
             "an ExternalName Service cannot be exported".to_string(),
         ),
     }
@@ -474,7 +615,7 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
     if refused.is_empty() {
         return (
             ConditionStatus::True,
-            "AllPeersRead",
+            ExportReason::AllPeersRead,
             "every peer of the cluster group is read".to_string(),
         );
     }
@@ -485,7 +626,7 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
         .join("; ");
     (
         ConditionStatus::False,
-        "PeerRefused",
+        ExportReason::PeerRefused,
         format!("the exports of these peers are not imported: {message}"),
     )
 }

@@ -14,8 +14,8 @@ use k8s_openapi::{
 
 use super::{
     api::{
-        ClusterStatus, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER, ServiceExport, ServiceImport,
-        ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort, conditions,
+        ClusterStatus, ExportReason, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER, ServiceExport,
+        ServiceImport, ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
     },
     publication::{EndpointGroup, EndpointPort, ExportedServiceSpec, PublishedEndpoint},
 };
@@ -176,7 +176,7 @@ pub fn publication(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
     /// The `Conflict=True` reason (`PortConflict`, ...).
-    pub reason: &'static str,
+    pub reason: ExportReason,
     /// The field that differs, as people read it (`ports`, `sessionAffinity`, ...).
     pub field: &'static str,
     /// The clusters whose export differs from the oldest's.
@@ -202,14 +202,14 @@ pub struct Merged {
 
 impl Merged {
     /// The `Conflict` condition of `cluster`'s export: status, reason, message.
-    pub fn conflict_of(&self, cluster: &str) -> (bool, &'static str, String) {
+    pub fn conflict_of(&self, cluster: &str) -> (bool, ExportReason, String) {
         let concerned: Vec<&Conflict> = self
             .conflicts
             .iter()
             .filter(|c| cluster == self.winner || c.clusters.iter().any(|x| x == cluster))
             .collect();
         let Some(first) = concerned.first() else {
-            return (false, conditions::REASON_NO_CONFLICTS, String::new());
+            return (false, ExportReason::NoConflicts, String::new());
         };
         let message = concerned
             .iter()
@@ -223,7 +223,7 @@ impl Merged {
             })
             .collect::<Vec<_>>()
             .join("; ");
-        (true, first.reason, message)
+        (true, first.reason.clone(), message)
     }
 }
 
@@ -275,7 +275,7 @@ pub fn merge(publications: &[&ExportedServiceSpec]) -> Option<Merged> {
 fn conflicts(sorted: &[&ExportedServiceSpec]) -> Vec<Conflict> {
     let winner = sorted[0];
     let mut conflicts = Vec::new();
-    let mut check = |reason: &'static str,
+    let mut check = |reason: ExportReason,
                      field: &'static str,
                      differs: &dyn Fn(&ExportedServiceSpec) -> bool| {
         let clusters: Vec<String> = sorted[1..]
@@ -298,41 +298,41 @@ fn conflicts(sorted: &[&ExportedServiceSpec]) -> Vec<Conflict> {
     };
     let winner_ports = sorted_ports(winner);
     check(
-        conditions::REASON_TYPE_CONFLICT,
+        ExportReason::TypeConflict,
         "headlessness (clusterIP: None)",
         &|p| p.headless != winner.headless,
     );
-    check(conditions::REASON_PORT_CONFLICT, "ports", &|p| {
+    check(ExportReason::PortConflict, "ports", &|p| {
         sorted_ports(p) != winner_ports
     });
     check(
-        conditions::REASON_SESSION_AFFINITY_CONFLICT,
+        ExportReason::SessionAffinityConflict,
         "sessionAffinity",
         &|p| affinity(p) != affinity(winner),
     );
     check(
-        conditions::REASON_SESSION_AFFINITY_CONFIG_CONFLICT,
+        ExportReason::SessionAffinityConfigConflict,
         "sessionAffinityConfig",
         &|p| p.session_affinity_config != winner.session_affinity_config,
     );
     check(
-        conditions::REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT,
+        ExportReason::InternalTrafficPolicyConflict,
         "internalTrafficPolicy",
         &|p| p.internal_traffic_policy != winner.internal_traffic_policy,
     );
     check(
-        conditions::REASON_TRAFFIC_DISTRIBUTION_CONFLICT,
+        ExportReason::TrafficDistributionConflict,
         "trafficDistribution",
         &|p| p.traffic_distribution != winner.traffic_distribution,
     );
-    check(conditions::REASON_IP_FAMILY_CONFLICT, "ipFamilies", &|p| {
+    check(ExportReason::IPFamilyConflict, "ipFamilies", &|p| {
         p.ip_families != winner.ip_families
     });
-    check(conditions::REASON_LABELS_CONFLICT, "exportedLabels", &|p| {
+    check(ExportReason::LabelsConflict, "exportedLabels", &|p| {
         p.exported_labels != winner.exported_labels
     });
     check(
-        conditions::REASON_ANNOTATIONS_CONFLICT,
+        ExportReason::AnnotationsConflict,
         "exportedAnnotations",
         &|p| p.exported_annotations != winner.exported_annotations,
     );
@@ -433,7 +433,7 @@ pub fn derived_service(namespace: &str, name: &str, merged: &Merged) -> Service 
             ip_families: Some(spec.ip_families.clone()).filter(|f| !f.is_empty()),
             ip_family_policy: (!spec.ip_families.is_empty()).then(|| {
                 if spec.ip_families.len() > 1 {
-                    "RequireDualStack".to_string()
+                    "PreferDualStack".to_string()
                 } else {
                     "SingleStack".to_string()
                 }

@@ -65,6 +65,15 @@ async fn export(
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace}, "spec": spec});
     cluster.apply_yaml(&service.to_string()).await.unwrap();
+    endpoint_slice(cluster, namespace, name, addresses).await;
+    let export = json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
+        "metadata": {"name": name, "namespace": namespace}});
+    cluster.apply_yaml(&export.to_string()).await.unwrap();
+}
+
+/// The EndpointSlice of Service `name` as the EndpointSlice controller would write it:
+/// `addresses`, port `tcp` → 8080.
+async fn endpoint_slice(cluster: &Cluster, namespace: &str, name: &str, addresses: &[&str]) {
     let endpoints: Vec<Value> = addresses
         .iter()
         .enumerate()
@@ -78,9 +87,6 @@ async fn export(
         "ports": [{"name": "tcp", "port": 8080, "protocol": "TCP"}],
         "endpoints": endpoints});
     cluster.apply_yaml(&slice.to_string()).await.unwrap();
-    let export = json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
-        "metadata": {"name": name, "namespace": namespace}});
-    cluster.apply_yaml(&export.to_string()).await.unwrap();
 }
 
 /// Condition `type_` of ServiceExport `name`: (status, reason, message).
@@ -247,6 +253,7 @@ async fn imported_everywhere(bed: &Testbed) {
             .collect();
         addresses.sort_unstable();
         assert_eq!(addresses, ["10.1.0.1", "10.1.0.2"]);
+        assert!(slice.endpoints.iter().all(|e| e.hostname.is_some()));
         let ports: Vec<_> = slice
             .ports
             .iter()
@@ -294,6 +301,37 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
     wait_condition(first, NS, "hello", "Valid", "True", "Valid").await;
     imported_everywhere(&bed).await;
     wait_condition(first, NS, "hello", "Conflict", "False", "NoConflicts").await;
+    // Converged: a change that calls for no write (a namespace no export is in) is handled
+    // without one; nothing is rewritten for nothing.
+    let agent = &members[2].agent;
+    let mark = agent.mark("mcs").await.unwrap();
+    third
+        .kubectl(&["create", "namespace", "noise"])
+        .await
+        .unwrap();
+    agent.handled(("local", "Namespace"), &mark).await.unwrap();
+    assert_eq!(agent.writes_since(&mark).await.unwrap(), 0.0);
+    // An endpoint more in the exporting cluster: one update of its publication, and one of
+    // the slice in each member (the exporting one's written by its own agent).
+    let agent = &members[0].agent;
+    let mark = agent.mark("mcs").await.unwrap();
+    endpoint_slice(first, NS, "hello", &["10.1.0.1", "10.1.0.2", "10.1.0.3"]).await;
+    for cluster in &bed.clusters {
+        wait_for(
+            &format!("on {}: the third endpoint", cluster.name),
+            WAIT,
+            || async {
+                let slices = mcs_slices(cluster, NS, "hello").await;
+                (slices.len() == 1 && slices[0].endpoints.len() == 3).then_some(())
+            },
+        )
+        .await;
+    }
+    agent
+        .handled(("local", "EndpointSlice"), &mark)
+        .await
+        .unwrap();
+    assert_eq!(agent.writes_since(&mark).await.unwrap(), 2.0);
 
     // A second exporter with one more port: the union, and Conflict on both exports.
     let more = json!([{"name": "tcp", "port": 42, "protocol": "TCP", "targetPort": 8080},
@@ -339,6 +377,18 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
         derived(third, NS, "hello")
             .await
             .filter(|s| s.uid() != gone.uid())
+    })
+    .await;
+    let slice = mcs_slices(third, NS, "hello").await.remove(0);
+    Api::<EndpointSlice>::namespaced(third.client.clone(), NS)
+        .delete(&slice.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("on third: the slice recreated", WAIT, || async {
+        mcs_slices(third, NS, "hello")
+            .await
+            .into_iter()
+            .find(|s| s.name_any() == slice.name_any() && s.uid() != slice.uid())
     })
     .await;
     let ip = back.spec.unwrap().cluster_ip.unwrap();
@@ -422,6 +472,7 @@ async fn services_exported_in_a_cluster_group_are_imported_by_every_member() {
     }
 
     absent_namespace(first, second).await;
+    gateway(first, second).await;
     refused_peer(first, third).await;
     stopped_peer(first, second, &members[0].agent).await;
 }
@@ -475,6 +526,73 @@ async fn absent_namespace(first: &Cluster, second: &Cluster) {
         |_| true,
     )
     .await;
+}
+
+/// An export in the gateway data plane (by its annotation): the exporting agent opens the
+/// Service on a node port of its own, and the importing slices list the exporting cluster's node
+/// addresses with that port.
+async fn gateway(first: &Cluster, second: &Cluster) {
+    first
+        .apply_yaml("apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n")
+        .await
+        .unwrap();
+    first
+        .kubectl(&[
+            "patch",
+            "node",
+            "node-a",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"addresses":[{"type":"InternalIP","address":"192.168.50.1"}]}}"#,
+        ])
+        .await
+        .unwrap();
+    let tcp = json!([{"name": "tcp", "port": 42, "protocol": "TCP", "targetPort": 8080}]);
+    export(first, NS, "gw", tcp, false, &["10.1.0.7"]).await;
+    exports(first, NS)
+        .patch(
+            "gw",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"mcs.xcc.test/data-plane": "gateway"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(first.client.clone(), NS);
+    let node_port = wait_for(
+        "on first: the gateway Service with a node port",
+        WAIT,
+        || async {
+            let params = ListParams::default().labels("mcs.xcc.test/gateway-for=gw");
+            let gateway = services
+                .list(&params)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()?;
+            let spec = gateway.spec?;
+            assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+            spec.ports?.first()?.node_port
+        },
+    )
+    .await;
+    let slice = wait_for(
+        "on second: gw's slice lists first's node and node port",
+        WAIT,
+        || async {
+            mcs_slices(second, NS, "gw")
+                .await
+                .into_iter()
+                .find(|s| s.endpoints.iter().any(|e| e.addresses == ["192.168.50.1"]))
+        },
+    )
+    .await;
+    assert_eq!(slice.endpoints.len(), 1, "the node, not the pod");
+    let ports: Vec<_> = slice.ports.iter().flatten().map(|p| p.port).collect();
+    assert_eq!(ports, [Some(node_port)]);
 }
 
 /// The kubeconfig of `first` on `third` replaced by one the trust gate refuses (an exec user):

@@ -13,7 +13,7 @@ use k8s_openapi::{
 };
 
 use super::*;
-use crate::mcs::api::{ServiceExportSpec, conditions};
+use crate::mcs::api::ServiceExportSpec;
 
 fn at(seconds: i64) -> Time {
     Time(Timestamp::from_second(1_700_000_000 + seconds).unwrap())
@@ -83,7 +83,7 @@ fn a_single_export_is_imported_as_it_is_without_conflict() {
     assert!(merged.conflicts.is_empty());
     assert_eq!(
         merged.conflict_of("a"),
-        (false, conditions::REASON_NO_CONFLICTS, String::new())
+        (false, ExportReason::NoConflicts, String::new())
     );
     assert_eq!(merge(&[]), None);
 }
@@ -102,7 +102,7 @@ fn ports_are_the_union_by_name_and_an_extra_port_is_a_conflict_on_both() {
     for cluster in ["a", "b"] {
         let (conflict, reason, message) = merged.conflict_of(cluster);
         assert!(conflict, "{cluster}");
-        assert_eq!(reason, conditions::REASON_PORT_CONFLICT);
+        assert_eq!(reason, ExportReason::PortConflict);
         assert!(
             message.contains("ports") && message.contains('b') && message.contains("cluster a"),
             "{message}"
@@ -154,7 +154,7 @@ fn headless_against_not_headless_is_a_type_conflict_and_the_oldest_wins() {
     assert_eq!(merged.spec.type_, ServiceImportType::Headless);
     let (conflict, reason, _) = merged.conflict_of("b");
     assert!(conflict);
-    assert_eq!(reason, conditions::REASON_TYPE_CONFLICT);
+    assert_eq!(reason, ExportReason::TypeConflict);
     // Headless: no ClusterSet IP, however many the derived Service has.
     let import = service_import("ns", "svc", &merged, vec!["10.0.0.1".into()]);
     assert!(import.spec.ips.is_empty());
@@ -172,12 +172,12 @@ fn labels_and_annotations_are_the_oldest_exports_and_a_difference_conflicts() {
     let merged = merge(&[&b, &a]).unwrap();
     assert_eq!(merged.labels, a.exported_labels);
     assert!(merged.annotations.is_empty());
-    let reasons: Vec<_> = merged.conflicts.iter().map(|c| c.reason).collect();
+    let reasons: Vec<_> = merged.conflicts.iter().map(|c| c.reason.clone()).collect();
     assert_eq!(
         reasons,
         [
-            conditions::REASON_LABELS_CONFLICT,
-            conditions::REASON_ANNOTATIONS_CONFLICT
+            ExportReason::LabelsConflict,
+            ExportReason::AnnotationsConflict
         ]
     );
     let import = service_import("ns", "svc", &merged, vec![]);
@@ -200,13 +200,13 @@ fn session_affinity_and_traffic_policies_come_from_the_oldest() {
         Some("Local")
     );
     assert_eq!(merged.spec.traffic_distribution, None);
-    let reasons: Vec<_> = merged.conflicts.iter().map(|c| c.reason).collect();
+    let reasons: Vec<_> = merged.conflicts.iter().map(|c| c.reason.clone()).collect();
     assert_eq!(
         reasons,
         [
-            conditions::REASON_SESSION_AFFINITY_CONFLICT,
-            conditions::REASON_INTERNAL_TRAFFIC_POLICY_CONFLICT,
-            conditions::REASON_TRAFFIC_DISTRIBUTION_CONFLICT
+            ExportReason::SessionAffinityConflict,
+            ExportReason::InternalTrafficPolicyConflict,
+            ExportReason::TrafficDistributionConflict
         ]
     );
     // Absent session affinity is `None`: no conflict between the two spellings.
@@ -297,7 +297,7 @@ fn the_derived_service_is_selectorless_with_the_import_ports_and_never_the_servi
     assert_eq!(spec.selector, None);
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     assert_eq!(spec.cluster_ip, None);
-    assert_eq!(spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    assert_eq!(spec.ip_family_policy.as_deref(), Some("PreferDualStack"));
     assert_eq!(spec.session_affinity.as_deref(), Some("ClientIP"));
     assert_eq!(spec.ports.unwrap()[0].port, 42);
     // The ClusterSet IPs follow the import's families.
