@@ -277,6 +277,19 @@ pub struct ServiceImportStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// Whether the import's endpoints are in EndpointSlices labelled
+    /// `multicluster.kubernetes.io/service-name`: xcc always writes them (`Present`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_slice_objects: Option<EndpointSliceObjects>,
+}
+
+/// `status.endpointSliceObjects` of a ServiceImport.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum EndpointSliceObjects {
+    /// The implementation writes MCS EndpointSlices for the import.
+    Present,
+    /// It does not.
+    Absent,
 }
 
 /// One exporting cluster.

@@ -14,8 +14,9 @@ use k8s_openapi::{
 
 use super::{
     api::{
-        ClusterStatus, ExportReason, LABEL_SERVICE_NAME, LABEL_SOURCE_CLUSTER, ServiceExport,
-        ServiceImport, ServiceImportSpec, ServiceImportStatus, ServiceImportType, ServicePort,
+        ClusterStatus, EndpointSliceObjects, ExportReason, LABEL_SERVICE_NAME,
+        LABEL_SOURCE_CLUSTER, ServiceExport, ServiceImport, ServiceImportSpec, ServiceImportStatus,
+        ServiceImportType, ServicePort,
     },
     publication::{EndpointGroup, EndpointPort, ExportedServiceSpec, PublishedEndpoint},
 };
@@ -373,6 +374,7 @@ pub fn service_import(
                 .map(|c| ClusterStatus { cluster: c.clone() })
                 .collect(),
             conditions: Vec::new(),
+            endpoint_slice_objects: Some(EndpointSliceObjects::Present),
         }),
     }
 }

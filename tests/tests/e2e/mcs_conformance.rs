@@ -441,3 +441,84 @@ async fn the_mcs_conformance_suite_in_gateway_mode_on_identical_ranges() {
         run.log().display()
     );
 }
+
+/// Every field of upstream's v1beta1 ServiceExport and ServiceImport (the CRDs of the
+/// `sigs.k8s.io/mcs-api` module the suite is built against) is in xcc's CRD, at the same path
+/// with the same type: YAML written for upstream's CRDs applies to xcc's unchanged.
+#[test]
+fn the_mcs_crds_have_every_field_of_upstreams() {
+    let Some(binaries) = xcc_e2e::require_testbed() else {
+        return;
+    };
+    let upstream_dir = binaries
+        .mcs_crds
+        .clone()
+        .expect("upstream's MCS CRDs: run tests/testbed/install.sh");
+    let ours_dir = xcc_e2e::images::workspace_root().join("manifests/crds");
+    for file in [
+        "multicluster.x-k8s.io_serviceexports.yaml",
+        "multicluster.x-k8s.io_serviceimports.yaml",
+    ] {
+        let v1beta1 = |path: &std::path::Path| -> serde_json::Value {
+            let text = std::fs::read_to_string(path).unwrap();
+            let crd: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+            let versions = crd["spec"]["versions"].as_array().unwrap().clone();
+            versions
+                .into_iter()
+                .find(|v| v["name"] == "v1beta1")
+                .unwrap_or_else(|| panic!("{}: no v1beta1", path.display()))["schema"]
+                ["openAPIV3Schema"]
+                .clone()
+        };
+        let (theirs, ours) = (
+            v1beta1(&upstream_dir.join(file)),
+            v1beta1(&ours_dir.join(file)),
+        );
+        let mut missing = Vec::new();
+        same_fields(&theirs, &ours, file, &mut missing);
+        // Every CRD has these at the root, declared or not.
+        missing.retain(|m| {
+            !["apiVersion", "kind", "metadata"]
+                .iter()
+                .any(|root| m == &format!("{file}.{root}: missing"))
+        });
+        assert!(missing.is_empty(), "{missing:#?}");
+    }
+}
+
+/// Every property of `theirs` (recursively, through objects, arrays and maps) in `ours`, with the
+/// same `type`; what differs is pushed to `missing` by path.
+fn same_fields(
+    theirs: &serde_json::Value,
+    ours: &serde_json::Value,
+    path: &str,
+    missing: &mut Vec<String>,
+) {
+    if theirs["type"] != ours["type"] {
+        missing.push(format!(
+            "{path}: type {} upstream, {} here",
+            theirs["type"], ours["type"]
+        ));
+        return;
+    }
+    if let Some(properties) = theirs["properties"].as_object() {
+        for (name, field) in properties {
+            let here = &ours["properties"][name];
+            if here.is_null() {
+                missing.push(format!("{path}.{name}: missing"));
+            } else {
+                same_fields(field, here, &format!("{path}.{name}"), missing);
+            }
+        }
+    }
+    for nested in ["items", "additionalProperties"] {
+        if theirs[nested].is_object() {
+            same_fields(
+                &theirs[nested],
+                &ours[nested],
+                &format!("{path}.{nested}"),
+                missing,
+            );
+        }
+    }
+}
