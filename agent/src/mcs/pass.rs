@@ -165,11 +165,15 @@ impl Mcs {
         } else {
             Vec::new()
         };
-        let (published, gateways) = self.published(&exports, &services_by, &slices, &nodes);
+        let Published {
+            published,
+            local,
+            gateways,
+        } = self.published(&exports, &services_by, &slices, &nodes);
         note(self.write_gateways(&gateways, &services).await);
         note(self.write_publications(&published).await);
         let mut by_key: BTreeMap<Key, Vec<ExportedServiceSpec>> = BTreeMap::new();
-        for (key, spec) in &published {
+        for (key, spec) in &local {
             by_key.entry(key.clone()).or_default().push(spec.clone());
         }
         let stale = self.settings.stale_after;
@@ -213,16 +217,17 @@ impl Mcs {
         }
     }
 
-    /// What this cluster publishes: one spec per valid export; and the gateway Services its
-    /// gateway exports need.
+    /// What this cluster publishes: one spec per valid export; the same as this cluster imports
+    /// it; and the gateway Services its gateway exports need.
     fn published(
         &self,
         exports: &[ServiceExport],
         services: &BTreeMap<Key, &Service>,
         slices: &[EndpointSlice],
         nodes: &[Node],
-    ) -> (BTreeMap<Key, ExportedServiceSpec>, Vec<Service>) {
+    ) -> Published {
         let mut out = BTreeMap::new();
+        let mut local = BTreeMap::new();
         let mut gateways = Vec::new();
         for export in exports {
             let key = key_of(export);
@@ -241,8 +246,9 @@ impl Mcs {
                 .collect();
             let spec = service.spec.clone().unwrap_or_default();
             let plane = self.plane_of(export);
+            let pods = plan::flat_endpoints(&spec, &own);
             let endpoints = match plane {
-                DataPlane::Flat => plan::flat_endpoints(&spec, &own),
+                DataPlane::Flat => pods.clone(),
                 DataPlane::Gateway => {
                     let current = services
                         .get(&(key.0.clone(), gateway::gateway_name(&key.1)))
@@ -253,12 +259,21 @@ impl Mcs {
                     gateway::gateway_endpoints(service, current, nodes)
                 }
             };
-            out.insert(
-                key,
-                plan::publication(&self.id, export, service, plane.as_str(), endpoints),
-            );
+            let publication =
+                plan::publication(&self.id, export, service, plane.as_str(), endpoints);
+            // This cluster reaches its own pods directly, whatever the others use: its import of
+            // its own export lists the pods (a node port of its own node would be a second DNAT
+            // that a connection from a pod of this node never gets).
+            let mut here = publication.clone();
+            here.endpoints = pods;
+            local.insert(key.clone(), here);
+            out.insert(key, publication);
         }
-        (out, gateways)
+        Published {
+            published: out,
+            local,
+            gateways,
+        }
     }
 
     /// Makes the gateway Services exactly `desired`: written where they differ, removed where
@@ -629,4 +644,14 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
         ExportReason::PeerRefused,
         format!("the exports of these peers are not imported: {message}"),
     )
+}
+
+/// What [`Mcs::published`] finds.
+struct Published {
+    /// What this cluster publishes for the others, per export.
+    published: BTreeMap<Key, ExportedServiceSpec>,
+    /// The same as this cluster imports it: its own pods, in either data plane.
+    local: BTreeMap<Key, ExportedServiceSpec>,
+    /// The gateway Services its gateway exports need.
+    gateways: Vec<Service>,
 }
