@@ -12,8 +12,9 @@
 //! - `the_mcs_conformance_suite_passes_in_flat_mode`: the whole suite against xcc installed as a
 //!   user installs it, on two clusters joined into one group: every spec passes (27 of 27).
 //! - `the_mcs_conformance_suite_in_gateway_mode_on_identical_ranges`: the same on clusters with
-//!   identical pod and Service ranges and the agents' `gateway` data plane, the Required and
-//!   Connectivity specs: every one passes (docs/mcs.md says why the others cannot there).
+//!   identical pod and Service ranges and the agents' `gateway` data plane: every Required and
+//!   every Connectivity spec passes, and only the DNS specs of headless services may fail
+//!   (docs/mcs.md says why they cannot there).
 //!
 //! Each run keeps the suite's reports (report.html, report.yaml, report.json) and its log in the
 //! bed's `mcs-conformance/` folder, and prints its summary line.
@@ -437,6 +438,22 @@ async fn the_mcs_conformance_suite_in_gateway_mode_on_identical_ranges() {
     assert!(
         failed.is_empty(),
         "{}\n{failed:#?}\nlog: {}",
+        run.summary,
+        run.log().display()
+    );
+    // What may fail here is what docs/mcs.md says fails by design: the DNS of headless services,
+    // whose names resolve to the exporting cluster's nodes, not its pods.
+    let undocumented: Vec<_> = run
+        .specs
+        .iter()
+        .filter(|s| !s.passed())
+        .filter(|s| {
+            !(s.labels.iter().any(|l| l == "Headless") && s.labels.iter().any(|l| l == "DNS"))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "{}\n{undocumented:#?}\nlog: {}",
         run.summary,
         run.log().display()
     );
