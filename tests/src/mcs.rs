@@ -126,6 +126,28 @@ impl SuiteRun {
         found.next().is_none().then_some(first)
     }
 
+    /// Copies the suite's reports and log (report.html, report.yaml, report.json, suite.log) to
+    /// `<test-bed folder>/reports/mcs-conformance-<name>/` (`$XCC_TESTBED_DIR`, default
+    /// `~/.cache/xcc-testbed`), where they stay after the bed is gone; the latest run of each
+    /// name replaces the one before. Returns that folder.
+    pub fn keep(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let kept = crate::images::cache_dir()
+            .join("reports")
+            .join(format!("mcs-conformance-{name}"));
+        if kept.exists() {
+            std::fs::remove_dir_all(&kept)?;
+        }
+        std::fs::create_dir_all(&kept)?;
+        for file in ["report.html", "report.yaml", "report.json", "suite.log"] {
+            let from = self.dir.join(file);
+            if from.is_file() {
+                std::fs::copy(&from, kept.join(file))
+                    .with_context(|| format!("keeping {}", from.display()))?;
+            }
+        }
+        Ok(kept)
+    }
+
     /// The suite's log (its whole output).
     pub fn log(&self) -> PathBuf {
         self.dir.join("suite.log")

@@ -17,7 +17,8 @@
 //!   (docs/mcs.md says why they cannot there).
 //!
 //! Each run keeps the suite's reports (report.html, report.yaml, report.json) and its log in the
-//! bed's `mcs-conformance/` folder, and prints its summary line.
+//! test bed's folder, `$XCC_TESTBED_DIR/reports/mcs-conformance-<flat|gateway>/` (they outlive the
+//! bed), and prints its summary line.
 
 use std::time::{Duration, Instant};
 
@@ -385,7 +386,7 @@ async fn the_mcs_conformance_suite_passes_in_flat_mode() {
         .await
         .unwrap();
     eprintln!("MCS conformance suite (flat): {}", run.summary);
-    eprintln!("reports: {}", run.dir.display());
+    eprintln!("reports: {}", run.keep("flat").unwrap().display());
     assert_eq!(
         (run.ran, run.total, run.passed, run.failed),
         (27, 27, 27, 0),
@@ -414,7 +415,7 @@ async fn the_mcs_conformance_suite_in_gateway_mode_on_identical_ranges() {
         "MCS conformance suite (gateway, identical ranges): {}",
         run.summary
     );
-    eprintln!("reports: {}", run.dir.display());
+    eprintln!("reports: {}", run.keep("gateway").unwrap().display());
     for spec in &run.specs {
         eprintln!(
             "  {:<7} [{}] {}",
