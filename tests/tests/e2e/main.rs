@@ -7,6 +7,7 @@
 
 mod agent_leader;
 mod bench_fleet;
+mod bench_mcs;
 mod bench_mcs_dns;
 mod bench_pods;
 mod bench_projection;
