@@ -13,10 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hickory_proto::{
-    op::{Message, Query},
-    rr::{Name, RecordType},
-};
+use hickory_proto::rr::Name;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api,
@@ -26,39 +23,13 @@ use kube::{
 use xcc_e2e::{Testbed, require_testbed};
 
 use crate::{
+    bench_propagation::ask,
     mcs_dns::{WEB, agent, set_up},
     measure::percentile,
 };
 
 const CHANGES: usize = 50;
 const BAR: Duration = Duration::from_secs(1);
-
-async fn ask(
-    socket: &tokio::net::UdpSocket,
-    server: SocketAddr,
-    name: &Name,
-    id: u16,
-) -> Vec<IpAddr> {
-    let mut msg = Message::query();
-    msg.metadata.id = id;
-    msg.add_query(Query::query(name.clone(), RecordType::A));
-    if socket
-        .send_to(&msg.to_vec().expect("a query encodes"), server)
-        .await
-        .is_err()
-    {
-        return Vec::new();
-    }
-    let mut buf = [0u8; 1500];
-    match tokio::time::timeout(Duration::from_millis(200), socket.recv_from(&mut buf)).await {
-        Ok(Ok((n, _))) => Message::from_vec(&buf[..n])
-            .ok()
-            .filter(|m| m.metadata.id == id)
-            .map(|m| m.answers.iter().filter_map(|r| r.data.ip_addr()).collect())
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    }
-}
 
 /// Asks `name` every millisecond until it answers exactly `ip`; returns how long that took.
 async fn until_answers(

@@ -29,7 +29,9 @@ use crate::xcc_dns::{KUARD, walkthrough};
 
 const CHANGES: usize = 50;
 
-async fn ask(
+/// The A/AAAA addresses `server` answers for `name` over UDP (none on a timeout, 200 ms, or an
+/// error), the query with ID `id`.
+pub(crate) async fn ask(
     socket: &tokio::net::UdpSocket,
     server: SocketAddr,
     name: &Name,
