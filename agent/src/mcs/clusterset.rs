@@ -9,49 +9,19 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ApiResource, GroupVersionKind, PostParams},
-};
-use tokio::sync::Notify;
-
 use super::{
     api::{CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, ClusterProperty, ClusterPropertySpec},
     publication::ExportedService,
+    watched::{Concerns, Key, Pending, Watched, own_key},
 };
 use crate::{
     clusterregistry::{self, api::Cluster},
     sources::{Detail, Health, SourceId, View},
 };
-
-/// A task that is aborted when this is dropped.
-pub struct Forwarder(tokio::task::AbortHandle);
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Wakes `wake` at every change of `view` (and raises `flag`, when given).
-pub fn forward(
-    view: &View,
-    wake: Arc<Notify>,
-    flag: Option<Arc<std::sync::atomic::AtomicBool>>,
-) -> Forwarder {
-    use futures::StreamExt as _;
-    let changes = view.changes();
-    let task = tokio::spawn(async move {
-        let mut changes = std::pin::pin!(changes);
-        while changes.next().await.is_some() {
-            if let Some(flag) = &flag {
-                flag.store(true, std::sync::atomic::Ordering::Release);
-            }
-            wake.notify_one();
-        }
-    });
-    Forwarder(task.abort_handle())
-}
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, GroupVersionKind, PostParams},
+};
 
 /// The objects of `view`'s store read as `K` (those that do not read are left out).
 pub fn objects<K: serde::de::DeserializeOwned>(view: &View) -> Vec<K> {
@@ -72,56 +42,81 @@ pub struct Peer {
     pub cluster: String,
     /// The peer client's identity (a new Secret: new watches).
     pub identity: String,
-    /// Its `ExportedService`s, cluster-wide.
-    pub publications: View,
+    /// Its `ExportedService`s, cluster-wide: kept as last synced while it fails.
+    publications: Watched<ExportedService>,
     /// Its ClusterProperties.
-    pub properties: View,
-    _forwarders: [Forwarder; 2],
-    /// What it published when its watch was last synced, kept while it fails.
-    pub last: Option<Vec<ExportedService>>,
-    /// Whether its withdrawal after the stale period was said.
+    properties: Watched<ClusterProperty>,
+    /// Its cluster ID, as of the last [`Peer::update`].
+    id: Option<String>,
+    /// Whether its watch was ever synced.
+    synced_once: bool,
+    /// Whether its publications are withdrawn (failing for longer than the stale period).
     pub withdrawn: bool,
 }
 
 impl Peer {
-    /// Its cluster ID: its ClusterProperty `cluster.clusterset.k8s.io`, if it has one.
-    pub fn id(&self) -> Option<String> {
-        objects::<ClusterProperty>(&self.properties)
-            .into_iter()
-            .find(|p| p.name_any() == CLUSTER_ID_PROPERTY)
-            .map(|p| p.spec.value)
+    /// Brings what this agent uses of the peer up to date: its publications while its watch is
+    /// synced (kept as they were while it fails), withdrawn once it has failed for `stale`.
+    /// Returns whether what it publishes changed as a whole (withdrawn, back, new ID): then
+    /// every service is to be looked at again.
+    pub fn update(&mut self, stale: Duration) -> bool {
+        if self.properties.refresh() {
+            let id = self
+                .properties
+                .get(&(String::new(), CLUSTER_ID_PROPERTY.to_string()))
+                .map(|p| p.spec.value.clone());
+            if id != self.id {
+                self.id = id;
+                self.update_publications(stale);
+                return true;
+            }
+        }
+        self.update_publications(stale)
     }
 
-    /// What it publishes, as this agent uses it now: the store while the watch is synced; what
-    /// it last published while it fails, until `stale` has passed; then nothing.
-    pub fn current(&mut self, stale: Duration) -> Vec<ExportedService> {
-        let failing_since = match self.publications.health() {
-            Health::Synced { .. } if self.publications.listed() => {
-                let now = objects::<ExportedService>(&self.publications);
-                self.last = Some(now.clone());
-                self.withdrawn = false;
-                return now;
+    fn update_publications(&mut self, stale: Duration) -> bool {
+        let failing_since = match self.publications.view().health() {
+            Health::Synced { .. } if self.publications.view().listed() => {
+                self.publications.refresh();
+                self.synced_once = true;
+                return std::mem::replace(&mut self.withdrawn, false);
             }
             // Synced, but not yet in the detail this view asked for.
-            Health::Synced { .. } => return self.last.clone().unwrap_or_default(),
+            Health::Synced { .. } => return false,
             Health::Listing { since } | Health::Reconnecting { since, .. } => since,
         };
         let failing = SystemTime::now()
             .duration_since(failing_since)
             .unwrap_or_default();
-        if failing < stale {
-            return self.last.clone().unwrap_or_default();
+        if failing < stale || self.withdrawn {
+            return false;
         }
-        if self.last.is_some() && !self.withdrawn {
-            self.withdrawn = true;
+        self.withdrawn = true;
+        if self.synced_once {
             tracing::info!(peer = %self.cluster, stale = %xcc_kube::flags::show_duration(stale), "multi-cluster services: the peer has not answered for the stale period; its exports and endpoints are withdrawn");
         }
-        Vec::new()
+        true
     }
 
-    /// Whether its watch is not synced (its stale period may be running).
-    pub fn failing(&self) -> bool {
-        !matches!(self.publications.health(), Health::Synced { .. })
+    /// Its cluster ID: its ClusterProperty `cluster.clusterset.k8s.io`, if it has one.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// What it publishes for service `key`, as this agent uses it now.
+    pub fn publication(&self, key: &Key) -> Option<&Arc<ExportedService>> {
+        if self.withdrawn {
+            return None;
+        }
+        self.publications.get(key)
+    }
+
+    /// The services it publishes, as this agent uses them now.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.publications
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|_| !self.withdrawn)
     }
 }
 
@@ -130,7 +125,7 @@ pub fn open(
     core: &xcc_sync::Core,
     cluster: &str,
     peer: &xcc_kube::PeerClient,
-    wake: &Arc<Notify>,
+    pending: &Arc<Pending>,
 ) -> Peer {
     let view = |gvk: GroupVersionKind, resource: ApiResource| {
         core.sources.view(
@@ -154,17 +149,13 @@ pub fn open(
         GroupVersionKind::gvk("about.k8s.io", "v1alpha1", "ClusterProperty"),
         ApiResource::erase::<ClusterProperty>(&()),
     );
-    let forwarders = [
-        forward(&publications, wake.clone(), None),
-        forward(&properties, wake.clone(), None),
-    ];
     Peer {
         cluster: cluster.to_string(),
         identity: peer.identity.clone(),
-        publications,
-        properties,
-        _forwarders: forwarders,
-        last: None,
+        publications: Watched::new(publications, pending, Concerns::Key(own_key)),
+        properties: Watched::new(properties, pending, Concerns::All),
+        id: None,
+        synced_once: false,
         withdrawn: false,
     }
 }

@@ -36,9 +36,11 @@
 //!   Service of the agent's own and the nodes' addresses, or a LoadBalancer's address
 //!   ([`gateway`]).
 //!
-//! The reconciler is one level-triggered loop: any change of a kind it watches wakes it; a pass
-//! computes everything and writes only what differs from the stores (and not again while a
-//! store has not caught up with the agent's own last write).
+//! The reconciler is one level-triggered loop over typed caches of its watches ([`watched`]):
+//! each change marks the service it concerns, and a pass looks at those services only (every
+//! service after a relist, a change of peers, Namespaces or Clusters, and every five minutes),
+//! up to 32 at once, each computed whole and written only where it differs from the stores (and
+//! not again while a store has not caught up with the agent's own last write).
 
 pub mod api;
 mod clusterset;
@@ -47,25 +49,29 @@ mod pass;
 pub mod plan;
 pub mod publication;
 pub mod reconciler;
+mod watched;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::{Arc, atomic::AtomicBool},
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use k8s_openapi::api::{
-    core::v1::{Namespace, Service},
+    core::v1::{Namespace, Node, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
-    CustomResourceExt as _,
-    api::{ApiResource, GroupVersionKind},
+    CustomResourceExt as _, ResourceExt as _,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
 };
-use tokio::sync::Notify;
 
-use crate::sources::{Detail, View};
-use clusterset::{Forwarder, Peer, forward, local_view};
+use crate::sources::Detail;
+use api::{LABEL_SERVICE_NAME, ServiceExport, ServiceImport};
+use clusterset::{Peer, local_view};
+use plan::{LABEL_IMPORT, LABEL_KUBE_SERVICE_NAME, LABEL_MANAGED_BY, MANAGED_BY};
+use publication::ExportedService;
+use watched::{Concerns, Key, Pending, Watched, own_key};
 
 /// The reconciler's name in metrics.
 const NAME: &str = "mcs";
@@ -73,6 +79,11 @@ const NAME: &str = "mcs";
 const TICK: Duration = Duration::from_secs(1);
 /// How often the peers are looked up again without a change of Clusters or Secrets.
 const REDISCOVER: Duration = Duration::from_secs(30);
+/// How often every service is looked at again without a change (what no watch says: a label
+/// removed by hand from a derived Service, for instance).
+const RESYNC: Duration = Duration::from_secs(300);
+/// How many services a pass works on at once (their writes in flight).
+const IN_FLIGHT: usize = 32;
 
 /// What the flags set.
 #[derive(Clone, Debug)]
@@ -85,88 +96,161 @@ pub struct Settings {
     pub data_plane: reconciler::DataPlane,
 }
 
-/// The local watches.
+/// The service a Service concerns: the one it derives from (derived and gateway Services), else
+/// its own name.
+fn service_key(object: &DynamicObject) -> Option<Key> {
+    let labels = object.labels();
+    let name = labels
+        .get(LABEL_IMPORT)
+        .or_else(|| labels.get(gateway::LABEL_GATEWAY_FOR))
+        .cloned()
+        .unwrap_or_else(|| object.name_any());
+    Some((object.namespace().unwrap_or_default(), name))
+}
+
+/// Whether an EndpointSlice is one the agent writes for an import.
+fn is_mcs_slice(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+}
+
+/// The service an EndpointSlice concerns: the imported one (the agent's slices), else the
+/// Service it belongs to (none: no service-name label).
+fn slice_key(object: &DynamicObject) -> Option<Key> {
+    let labels = object.labels();
+    let name = if is_mcs_slice(labels) {
+        labels.get(LABEL_SERVICE_NAME)
+    } else {
+        labels.get(LABEL_KUBE_SERVICE_NAME)
+    }?;
+    Some((object.namespace().unwrap_or_default(), name.clone()))
+}
+
+/// The local watches, read as typed caches, with the EndpointSlices indexed by service.
 struct Local {
-    exports: View,
-    services: View,
-    slices: View,
-    imports: View,
-    publications: View,
-    namespaces: View,
-    clusters: View,
+    exports: Watched<ServiceExport>,
+    services: Watched<Service>,
+    slices: Watched<EndpointSlice>,
+    imports: Watched<ServiceImport>,
+    publications: Watched<ExportedService>,
+    namespaces: Watched<watched::Present>,
+    clusters: Watched<crate::clusterregistry::api::Cluster>,
     /// The nodes, watched once an export uses the gateway data plane.
-    nodes: Option<View>,
-    _forwarders: Vec<Forwarder>,
+    nodes: Option<Watched<Node>>,
+    /// The nodes as a list, as of the last refresh.
+    node_list: Vec<Node>,
+    /// The slices of each Service (not the agent's), by the Service's key.
+    own_slices: HashMap<Key, Vec<Arc<EndpointSlice>>>,
+    /// The agent's slices of each import, by the import's key.
+    mcs_slices: HashMap<Key, Vec<Arc<EndpointSlice>>>,
 }
 
 impl Local {
-    fn open(core: &xcc_sync::Core, wake: &Arc<Notify>, rediscover: &Arc<AtomicBool>) -> Local {
+    fn open(core: &xcc_sync::Core, pending: &Arc<Pending>) -> Local {
         let crd = |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
             let version = &crd.spec.versions[0].name;
             let gvk = GroupVersionKind::gvk(&crd.spec.group, version, &crd.spec.names.kind);
             let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
             local_view(core, gvk, &resource, Detail::Full)
         };
-        let exports = crd(api::service_export_crd());
-        let imports = crd(api::ServiceImport::crd());
-        let publications = crd(publication::ExportedService::crd());
-        let clusters = crd(crate::clusterregistry::api::Cluster::crd());
-        let services = local_view(
-            core,
-            GroupVersionKind::gvk("", "v1", "Service"),
-            &ApiResource::erase::<Service>(&()),
-            Detail::Full,
-        );
-        let slices = local_view(
-            core,
-            GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice"),
-            &ApiResource::erase::<EndpointSlice>(&()),
-            Detail::Full,
-        );
-        let namespaces = local_view(
-            core,
-            GroupVersionKind::gvk("", "v1", "Namespace"),
-            &ApiResource::erase::<Namespace>(&()),
-            Detail::Metadata,
-        );
-        let mut forwarders: Vec<Forwarder> = [
-            &exports,
-            &services,
-            &slices,
-            &imports,
-            &publications,
-            &namespaces,
-        ]
-        .into_iter()
-        .map(|v| forward(v, wake.clone(), None))
-        .collect();
-        forwarders.push(forward(&clusters, wake.clone(), Some(rediscover.clone())));
+        let view = |group: &str, kind: &str, resource: ApiResource, detail: Detail| {
+            local_view(
+                core,
+                GroupVersionKind::gvk(group, "v1", kind),
+                &resource,
+                detail,
+            )
+        };
+        let by_name = Concerns::Key(own_key);
         Local {
-            exports,
-            services,
-            slices,
-            imports,
-            publications,
-            namespaces,
-            clusters,
+            exports: Watched::new(crd(api::service_export_crd()), pending, by_name),
+            imports: Watched::new(crd(ServiceImport::crd()), pending, by_name),
+            publications: Watched::new(crd(ExportedService::crd()), pending, by_name),
+            clusters: Watched::new(
+                crd(crate::clusterregistry::api::Cluster::crd()),
+                pending,
+                Concerns::Peers,
+            ),
+            services: Watched::new(
+                view(
+                    "",
+                    "Service",
+                    ApiResource::erase::<Service>(&()),
+                    Detail::Full,
+                ),
+                pending,
+                Concerns::Key(service_key),
+            ),
+            slices: Watched::new(
+                view(
+                    "discovery.k8s.io",
+                    "EndpointSlice",
+                    ApiResource::erase::<EndpointSlice>(&()),
+                    Detail::Full,
+                ),
+                pending,
+                Concerns::Key(slice_key),
+            ),
+            namespaces: Watched::new(
+                view(
+                    "",
+                    "Namespace",
+                    ApiResource::erase::<Namespace>(&()),
+                    Detail::Metadata,
+                ),
+                pending,
+                Concerns::All,
+            ),
             nodes: None,
-            _forwarders: forwarders,
+            node_list: Vec::new(),
+            own_slices: HashMap::new(),
+            mcs_slices: HashMap::new(),
         }
     }
 
-    /// The nodes' view, opened on first use.
-    fn nodes(&mut self, core: &xcc_sync::Core, wake: &Arc<Notify>) -> &View {
-        if self.nodes.is_none() {
+    /// Brings every cache up to its store.
+    fn refresh(&mut self) {
+        self.exports.refresh();
+        self.services.refresh();
+        self.imports.refresh();
+        self.publications.refresh();
+        self.namespaces.refresh();
+        self.clusters.refresh();
+        if self.slices.refresh() {
+            self.own_slices.clear();
+            self.mcs_slices.clear();
+            for (key, slice) in self.slices.iter() {
+                let labels = slice.labels();
+                let (index, name) = if is_mcs_slice(labels) {
+                    (&mut self.mcs_slices, labels.get(LABEL_SERVICE_NAME))
+                } else {
+                    (&mut self.own_slices, labels.get(LABEL_KUBE_SERVICE_NAME))
+                };
+                if let Some(name) = name {
+                    index
+                        .entry((key.0.clone(), name.clone()))
+                        .or_default()
+                        .push(slice.clone());
+                }
+            }
+        }
+    }
+
+    /// Brings the nodes' cache up to its store; the nodes are watched from now on if `gateway`.
+    fn refresh_nodes(&mut self, core: &xcc_sync::Core, pending: &Arc<Pending>, gateway: bool) {
+        if gateway && self.nodes.is_none() {
             let view = local_view(
                 core,
                 GroupVersionKind::gvk("", "v1", "Node"),
-                &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+                &ApiResource::erase::<Node>(&()),
                 Detail::Full,
             );
-            self._forwarders.push(forward(&view, wake.clone(), None));
-            self.nodes = Some(view);
+            self.nodes = Some(Watched::new(view, pending, Concerns::Nodes));
         }
-        self.nodes.as_ref().expect("opened above")
+        if let Some(nodes) = &mut self.nodes
+            && nodes.refresh()
+        {
+            self.node_list = nodes.iter().map(|(_, n)| (**n).clone()).collect();
+        }
     }
 }
 
@@ -180,16 +264,16 @@ struct Mcs {
     id: String,
     counted: xcc_sync::sink::Counted,
     recorder: kube::runtime::events::Recorder,
-    wake: Arc<Notify>,
-    rediscover: Arc<AtomicBool>,
+    pending: Arc<Pending>,
     discovered: Option<Instant>,
+    resynced: Instant,
     local: Local,
     peers: BTreeMap<String, Peer>,
     refused: BTreeMap<String, String>,
     /// Imports whose namespace is absent, already said in an Event.
-    absent: BTreeSet<(String, String)>,
+    absent: std::sync::Mutex<BTreeSet<Key>>,
     /// This agent's writes whose echo the stores have not shown yet, by kind/namespace/name.
-    echoes: std::sync::Mutex<std::collections::HashMap<String, pass::Echo>>,
+    echoes: std::sync::Mutex<HashMap<String, pass::Echo>>,
 }
 
 /// Runs the MCS reconciler until `stop` is raised.
@@ -201,9 +285,8 @@ pub async fn run(
     let Some(uid) = crate::clusterregistry::local_cluster_id(&core.client, &mut stop).await else {
         return;
     };
-    let wake = Arc::new(Notify::new());
-    let rediscover = Arc::new(AtomicBool::new(true));
-    let local = Local::open(&core, &wake, &rediscover);
+    let pending = Arc::new(Pending::default());
+    let local = Local::open(&core, &pending);
     let counted = xcc_sync::sink::Counted {
         metrics: core.metrics.clone(),
         reconciler: NAME,
@@ -212,7 +295,7 @@ pub async fn run(
         return;
     };
     tracing::info!(cluster_id = %id, clusterset = %settings.clusterset, "multi-cluster services running");
-    let secrets = secret_changes(&core, &wake, &rediscover);
+    let secrets = secret_changes(&core, &pending);
     let mut mcs = Mcs {
         counted,
         recorder: core.recorder(),
@@ -220,39 +303,55 @@ pub async fn run(
         settings,
         uid,
         id,
-        wake,
-        rediscover,
+        pending,
         discovered: None,
+        resynced: Instant::now(),
         local,
         peers: BTreeMap::new(),
         refused: BTreeMap::new(),
-        absent: BTreeSet::new(),
+        absent: std::sync::Mutex::default(),
         echoes: std::sync::Mutex::default(),
     };
     loop {
         mcs.core.metrics.queue_depth(NAME, 0);
-        let woke = tokio::select! {
-            () = mcs.wake.notified() => true,
-            () = tokio::time::sleep(TICK) => false,
+        tokio::select! {
+            () = mcs.pending.notified() => {},
+            () = tokio::time::sleep(TICK) => {},
             _ = stop.wait_for(|s| *s) => break,
-        };
-        // Without a change, a pass is due only while a peer fails (its stale period runs) or
-        // when the peers are to be looked up again.
-        let due = mcs.discovered.is_none_or(|at| at.elapsed() >= REDISCOVER);
-        if !woke && !due && !mcs.peers.values().any(|p| p.failing() && !p.withdrawn) {
+        }
+        mcs.discover().await;
+        let stale = mcs.settings.stale_after;
+        if mcs
+            .peers
+            .values_mut()
+            .fold(false, |any, p| p.update(stale) | any)
+        {
+            mcs.pending.all();
+        }
+        if mcs.resynced.elapsed() >= RESYNC {
+            mcs.resynced = Instant::now();
+            mcs.pending.all();
+        }
+        let dirty = mcs.pending.take();
+        if dirty.is_empty() {
             continue;
         }
-        mcs.core.metrics.queue_depth(NAME, 1);
-        mcs.discover().await;
+        mcs.core.metrics.queue_depth(
+            NAME,
+            if dirty.all {
+                mcs.local.exports.iter().count().max(1)
+            } else {
+                dirty.keys.len().max(1)
+            },
+        );
         let started = Instant::now();
-        let result = mcs.pass().await;
+        let result = mcs.pass(dirty).await;
         mcs.core
             .metrics
             .reconciled(NAME, result.is_ok(), started.elapsed());
         if let Err(error) = result {
             mcs.counted.failed(&error);
             tracing::debug!(error = %xcc_kube::bounded(&error), "multi-cluster services: a pass failed; the next one retries");
-            mcs.wake.notify_one();
             // sleep: the pace of retries after a failed pass.
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -277,7 +376,7 @@ async fn own_id(
     loop {
         let candidate = async || {
             clusterset::chosen_id(
-                clusterset::own_cluster_name(&local.clusters, uid).await,
+                clusterset::own_cluster_name(local.clusters.view(), uid).await,
                 uid,
             )
         };
@@ -298,58 +397,52 @@ async fn own_id(
     }
 }
 
-/// Wakes the reconciler, peers to be looked up again, at every change of a local Secret.
-fn secret_changes(
-    core: &xcc_sync::Core,
-    wake: &Arc<Notify>,
-    rediscover: &Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
+/// Looks the peers up again at every change of a local Secret.
+fn secret_changes(core: &xcc_sync::Core, pending: &Arc<Pending>) -> tokio::task::JoinHandle<()> {
     use futures::StreamExt as _;
     let changes = core.local_secrets.changes();
-    let (wake, rediscover) = (wake.clone(), rediscover.clone());
+    let pending = pending.clone();
     tokio::spawn(async move {
         let mut changes = std::pin::pin!(changes);
         while changes.next().await.is_some() {
-            rediscover.store(true, std::sync::atomic::Ordering::Release);
-            wake.notify_one();
+            pending.rediscover();
         }
     })
 }
 
 impl Mcs {
-    /// Looks the peers up again when Clusters or Secrets changed, or every [`REDISCOVER`].
+    /// Looks the peers up again when Clusters or Secrets changed, or every [`REDISCOVER`];
+    /// everything is looked at again when the peers or their faults changed.
     async fn discover(&mut self) {
         let due = self.discovered.is_none_or(|at| at.elapsed() >= REDISCOVER);
-        if !self
-            .rediscover
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
-            && !due
-        {
+        if !self.pending.take_rediscover() && !due {
             return;
         }
         self.discovered = Some(Instant::now());
         // While the local API server does not answer, no Secret can be read: the peers stay as
         // they were (the watches say the outage), and are looked up at the next change.
         if !matches!(
-            self.local.clusters.health(),
+            self.local.clusters.view().health(),
             crate::sources::Health::Synced { .. }
         ) {
-            self.rediscover
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.pending.rediscover();
             return;
         }
-        let found = clusterset::discover(&self.core, &self.local.clusters, &self.uid).await;
+        let found = clusterset::discover(&self.core, self.local.clusters.view(), &self.uid).await;
+        let before = self.peers.len();
         self.peers.retain(|name, peer| {
             found
                 .clients
                 .get(name)
                 .is_some_and(|c| c.identity == peer.identity)
         });
+        let mut changed = self.peers.len() != before;
         for (name, client) in &found.clients {
             if !self.peers.contains_key(name) {
                 tracing::debug!(peer = %name, "multi-cluster services: reading the peer's exports");
-                let peer = clusterset::open(&self.core, name, client, &self.wake);
+                let peer = clusterset::open(&self.core, name, client, &self.pending);
                 self.peers.insert(name.clone(), peer);
+                changed = true;
             }
         }
         if found.refused != self.refused {
@@ -359,6 +452,10 @@ impl Mcs {
                 }
             }
             self.refused = found.refused;
+            changed = true;
+        }
+        if changed {
+            self.pending.all();
         }
     }
 }

@@ -1,10 +1,15 @@
 //! One pass of the MCS reconciler: publish this cluster's exports, merge every cluster's, write
 //! the imports, remove what no cluster exports any more, and say it all on the local exports.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use futures::StreamExt as _;
 
 use k8s_openapi::api::{
-    core::v1::{Node, ObjectReference, Service},
+    core::v1::{ObjectReference, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -17,20 +22,14 @@ use xcc_kube::{ConditionStatus, remove_condition, set_condition};
 
 use super::{
     Mcs,
-    api::{
-        ExportReason, LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus, ServiceImport,
-        conditions,
-    },
-    clusterset::objects,
+    api::{ExportReason, ServiceExport, ServiceExportStatus, ServiceImport, conditions},
     gateway,
-    plan::{self, LABEL_IMPORT, LABEL_MANAGED_BY, MANAGED_BY, Merged, Validity},
+    plan::{self, LABEL_IMPORT, Merged, Validity},
     publication::{ExportedService, ExportedServiceSpec},
     reconciler::DataPlane,
+    watched::{Dirty, Key},
 };
 use crate::sink;
-
-/// `namespace/name` of an exported Service.
-type Key = (String, String);
 
 /// Whether `current` holds everything `desired` sets (objects: each key of `desired`; lists:
 /// the same length, item by item; the rest: equal).
@@ -44,10 +43,6 @@ pub fn contains(current: &Value, desired: &Value) -> bool {
         }
         (c, d) => c == d,
     }
-}
-
-fn key_of<K: Resource>(object: &K) -> Key {
-    (object.namespace().unwrap_or_default(), object.name_any())
 }
 
 fn json<T: Serialize>(value: &T) -> Result<Value, kube::Error> {
@@ -144,63 +139,121 @@ impl Mcs {
         Ok(Some(written))
     }
 
-    /// One pass over everything.
-    pub(super) async fn pass(&mut self) -> Result<(), kube::Error> {
-        let exports: Vec<ServiceExport> = objects(&self.local.exports);
-        let services: Vec<Service> = objects(&self.local.services);
-        let slices: Vec<EndpointSlice> = objects(&self.local.slices);
-        let services_by: BTreeMap<Key, &Service> =
-            services.iter().map(|s| (key_of(s), s)).collect();
+    /// One pass over the services `dirty` names (every one if it says so).
+    pub(super) async fn pass(&mut self, dirty: Dirty) -> Result<(), kube::Error> {
+        self.local.refresh();
+        let gateway = self
+            .local
+            .exports
+            .iter()
+            .any(|(_, e)| self.plane_of(e) == DataPlane::Gateway);
+        self.local.refresh_nodes(&self.core, &self.pending, gateway);
+        let mut keys = if dirty.all {
+            self.every_key()
+        } else {
+            dirty.keys
+        };
+        if dirty.nodes {
+            keys.extend(
+                self.local
+                    .exports
+                    .iter()
+                    .filter(|(_, e)| self.plane_of(e) == DataPlane::Gateway)
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        let this = &*self;
+        let results: Vec<(Key, Result<(), kube::Error>)> = futures::stream::iter(keys)
+            .map(|key| async move {
+                let result = this.reconcile(&key).await;
+                (key, result)
+            })
+            .buffer_unordered(super::IN_FLIGHT)
+            .collect()
+            .await;
+        let mut failed = None;
+        for (key, result) in results {
+            if let Err(error) = result {
+                // Looked at again in the next pass.
+                self.pending.key(key);
+                failed.get_or_insert(error);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Every service something is known of: exported here or by a peer, published, imported,
+    /// derived, gatewayed or sliced here.
+    fn every_key(&self) -> BTreeSet<Key> {
+        let local = &self.local;
+        let mut keys: BTreeSet<Key> = local.exports.iter().map(|(k, _)| k.clone()).collect();
+        keys.extend(local.publications.iter().map(|(k, _)| k.clone()));
+        keys.extend(local.imports.iter().map(|(k, _)| k.clone()));
+        keys.extend(local.mcs_slices.keys().cloned());
+        for peer in self.peers.values() {
+            keys.extend(peer.keys().cloned());
+        }
+        for ((namespace, _), service) in local.services.iter() {
+            let labels = service.labels();
+            if let Some(of) = labels
+                .get(LABEL_IMPORT)
+                .or_else(|| labels.get(gateway::LABEL_GATEWAY_FOR))
+            {
+                keys.insert((namespace.clone(), of.clone()));
+            }
+        }
+        keys
+    }
+
+    /// Everything of service `key`: its publication (exported here), its import (exported
+    /// anywhere) or the removal of both, its export's status.
+    async fn reconcile(&self, key: &Key) -> Result<(), kube::Error> {
+        // A pass over every service yields between them (the admin server, the DNS feed).
+        tokio::task::consume_budget().await;
         let mut failed = None;
         let mut note = |result: Result<(), kube::Error>| {
             if let Err(error) = result {
                 failed.get_or_insert(error);
             }
         };
-        let gateway = exports
-            .iter()
-            .any(|e| self.plane_of(e) == DataPlane::Gateway);
-        let nodes: Vec<Node> = if gateway {
-            objects(self.local.nodes(&self.core, &self.wake))
-        } else {
-            Vec::new()
+        let export = self.local.exports.get(key);
+        let service = self.local.services.get(key).map(|s| &**s);
+        let ours = match export {
+            Some(export) if plan::validate(service) == Validity::Valid => {
+                service.map(|service| self.published(key, export, service))
+            }
+            _ => None,
         };
-        let Published {
-            published,
-            local,
-            gateways,
-        } = self.published(&exports, &services_by, &slices, &nodes);
-        note(self.write_gateways(&gateways, &services).await);
-        note(self.write_publications(&published).await);
-        let mut by_key: BTreeMap<Key, Vec<ExportedServiceSpec>> = BTreeMap::new();
-        for (key, spec) in &local {
-            by_key.entry(key.clone()).or_default().push(spec.clone());
-        }
-        let stale = self.settings.stale_after;
-        for peer in self.peers.values_mut() {
-            let id = peer.id();
-            let current = peer.current(stale);
-            for publication in current {
-                let mut spec = publication.spec.clone();
-                if let Some(id) = &id {
-                    spec.cluster_id.clone_from(id);
-                }
-                by_key.entry(key_of(&publication)).or_default().push(spec);
-            }
-        }
-        let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
-        for (key, specs) in &by_key {
-            let refs: Vec<&ExportedServiceSpec> = specs.iter().collect();
-            if let Some(m) = plan::merge(&refs) {
-                note(self.import(key, &m, &refs, &services_by, &slices).await);
-                merged.insert(key.clone(), m);
-            }
-        }
-        note(self.clean(&merged, &services, &slices).await);
         note(
-            self.statuses(&exports, &services_by, &merged, &published)
+            self.write_gateway(key, ours.as_ref().and_then(|o| o.gateway.as_ref()))
                 .await,
         );
+        note(
+            self.write_publication(key, ours.as_ref().map(|o| &o.published))
+                .await,
+        );
+        let mut specs: Vec<ExportedServiceSpec> = ours.iter().map(|o| o.local.clone()).collect();
+        for peer in self.peers.values() {
+            if let Some(publication) = peer.publication(key) {
+                let mut spec = publication.spec.clone();
+                if let Some(id) = peer.id() {
+                    spec.cluster_id = id.to_string();
+                }
+                specs.push(spec);
+            }
+        }
+        let refs: Vec<&ExportedServiceSpec> = specs.iter().collect();
+        let merged = plan::merge(&refs);
+        match &merged {
+            Some(merged) => note(self.import(key, merged, &refs).await),
+            None => note(self.clean(key).await),
+        }
+        if let Some(export) = export {
+            note(
+                self.status(key, export, merged.as_ref(), ours.is_some())
+                    .await,
+            );
+        }
         failed.map_or(Ok(()), Err)
     }
 
@@ -217,139 +270,116 @@ impl Mcs {
         }
     }
 
-    /// What this cluster publishes: one spec per valid export; the same as this cluster imports
-    /// it; and the gateway Services its gateway exports need.
-    fn published(
-        &self,
-        exports: &[ServiceExport],
-        services: &BTreeMap<Key, &Service>,
-        slices: &[EndpointSlice],
-        nodes: &[Node],
-    ) -> Published {
-        let mut out = BTreeMap::new();
-        let mut local = BTreeMap::new();
-        let mut gateways = Vec::new();
-        for export in exports {
-            let key = key_of(export);
-            let service = services.get(&key).copied();
-            if plan::validate(service) != Validity::Valid {
-                continue;
-            }
-            let Some(service) = service else { continue };
-            let own: Vec<&EndpointSlice> = slices
-                .iter()
-                .filter(|s| {
-                    s.namespace().as_deref() == Some(key.0.as_str())
-                        && s.labels().get(plan::LABEL_KUBE_SERVICE_NAME) == Some(&key.1)
-                        && s.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY)
-                })
-                .collect();
-            let spec = service.spec.clone().unwrap_or_default();
-            let plane = self.plane_of(export);
-            let pods = plan::flat_endpoints(&spec, &own);
-            let endpoints = match plane {
-                DataPlane::Flat => pods.clone(),
-                DataPlane::Gateway => {
-                    let current = services
-                        .get(&(key.0.clone(), gateway::gateway_name(&key.1)))
-                        .copied();
-                    if gateway::needs_node_port(service) {
-                        gateways.push(gateway::gateway_service(service));
-                    }
-                    gateway::gateway_endpoints(service, current, nodes)
+    /// What this cluster publishes for its valid `export` of `service`, the same as this cluster
+    /// imports it, and the gateway Service it needs.
+    fn published(&self, key: &Key, export: &ServiceExport, service: &Service) -> Published {
+        let own: Vec<&EndpointSlice> = self
+            .local
+            .own_slices
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|s| &**s)
+            .collect();
+        let spec = service.spec.clone().unwrap_or_default();
+        let plane = self.plane_of(export);
+        let pods = plan::flat_endpoints(&spec, &own);
+        let mut gateway = None;
+        let endpoints = match plane {
+            DataPlane::Flat => pods.clone(),
+            DataPlane::Gateway => {
+                let current = self
+                    .local
+                    .services
+                    .get(&(key.0.clone(), gateway::gateway_name(&key.1)))
+                    .map(|s| &**s);
+                if gateway::needs_node_port(service) {
+                    gateway = Some(gateway::gateway_service(service));
                 }
-            };
-            let publication =
-                plan::publication(&self.id, export, service, plane.as_str(), endpoints);
-            // This cluster reaches its own pods directly, whatever the others use: its import of
-            // its own export lists the pods (a node port of its own node would be a second DNAT
-            // that a connection from a pod of this node never gets).
-            let mut here = publication.clone();
-            here.endpoints = pods;
-            local.insert(key.clone(), here);
-            out.insert(key, publication);
-        }
+                gateway::gateway_endpoints(service, current, &self.local.node_list)
+            }
+        };
+        let published = plan::publication(&self.id, export, service, plane.as_str(), endpoints);
+        // This cluster reaches its own pods directly, whatever the others use: its import of
+        // its own export lists the pods (a node port of its own node would be a second DNAT
+        // that a connection from a pod of this node never gets).
+        let mut local = published.clone();
+        local.endpoints = pods;
         Published {
-            published: out,
+            published,
             local,
-            gateways,
+            gateway,
         }
     }
 
-    /// Makes the gateway Services exactly `desired`: written where they differ, removed where
-    /// no longer wanted.
-    async fn write_gateways(
-        &self,
-        desired: &[Service],
-        services: &[Service],
-    ) -> Result<(), kube::Error> {
-        let mut wanted = BTreeSet::new();
-        for gateway in desired {
-            let key = key_of(gateway);
-            let want = typed(gateway)?;
-            let have = services.iter().find(|s| key_of(*s) == key);
-            wanted.insert(key.clone());
-            self.write(&key.0, &key.1, have, want, false).await?;
-        }
-        for service in services {
-            let key = key_of(service);
-            let Some(of) = service.labels().get(gateway::LABEL_GATEWAY_FOR) else {
-                continue;
-            };
-            if wanted.contains(&key) || key.1 != gateway::gateway_name(of) {
-                continue;
-            }
+    /// Makes the gateway Service of `key` exactly `desired`: written where it differs, removed
+    /// when no longer wanted.
+    async fn write_gateway(&self, key: &Key, desired: Option<&Service>) -> Result<(), kube::Error> {
+        let name = gateway::gateway_name(&key.1);
+        let have = self
+            .local
+            .services
+            .get(&(key.0.clone(), name.clone()))
+            .map(|s| &**s);
+        if let Some(desired) = desired {
+            self.write(&key.0, &name, have, typed(desired)?, false)
+                .await?;
+        } else if let Some(have) = have
+            && have.labels().get(gateway::LABEL_GATEWAY_FOR) == Some(&key.1)
+        {
             let api: Api<Service> = Api::namespaced(self.core.client.clone(), &key.0);
-            sink::delete_exact(&api, &key.1, service.uid(), None, &self.counted).await?;
+            sink::delete_exact(&api, &name, have.uid(), None, &self.counted).await?;
         }
         Ok(())
     }
 
-    /// Makes the local `ExportedService`s exactly `published`.
-    async fn write_publications(
+    /// Makes the local `ExportedService` of `key` exactly `published` (none: removed).
+    async fn write_publication(
         &self,
-        published: &BTreeMap<Key, ExportedServiceSpec>,
+        (namespace, name): &Key,
+        published: Option<&ExportedServiceSpec>,
     ) -> Result<(), kube::Error> {
-        let current: Vec<ExportedService> = objects(&self.local.publications);
-        let current: BTreeMap<Key, &ExportedService> =
-            current.iter().map(|p| (key_of(p), p)).collect();
-        for ((namespace, name), spec) in published {
+        let have = self
+            .local
+            .publications
+            .get(&(namespace.clone(), name.clone()))
+            .map(|p| &**p);
+        if let Some(spec) = published {
             let mut desired = ExportedService::new(name, spec.clone());
             desired.metadata.namespace = Some(namespace.clone());
-            let desired = typed(&desired)?;
-            let have = current.get(&(namespace.clone(), name.clone())).copied();
-            self.write(namespace, name, have, desired, true).await?;
-        }
-        for (key, have) in &current {
-            if !published.contains_key(key) {
-                let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), &key.0);
-                sink::delete_exact(&api, &key.1, have.uid(), None, &self.counted).await?;
-            }
+            self.write(namespace, name, have, typed(&desired)?, true)
+                .await?;
+        } else if let Some(have) = have {
+            let api: Api<ExportedService> = Api::namespaced(self.core.client.clone(), namespace);
+            sink::delete_exact(&api, name, have.uid(), None, &self.counted).await?;
         }
         Ok(())
     }
 
     /// Writes the import of `key` here: derived Service, ServiceImport, EndpointSlices.
     async fn import(
-        &mut self,
+        &self,
         key: &Key,
         merged: &Merged,
         publications: &[&ExportedServiceSpec],
-        services: &BTreeMap<Key, &Service>,
-        slices: &[EndpointSlice],
     ) -> Result<(), kube::Error> {
         let (namespace, name) = key;
         if !self.namespace_exists(namespace) {
             self.say_absent(key).await;
             return Ok(());
         }
-        self.absent.remove(key);
+        self.absent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
         let derived = plan::derived_service(namespace, name, merged);
         let derived_name = plan::derived_name(name);
         let desired = typed(&derived)?;
-        let current = services
+        let current = self
+            .local
+            .services
             .get(&(namespace.clone(), derived_name.clone()))
-            .copied();
+            .map(|s| &**s);
         let Some(written) = self
             .write(namespace, &derived_name, current, desired, false)
             .await?
@@ -370,36 +400,30 @@ impl Mcs {
         }
         let ips = plan::ips_of(&written, &merged.spec.ip_families);
         let import = plan::service_import(namespace, name, &merged, ips);
-        let imports: Vec<ServiceImport> = objects(&self.local.imports);
-        let current = imports.iter().find(|i| key_of(*i) == *key);
-        let desired = typed(&import)?;
-        self.write(namespace, name, current, desired, true).await?;
-        self.write_slices(key, &merged, publications, slices).await
+        let current = self.local.imports.get(key).map(|i| &**i);
+        self.write(namespace, name, current, typed(&import)?, true)
+            .await?;
+        self.write_slices(key, &merged, publications).await
     }
 
     /// The import's EndpointSlices: written where they differ, removed where no longer wanted.
     async fn write_slices(
         &self,
-        (namespace, name): &Key,
+        key: &Key,
         merged: &Merged,
         publications: &[&ExportedServiceSpec],
-        slices: &[EndpointSlice],
     ) -> Result<(), kube::Error> {
+        let (namespace, name) = key;
         let api: Api<EndpointSlice> = Api::namespaced(self.core.client.clone(), namespace);
         let desired = plan::slices(namespace, name, merged, publications);
-        let mine: Vec<&EndpointSlice> = slices
-            .iter()
-            .filter(|s| {
-                s.namespace().as_deref() == Some(namespace.as_str())
-                    && s.labels().get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
-                    && s.labels().get(LABEL_SERVICE_NAME) == Some(name)
-            })
-            .collect();
+        let mine: &[Arc<EndpointSlice>] = self.local.mcs_slices.get(key).map_or(&[], Vec::as_slice);
         for slice in &desired {
             let slice_name = slice.name_any();
-            let want = typed(slice)?;
-            let have = mine.iter().find(|s| s.name_any() == slice_name).copied();
-            self.write(namespace, &slice_name, have, want, false)
+            let have = mine
+                .iter()
+                .find(|s| s.name_any() == slice_name)
+                .map(|s| &**s);
+            self.write(namespace, &slice_name, have, typed(slice)?, false)
                 .await?;
         }
         let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
@@ -415,15 +439,19 @@ impl Mcs {
     fn namespace_exists(&self, namespace: &str) -> bool {
         self.local
             .namespaces
-            .store()
-            .state()
-            .iter()
-            .any(|n| n.name_any() == namespace)
+            .get(&(String::new(), namespace.to_string()))
+            .is_some()
     }
 
     /// Says once, in an Event on the Namespace, that an import waits for its namespace.
-    async fn say_absent(&mut self, key: &Key) {
-        if !self.local.namespaces.listed() || !self.absent.insert(key.clone()) {
+    async fn say_absent(&self, key: &Key) {
+        if !self.local.namespaces.view().listed()
+            || !self
+                .absent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key.clone())
+        {
             return;
         }
         let (namespace, name) = key;
@@ -447,87 +475,51 @@ impl Mcs {
         }
     }
 
-    /// Removes the imports, derived Services and slices of services no cluster exports.
-    async fn clean(
-        &self,
-        merged: &BTreeMap<Key, Merged>,
-        services: &[Service],
-        slices: &[EndpointSlice],
-    ) -> Result<(), kube::Error> {
+    /// Removes the import, derived Service and slices of service `key`, which no cluster
+    /// exports.
+    async fn clean(&self, key: &Key) -> Result<(), kube::Error> {
+        let (namespace, name) = key;
         let client = &self.core.client;
-        let imports: Vec<ServiceImport> = objects(&self.local.imports);
-        for import in imports.iter().filter(|i| ours(*i)) {
-            let key = key_of(import);
-            if !merged.contains_key(&key) {
-                let api: Api<ServiceImport> = Api::namespaced(client.clone(), &key.0);
-                sink::delete_exact(&api, &key.1, import.uid(), None, &self.counted).await?;
-            }
+        if let Some(import) = self.local.imports.get(key).filter(|i| ours(&***i)) {
+            let api: Api<ServiceImport> = Api::namespaced(client.clone(), namespace);
+            sink::delete_exact(&api, name, import.uid(), None, &self.counted).await?;
         }
-        for service in services {
-            let Some(of) = service.labels().get(LABEL_IMPORT) else {
-                continue;
-            };
-            let namespace = service.namespace().unwrap_or_default();
-            if service.name_any() != plan::derived_name(of)
-                || merged.contains_key(&(namespace.clone(), of.clone()))
-            {
-                continue;
-            }
-            let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
-            sink::delete_exact(
-                &api,
-                &service.name_any(),
-                service.uid(),
-                None,
-                &self.counted,
-            )
-            .await?;
+        let derived_name = plan::derived_name(name);
+        if let Some(service) = self
+            .local
+            .services
+            .get(&(namespace.clone(), derived_name.clone()))
+            .filter(|s| s.labels().get(LABEL_IMPORT) == Some(name))
+        {
+            let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+            sink::delete_exact(&api, &derived_name, service.uid(), None, &self.counted).await?;
         }
-        for slice in slices {
-            if slice.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY) {
-                continue;
-            }
-            let namespace = slice.namespace().unwrap_or_default();
-            let of = slice
-                .labels()
-                .get(LABEL_SERVICE_NAME)
-                .cloned()
-                .unwrap_or_default();
-            if merged.contains_key(&(namespace.clone(), of)) {
-                continue;
-            }
-            let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+        for slice in self.local.mcs_slices.get(key).into_iter().flatten() {
             sink::delete_exact(&api, &slice.name_any(), slice.uid(), None, &self.counted).await?;
         }
         Ok(())
     }
 
-    /// The status of every local ServiceExport.
-    async fn statuses(
+    /// The status of local ServiceExport `key`.
+    async fn status(
         &self,
-        exports: &[ServiceExport],
-        services: &BTreeMap<Key, &Service>,
-        merged: &BTreeMap<Key, Merged>,
-        published: &BTreeMap<Key, ExportedServiceSpec>,
+        key: &Key,
+        export: &ServiceExport,
+        merged: Option<&Merged>,
+        published: bool,
     ) -> Result<(), kube::Error> {
-        for export in exports {
-            let key = key_of(export);
-            let validity = plan::validate(services.get(&key).copied());
-            let status = self.export_status(
-                export,
-                validity,
-                merged.get(&key),
-                published.contains_key(&key),
-            );
-            let api: Api<ServiceExport> = Api::namespaced(self.core.client.clone(), &key.0);
-            sink::write_status(&api, export, &status, &self.counted).await?;
-        }
+        let validity = plan::validate(self.local.services.get(key).map(|s| &**s));
+        let status = self.export_status(key, export, validity, merged, published);
+        let api: Api<ServiceExport> = Api::namespaced(self.core.client.clone(), &key.0);
+        sink::write_status(&api, export, &status, &self.counted).await?;
         Ok(())
     }
 
     /// The status `export` gets.
     fn export_status(
         &self,
+        key: &Key,
         export: &ServiceExport,
         validity: Validity,
         merged: Option<&Merged>,
@@ -561,9 +553,7 @@ impl Mcs {
                 "the export is not valid".to_string(),
             )
         } else if published && merged.is_some() {
-            let seen = objects::<ExportedService>(&self.local.publications)
-                .iter()
-                .any(|p| key_of(p) == key_of(export));
+            let seen = self.local.publications.get(key).is_some();
             let reason = if seen {
                 ExportReason::Ready
             } else {
@@ -646,12 +636,12 @@ fn peers_condition(refused: &BTreeMap<String, String>) -> Verdict {
     )
 }
 
-/// What [`Mcs::published`] finds.
+/// What [`Mcs::published`] finds for one export.
 struct Published {
-    /// What this cluster publishes for the others, per export.
-    published: BTreeMap<Key, ExportedServiceSpec>,
+    /// What this cluster publishes for the others.
+    published: ExportedServiceSpec,
     /// The same as this cluster imports it: its own pods, in either data plane.
-    local: BTreeMap<Key, ExportedServiceSpec>,
-    /// The gateway Services its gateway exports need.
-    gateways: Vec<Service>,
+    local: ExportedServiceSpec,
+    /// The gateway Service the export needs.
+    gateway: Option<Service>,
 }
