@@ -220,8 +220,7 @@ impl SyncMetrics {
         registry.register(
             "sync_watch_last_contact_timestamp_seconds",
             "Unix time of the last list or watch event received per cluster, kind and \
-             watch_namespace (of several watches with the same labels, the one that heard last the \
-             longest ago)",
+             watch_namespace (by any of the watches with the same labels)",
             metrics.watch_contact.clone(),
         );
         registry.register(
@@ -301,7 +300,7 @@ impl SyncMetrics {
 
     /// The series of one watch of `kind` on `cluster`, in `namespace` (`None`: every
     /// namespace), from now until the handle is dropped; it starts listing. Several watches with
-    /// the same labels share their series (the worst state, the oldest contact, the sum of
+    /// the same labels share their series (the worst state, the latest contact, the sum of
     /// errors); the series are removed when the last of them is dropped.
     pub fn watch(&self, cluster: &str, kind: &str, namespace: Option<&str>) -> WatchSeries {
         let labels = WatchLabels {
@@ -349,9 +348,11 @@ impl SyncMetrics {
                 .get_or_create(&labels.with_state(state))
                 .set(i64::from(state == worst));
         }
-        match running.values().filter_map(|w| w.contact).reduce(f64::min) {
-            Some(oldest) => {
-                self.watch_contact.get_or_create(labels).set(oldest);
+        // The latest: an idle watch hears nothing for as long as nothing changes, so its old
+        // contact says nothing of the other's progress.
+        match running.values().filter_map(|w| w.contact).reduce(f64::max) {
+            Some(latest) => {
+                self.watch_contact.get_or_create(labels).set(latest);
             }
             None => {
                 self.watch_contact.remove(labels);
