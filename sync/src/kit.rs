@@ -16,6 +16,7 @@ use crate::{
     Core,
     metrics::SyncMetrics,
     sources::{LocalSecrets, Sources},
+    task::spawn_owned,
 };
 
 /// One reconciler, as the process runs it. Implemented by the reconciler's flags (a `clap::Args`
@@ -79,7 +80,9 @@ pub fn crds<E>(reconcilers: &[&dyn Reconciler<Env = E>]) -> Vec<CustomResourceDe
 
 /// Runs every enabled reconciler until `stop` is cancelled, on one core: one watch per (cluster,
 /// kind) for all of them, the local Secret view, and the peer API servers probed at a steady
-/// pace. Returns once every reconciler has returned.
+/// pace. Returns once every reconciler has returned. Dropped (the leader's work aborted), it
+/// ends every task it started, the reconcilers' included; each reconciler ends the tasks it
+/// starts itself with [`spawn_owned`](crate::task::spawn_owned).
 pub async fn run<E>(
     parts: &CoreParts,
     env: &E,
@@ -92,7 +95,7 @@ pub async fn run<E>(
     let peers = parts.peers.clone();
     let metrics = parts.metrics.clone();
     let prober_stop = stop.clone();
-    let prober = tokio::spawn(async move {
+    let prober = spawn_owned(async move {
         peers
             .probe_forever(
                 xcc_kube::PROBE_INTERVAL,
@@ -117,17 +120,17 @@ pub async fn run<E>(
         .iter()
         .filter(|r| r.enabled())
         .map(|r| {
-            let task = tokio::spawn(r.start(core.clone(), env, stop.clone()));
+            let task = spawn_owned(r.start(core.clone(), env, stop.clone()));
             (r.title(), task)
         })
         .collect();
+    // Each in turn: the ones not awaited yet are aborted with this future if it is dropped.
     for (name, task) in tasks {
         if let Err(error) = task.await {
             tracing::error!(%error, reconciler = name, "reconciler task ended abnormally");
         }
     }
-    secrets_watch.abort();
-    prober.abort();
+    drop((secrets_watch, prober));
 }
 
 /// A `watch` flag raised when `stop` is cancelled, for reconcilers that wait on one.
@@ -196,6 +199,7 @@ mod tests {
     use super::*;
     use crate::sink::Counted;
     use kube::runtime::finalizer;
+    use std::time::Duration;
 
     /// A reconciler's error enum, as each reconciler implements the label.
     #[derive(Debug, thiserror::Error)]
@@ -270,5 +274,84 @@ mod tests {
                 label("unreachable", 1),
             ]
         );
+    }
+
+    /// A reconciler whose work never looks at its stop token (as one stuck in a write to a
+    /// server that does not answer), and that started a task of its own: each sends a `Weak`
+    /// of what it holds while it runs.
+    struct Stuck(tokio::sync::mpsc::UnboundedSender<std::sync::Weak<()>>);
+
+    impl Reconciler for Stuck {
+        type Env = ();
+
+        fn name(&self) -> &'static str {
+            "stuck"
+        }
+
+        fn title(&self) -> &'static str {
+            "stuck"
+        }
+
+        fn enabled(&self) -> bool {
+            true
+        }
+
+        fn crds(&self) -> Vec<CustomResourceDefinition> {
+            Vec::new()
+        }
+
+        fn start(&self, _: Core, (): &(), _: CancellationToken) -> BoxFuture<'static, ()> {
+            let running = self.0.clone();
+            Box::pin(async move {
+                let held = std::sync::Arc::new(());
+                let _ = running.send(std::sync::Arc::downgrade(&held));
+                let own = std::sync::Arc::new(());
+                let _ = running.send(std::sync::Arc::downgrade(&own));
+                let _forwarder = spawn_owned(async move {
+                    let _own = own;
+                    std::future::pending::<()>().await;
+                });
+                std::future::pending::<()>().await;
+                drop(held);
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn aborted_leader_work_ends_the_reconcilers_and_the_tasks_they_started() {
+        let (client, _server) = crate::sources::test_server::mock();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let parts = CoreParts {
+            client,
+            instance: None,
+            peers: PeerClients::default(),
+            metrics: SyncMetrics::register(&mut registry),
+        };
+        let (running, mut ran) = tokio::sync::mpsc::unbounded_channel();
+        let stuck = Stuck(running);
+        // As the leader runs it: in a task of its own, aborted when the Lease is lost and the
+        // work did not stop within its grace.
+        let work = tokio::spawn(async move {
+            let reconcilers: [&dyn Reconciler<Env = ()>; 1] = [&stuck];
+            run(&parts, &(), &reconcilers, CancellationToken::new()).await;
+        });
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let weak = tokio::time::timeout(Duration::from_secs(5), ran.recv())
+                .await
+                .expect("the reconciler and its task run")
+                .unwrap();
+            assert!(weak.upgrade().is_some());
+            held.push(weak);
+        }
+        work.abort();
+        let _ = work.await;
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while held.iter().any(|weak| weak.upgrade().is_some()) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the reconciler's work and the task it started end with the leader's work");
     }
 }

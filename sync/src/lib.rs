@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod outage;
 pub mod sink;
 pub mod sources;
+pub mod task;
 pub mod wakers;
 
 use kube::Client;

@@ -1,8 +1,9 @@
-//! Metrics of the sync core: each watch source's state per cluster and kind, and each
+//! Metrics of the sync core: each watch source's state per cluster, kind and namespace, and each
 //! reconciler's work (queue, reconciles, their duration, writes).
 
 use std::{
-    sync::atomic::AtomicU64,
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, atomic::AtomicU64},
     time::{Duration, SystemTime},
 };
 
@@ -16,13 +17,28 @@ use prometheus_client::{
 struct WatchLabels {
     cluster: String,
     kind: String,
+    /// The one namespace watched; empty for a watch of every namespace. Not `namespace`: a
+    /// scrape by the Prometheus Operator labels every series with the pod's namespace.
+    watch_namespace: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WatchStateLabels {
     cluster: String,
     kind: String,
+    watch_namespace: String,
     state: &'static str,
+}
+
+impl WatchLabels {
+    fn with_state(&self, state: &'static str) -> WatchStateLabels {
+        WatchStateLabels {
+            cluster: self.cluster.clone(),
+            kind: self.kind.clone(),
+            watch_namespace: self.watch_namespace.clone(),
+            state,
+        }
+    }
 }
 
 /// The states of a watch, the `state` label of `xcc_sync_watch_state`: exactly one is 1.
@@ -35,6 +51,38 @@ pub const WATCH_STATES: [&str; 7] = [
     "unreachable",
     "failing",
 ];
+
+/// The states from worst to best: the series of several watches with the same labels (one kind
+/// of one cluster and namespace watched twice, with two field selectors or two clients) says
+/// the worst of their states. A refusal needs the operator (credentials, RBAC, CRDs), no answer
+/// may heal by itself, and a watch still listing is better than a failed one.
+const WORST_FIRST: [&str; 7] = [
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "unreachable",
+    "failing",
+    "listing",
+    "synced",
+];
+
+fn badness(state: &str) -> usize {
+    WORST_FIRST.len() - WORST_FIRST.iter().position(|s| *s == state).unwrap_or(0)
+}
+
+/// What one running watch last reported.
+struct WatchEntry {
+    state: &'static str,
+    /// Unix time of its last contact, if it had one.
+    contact: Option<f64>,
+}
+
+/// The running watches, by the labels of their series.
+#[derive(Default)]
+struct Watches {
+    next: u64,
+    running: HashMap<WatchLabels, BTreeMap<u64, WatchEntry>>,
+}
 
 /// The state of a watch whose list or watch request failed with `error`: the API server's
 /// refusals (403, 401, 404 for a kind it does not serve) apart from a network fault (no answer)
@@ -116,6 +164,7 @@ fn duration_histogram() -> Histogram {
 /// Cheap to clone: every clone counts into the same metrics.
 #[derive(Clone)]
 pub struct SyncMetrics {
+    watches: Arc<Mutex<Watches>>,
     watch_state: Family<WatchStateLabels, Gauge>,
     watch_errors: Family<WatchLabels, Counter>,
     watch_contact: Family<WatchLabels, Gauge<f64, AtomicU64>>,
@@ -139,6 +188,7 @@ impl SyncMetrics {
     )]
     pub fn register(registry: &mut Registry) -> SyncMetrics {
         let metrics = SyncMetrics {
+            watches: Arc::default(),
             watch_state: Family::default(),
             watch_errors: Family::default(),
             watch_contact: Family::default(),
@@ -154,20 +204,23 @@ impl SyncMetrics {
         };
         registry.register(
             "sync_watch_state",
-            "State of each watch per cluster (local or the peer's Cluster name) and kind: 1 \
-             for its current state, 0 for the others (listing: first list pending; synced; \
-             forbidden, unauthorized: the API server refused with 403, 401; not_found: the kind \
-             is not served; unreachable: no answer; failing: any other failure)",
+            "State of each watch per cluster (local or the peer's Cluster name), kind and \
+             watch_namespace (the namespace watched; empty for every namespace): 1 for its current state, 0 for \
+             the others (listing: first list pending; synced; forbidden, unauthorized: the API \
+             server refused with 403, 401; not_found: the kind is not served; unreachable: no \
+             answer; failing: any other failure); several watches with the same labels show \
+             the worst of their states; the series go when the last such watch stops",
             metrics.watch_state.clone(),
         );
         registry.register(
             "sync_watch_errors",
-            "Failed list or watch requests per cluster and kind",
+            "Failed list or watch requests per cluster, kind and watch_namespace",
             metrics.watch_errors.clone(),
         );
         registry.register(
             "sync_watch_last_contact_timestamp_seconds",
-            "Unix time of the last list or watch event received per cluster and kind",
+            "Unix time of the last list or watch event received per cluster, kind and \
+             watch_namespace (by any of the watches with the same labels)",
             metrics.watch_contact.clone(),
         );
         registry.register(
@@ -245,32 +298,90 @@ impl SyncMetrics {
             .observe(took.as_secs_f64());
     }
 
-    fn watch(cluster: &str, kind: &str) -> WatchLabels {
-        WatchLabels {
+    /// The series of one watch of `kind` on `cluster`, in `namespace` (`None`: every
+    /// namespace), from now until the handle is dropped; it starts listing. Several watches with
+    /// the same labels share their series (the worst state, the latest contact, the sum of
+    /// errors); the series are removed when the last of them is dropped.
+    pub fn watch(&self, cluster: &str, kind: &str, namespace: Option<&str>) -> WatchSeries {
+        let labels = WatchLabels {
             cluster: cluster.to_string(),
             kind: kind.to_string(),
+            watch_namespace: namespace.unwrap_or_default().to_string(),
+        };
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        watches.next += 1;
+        let id = watches.next;
+        watches.running.entry(labels.clone()).or_default().insert(
+            id,
+            WatchEntry {
+                state: "listing",
+                contact: None,
+            },
+        );
+        self.show(&watches, &labels);
+        WatchSeries {
+            metrics: self.clone(),
+            labels,
+            id,
         }
     }
 
-    /// Watch `kind` of `cluster` is in `state` (one of [`WATCH_STATES`]).
-    pub fn watch_state(&self, cluster: &str, kind: &str, state: &'static str) {
-        for each in WATCH_STATES {
+    /// Sets the series of `labels` from the watches running with them, or removes them when
+    /// none is left. Called under the lock of `watches`, so that the series follow the watches'
+    /// reports in order.
+    fn show(&self, watches: &Watches, labels: &WatchLabels) {
+        let Some(running) = watches.running.get(labels).filter(|r| !r.is_empty()) else {
+            for state in WATCH_STATES {
+                self.watch_state.remove(&labels.with_state(state));
+            }
+            self.watch_errors.remove(labels);
+            self.watch_contact.remove(labels);
+            return;
+        };
+        let worst = running
+            .values()
+            .map(|w| w.state)
+            .max_by_key(|state| badness(state))
+            .unwrap_or("listing");
+        for state in WATCH_STATES {
             self.watch_state
-                .get_or_create(&WatchStateLabels {
-                    cluster: cluster.to_string(),
-                    kind: kind.to_string(),
-                    state: each,
-                })
-                .set(i64::from(each == state));
+                .get_or_create(&labels.with_state(state))
+                .set(i64::from(state == worst));
         }
+        // The latest: an idle watch hears nothing for as long as nothing changes, so its old
+        // contact says nothing of the other's progress.
+        match running.values().filter_map(|w| w.contact).reduce(f64::max) {
+            Some(latest) => {
+                self.watch_contact.get_or_create(labels).set(latest);
+            }
+            None => {
+                self.watch_contact.remove(labels);
+            }
+        }
+    }
+
+    /// Changes what the watch `id` of `labels` reports, and its series.
+    fn report(&self, labels: &WatchLabels, id: u64, change: impl FnOnce(&mut WatchEntry)) {
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = watches
+            .running
+            .get_mut(labels)
+            .and_then(|running| running.get_mut(&id))
+        {
+            change(entry);
+        }
+        self.show(&watches, labels);
     }
 
     /// One series of every family (placeholder label values), for the metrics reference (the
     /// test that generates `docs/metrics.md` in the binaries that export these series).
     pub fn touch_every_family(&self) {
-        self.watch_state("<cluster>", "<kind>", "synced");
-        self.watch_error("<cluster>", "<kind>");
-        self.watch_contact("<cluster>", "<kind>");
+        let series = self.watch("<cluster>", "<kind>", Some("<namespace>"));
+        series.state("synced");
+        series.error();
+        series.contact();
+        // Kept: the reference lists the series of a running watch.
+        std::mem::forget(series);
         self.peer_reach([("<server>", true)]);
         self.queue_depth("<reconciler>", 0);
         self.reconciled("<reconciler>", true, Duration::ZERO);
@@ -279,23 +390,6 @@ impl SyncMetrics {
         self.churning("<reconciler>", "<kind>");
         self.proxy_request("<link>", "get", 200);
         self.proxy_upstream("<link>", Duration::ZERO);
-    }
-
-    /// A watch of `kind` on `cluster` failed once.
-    pub fn watch_error(&self, cluster: &str, kind: &str) {
-        self.watch_errors
-            .get_or_create(&Self::watch(cluster, kind))
-            .inc();
-    }
-
-    /// The watch of `kind` on `cluster` heard from its API server now.
-    pub fn watch_contact(&self, cluster: &str, kind: &str) {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        self.watch_contact
-            .get_or_create(&Self::watch(cluster, kind))
-            .set(now);
     }
 
     /// The prober's last round: `answers` per server URL; servers no longer in use are dropped.
@@ -363,6 +457,53 @@ impl SyncMetrics {
     }
 }
 
+/// The series of one running watch ([`SyncMetrics::watch`]); dropping it says the watch
+/// stopped.
+pub struct WatchSeries {
+    metrics: SyncMetrics,
+    labels: WatchLabels,
+    id: u64,
+}
+
+impl WatchSeries {
+    /// The watch is in `state` (one of [`WATCH_STATES`]).
+    pub fn state(&self, state: &'static str) {
+        self.metrics
+            .report(&self.labels, self.id, |entry| entry.state = state);
+    }
+
+    /// A list or watch request of the watch failed once.
+    pub fn error(&self) {
+        self.metrics.watch_errors.get_or_create(&self.labels).inc();
+    }
+
+    /// The watch heard from its API server now.
+    pub fn contact(&self) {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.metrics
+            .report(&self.labels, self.id, |entry| entry.contact = Some(now));
+    }
+}
+
+impl Drop for WatchSeries {
+    fn drop(&mut self) {
+        let mut watches = self
+            .metrics
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(running) = watches.running.get_mut(&self.labels) {
+            running.remove(&self.id);
+            if running.is_empty() {
+                watches.running.remove(&self.labels);
+            }
+        }
+        self.metrics.show(&watches, &self.labels);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,10 +543,11 @@ mod tests {
     fn watches_and_reconcilers_are_counted_by_their_labels() {
         let mut registry = Registry::with_prefix("xcc");
         let metrics = SyncMetrics::register(&mut registry);
-        metrics.watch_state("cluster-b", "Secret", "listing");
-        metrics.watch_state("cluster-b", "Secret", "forbidden");
-        metrics.watch_error("cluster-b", "Secret");
-        metrics.watch_contact("local", "Secret");
+        let peer = metrics.watch("cluster-b", "Secret", None);
+        peer.state("forbidden");
+        peer.error();
+        let local = metrics.watch("local", "Secret", Some("xcc-dns"));
+        local.contact();
         metrics.queue_depth("resource-sync", 7);
         metrics.reconciled("resource-sync", true, Duration::from_millis(3));
         metrics.wrote("resource-sync", "apply");
@@ -415,10 +557,10 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
-            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="forbidden"} 1"#,
-            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="listing"} 0"#,
-            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",state="unreachable"} 0"#,
-            r#"xcc_sync_watch_errors_total{cluster="cluster-b",kind="Secret"} 1"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",watch_namespace="",state="forbidden"} 1"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",watch_namespace="",state="listing"} 0"#,
+            r#"xcc_sync_watch_state{cluster="cluster-b",kind="Secret",watch_namespace="",state="unreachable"} 0"#,
+            r#"xcc_sync_watch_errors_total{cluster="cluster-b",kind="Secret",watch_namespace=""} 1"#,
             r#"xcc_sync_queue_depth{reconciler="resource-sync"} 7"#,
             r#"xcc_sync_reconciles_total{reconciler="resource-sync",result="ok"} 1"#,
             r#"xcc_sync_reconcile_duration_seconds_count{reconciler="resource-sync"} 1"#,
@@ -434,7 +576,49 @@ mod tests {
             "a server no longer in use is dropped"
         );
         assert!(text.contains(
-            r#"xcc_sync_watch_last_contact_timestamp_seconds{cluster="local",kind="Secret"}"#
+            r#"xcc_sync_watch_last_contact_timestamp_seconds{cluster="local",kind="Secret",watch_namespace="xcc-dns"}"#
         ));
+    }
+
+    #[test]
+    fn watches_with_the_same_labels_show_the_worst_state_until_the_last_one_stops() {
+        let mut registry = Registry::with_prefix("xcc");
+        let metrics = SyncMetrics::register(&mut registry);
+        let text = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        let at_one = |registry: &Registry| -> Vec<String> {
+            text(registry)
+                .lines()
+                .filter(|l| l.starts_with("xcc_sync_watch_state{") && l.ends_with(" 1"))
+                .map(str::to_string)
+                .collect()
+        };
+        let line = |state: &str| {
+            format!(
+                r#"xcc_sync_watch_state{{cluster="local",kind="Secret",watch_namespace="",state="{state}"}} 1"#
+            )
+        };
+        // Two watches of local Secrets in every namespace (two field selectors).
+        let tls = metrics.watch("local", "Secret", None);
+        let opaque = metrics.watch("local", "Secret", None);
+        tls.state("synced");
+        tls.contact();
+        opaque.state("forbidden");
+        assert_eq!(at_one(&registry), [line("forbidden")], "the worst wins");
+        opaque.state("synced");
+        assert_eq!(at_one(&registry), [line("synced")]);
+        opaque.state("unreachable");
+        drop(opaque);
+        assert_eq!(at_one(&registry), [line("synced")], "the one left says");
+        drop(tls);
+        assert!(
+            !text(&registry).contains("xcc_sync_watch_state{"),
+            "no watch left, no series: {}",
+            text(&registry)
+        );
+        assert!(!text(&registry).contains("last_contact_timestamp_seconds{"));
     }
 }

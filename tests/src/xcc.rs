@@ -284,26 +284,39 @@ pub async fn metrics_text(admin: SocketAddr) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The samples of metric `name` whose labels include every `label="value"` of `labels`.
+fn samples<'a>(
+    text: &'a str,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = f64> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels_text, value) = match rest.strip_prefix('{') {
+            Some(rest) => rest.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        labels
+            .iter()
+            .all(|(k, v)| {
+                labels_text
+                    .split(',')
+                    .any(|pair| pair == format!("{k}=\"{v}\""))
+            })
+            .then(|| value.trim().parse::<f64>().ok())?
+    })
+}
+
 /// The sum of the samples of metric `name` whose labels include every `label="value"` of
 /// `labels` (0 when there is none).
 pub fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (labels_text, value) = match rest.strip_prefix('{') {
-                Some(rest) => rest.split_once("} ")?,
-                None => ("", rest.strip_prefix(' ')?),
-            };
-            labels
-                .iter()
-                .all(|(k, v)| {
-                    labels_text
-                        .split(',')
-                        .any(|pair| pair == format!("{k}=\"{v}\""))
-                })
-                .then(|| value.trim().parse::<f64>().ok())?
-        })
-        .sum()
+    samples(text, name, labels).sum()
+}
+
+/// The largest of the samples of metric `name` whose labels include every `label="value"` of
+/// `labels` (0 when there is none): a timestamp of several series (one per watched namespace).
+pub fn sample_max(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, name, labels).fold(0.0, f64::max)
 }
 
 /// A point in an agent's progress: when, and how far one reconciler had got.
@@ -367,7 +380,8 @@ impl Agent {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = metrics_text(self.admin).await?;
-            let contact = sample_sum(
+            // Each namespace watched is a series: a sum of timestamps would always be late.
+            let contact = sample_max(
                 &text,
                 "xcc_sync_watch_last_contact_timestamp_seconds",
                 &[("cluster", cluster), ("kind", kind)],
@@ -432,7 +446,7 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::sample_sum;
+    use super::{sample_max, sample_sum};
 
     #[test]
     fn samples_are_summed_over_the_label_sets_that_match() {
@@ -455,5 +469,7 @@ mod tests {
         assert_eq!(sample_sum(text, "xcc_sync_writes_total", &[]), 12.0);
         assert_eq!(sample_sum(text, "xcc_up", &[]), 1.0);
         assert_eq!(sample_sum(text, "xcc_sync_queue_depth", &rs), 0.0);
+        assert_eq!(sample_max(text, "xcc_sync_writes_total", &rs), 3.0);
+        assert_eq!(sample_max(text, "xcc_sync_queue_depth", &rs), 0.0);
     }
 }

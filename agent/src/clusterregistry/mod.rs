@@ -166,7 +166,7 @@ pub async fn run(
         Detail::Full,
     );
     let (clusters_store, clusters_changes, clusters_feed) = view.typed::<Cluster>();
-    let clusters_feed = tokio::spawn(clusters_feed);
+    let clusters_feed = xcc_sync::task::spawn_owned(clusters_feed);
     let controller = Controller::for_shared_stream(clusters_changes, clusters_store.clone());
     let secrets = clusters::secret_triggers(&core.local_secrets, clusters_store.clone());
     let ctx = Arc::new(clusters::Context {
@@ -183,7 +183,7 @@ pub async fn run(
         },
     });
     let clusters = run_clusters(controller, secrets, ctx, core.metrics.clone(), stop.clone());
-    let grants = tokio::spawn(grants::run(
+    let grants = xcc_sync::task::spawn_owned(grants::run(
         core.clone(),
         reader,
         clusters_store.clone(),
@@ -199,7 +199,7 @@ pub async fn run(
         group_sync,
     );
     let published = core_resources_source.then(|| {
-        tokio::spawn(feature::publish(
+        xcc_sync::task::spawn_owned(feature::publish(
             client.clone(),
             core.sources.clone(),
             crate::sink::Counted {

@@ -326,7 +326,7 @@ pub async fn run(
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
     // Its outages are said by the watch's report (one WARN, one "recovered"), and counted in
-    // xcc_sync_watch_state{cluster="local",kind="EndpointSlice"}.
+    // xcc_sync_watch_state{cluster="local",kind="EndpointSlice",watch_namespace=NAMESPACE}.
     let watch_report = xcc_sync::sources::Report {
         cluster: xcc_sync::sources::LOCAL.into(),
         kind: "EndpointSlice".into(),

@@ -176,12 +176,14 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
             reconciler: "plumber-detector",
         },
     );
-    let detecting = tokio::spawn(detector.run(core.local_secrets.clone(), stopped(stop.clone())));
+    let detecting = xcc_sync::task::spawn_owned(
+        detector.run(core.local_secrets.clone(), stopped(stop.clone())),
+    );
 
     let kind = Typed::<Replicator>::new();
     let controller = Controller::for_shared_stream(kind.subscribe(), kind.store());
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
-    let waking = tokio::spawn(wake_all(
+    let waking = xcc_sync::task::spawn_owned(wake_all(
         registry.clone(),
         core.peers.clone(),
         controller.store(),
@@ -212,7 +214,8 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
                 Err(error) => tracing::debug!(%error, "Replicator controller"),
             }
         });
-    let watch = tokio::spawn(kind.run(Api::all(core.client.clone()), core.metrics.clone()));
+    let watch =
+        xcc_sync::task::spawn_owned(kind.run(Api::all(core.client.clone()), core.metrics.clone()));
     tracing::info!("plumber running (ClusterDetector, Replicator)");
     replicators.await;
     watch.abort();

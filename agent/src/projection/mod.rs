@@ -147,7 +147,7 @@ pub struct Settings {
 
 /// Runs the controllers of both sides, and the aggregated API server, until `stop` is raised.
 pub async fn run(core: Core, settings: Settings, stop: tokio::sync::watch::Receiver<bool>) {
-    let workload = tokio::spawn(run_workload_side(
+    let workload = xcc_sync::task::spawn_owned(run_workload_side(
         core.clone(),
         settings.clone(),
         stop.clone(),
@@ -218,9 +218,13 @@ async fn run_workload_side(
     let group_controller = group_controller(&links, &groups, import_ctx.clone(), &stop);
     let resource_controller = resource_controller(&groups, &resources, import_ctx, &stop);
     let watches = [
-        tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone())),
-        tokio::spawn(groups.run(Api::all(core.client.clone()), core.metrics.clone())),
-        tokio::spawn(resources.run(Api::all(core.client.clone()), core.metrics.clone())),
+        xcc_sync::task::spawn_owned(links.run(Api::all(core.client.clone()), core.metrics.clone())),
+        xcc_sync::task::spawn_owned(
+            groups.run(Api::all(core.client.clone()), core.metrics.clone()),
+        ),
+        xcc_sync::task::spawn_owned(
+            resources.run(Api::all(core.client.clone()), core.metrics.clone()),
+        ),
     ];
     tracing::info!(
         "API projection running (DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport)"
@@ -246,7 +250,7 @@ async fn proxy_identity(
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> (
     Arc<proxy::identity::Identity>,
-    Option<tokio::task::JoinHandle<()>>,
+    Option<xcc_sync::task::Owned<()>>,
 ) {
     let identity = Arc::new(
         proxy::identity::Identity::new(
@@ -259,11 +263,11 @@ async fn proxy_identity(
     );
     let mut backoff = xcc_kube::Backoff::local();
     let renewer = identity.renew_once(&mut backoff).await.map(|first| {
-        tokio::spawn(
-            identity
-                .clone()
-                .renew_forever(first, backoff, stopped(stop.clone())),
-        )
+        xcc_sync::task::spawn_owned(identity.clone().renew_forever(
+            first,
+            backoff,
+            stopped(stop.clone()),
+        ))
     });
     (identity, renewer)
 }
@@ -274,10 +278,10 @@ fn watch_namespaces(
     identity: &proxy::identity::Identity,
 ) -> (
     reflector::Store<PartialObjectMeta<Namespace>>,
-    tokio::task::JoinHandle<()>,
+    xcc_sync::task::Owned<()>,
 ) {
     let (namespaces, namespace_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
-    let namespace_watch = tokio::spawn(
+    let namespace_watch = xcc_sync::task::spawn_owned(
         xcc_sync::sources::watch(
             Api::<PartialObjectMeta<Namespace>>::all(identity.client()),
             watcher::Config::default(),
@@ -299,11 +303,11 @@ async fn serve_proxy(
     proxy: &Arc<proxy::Proxy>,
     listen: std::net::SocketAddr,
     stop: &tokio::sync::watch::Receiver<bool>,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<xcc_sync::task::Owned<()>> {
     match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => {
             tracing::info!(%listen, "aggregated API server listening");
-            Some(tokio::spawn(
+            Some(xcc_sync::task::spawn_owned(
                 proxy.clone().serve(listener, stopped(stop.clone())),
             ))
         }
@@ -444,9 +448,11 @@ async fn run_service_side(
     let bindings = Typed::<APIExportRoleBinding>::new();
     let link_controller = upstream_controller(&core, advertise_url, &links, &stop);
     let binding_controller = binding_controller(&core, &links, &bindings, &stop);
-    let link_watch = tokio::spawn(links.run(Api::all(core.client.clone()), core.metrics.clone()));
-    let binding_watch =
-        tokio::spawn(bindings.run(Api::all(core.client.clone()), core.metrics.clone()));
+    let link_watch =
+        xcc_sync::task::spawn_owned(links.run(Api::all(core.client.clone()), core.metrics.clone()));
+    let binding_watch = xcc_sync::task::spawn_owned(
+        bindings.run(Api::all(core.client.clone()), core.metrics.clone()),
+    );
     tracing::info!("API projection running (UpstreamClusterLink, APIExportRoleBinding)");
     futures::join!(link_controller, binding_controller);
     link_watch.abort();

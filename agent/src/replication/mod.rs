@@ -205,7 +205,7 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     let export_kind = Typed::<SecretExport>::new();
     let imports = Controller::for_shared_stream(import_kind.subscribe(), import_kind.store());
     let exports = export_controller(&export_kind, &client);
-    let secret_wakes = tokio::spawn(local_secret_triggers(
+    let secret_wakes = xcc_sync::task::spawn_owned(local_secret_triggers(
         local_secrets.changes(),
         imports.store(),
         exports.store(),
@@ -213,7 +213,7 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
         export_tx,
     ));
 
-    let reach_wakes = tokio::spawn(reach_triggers(
+    let reach_wakes = xcc_sync::task::spawn_owned(reach_triggers(
         peers.clone(),
         imports.store(),
         import_tx.clone(),
@@ -254,8 +254,8 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     );
     // Every subscriber is taken: the watches may start.
     let watches = [
-        tokio::spawn(import_kind.run(Api::all(client.clone()), metrics.clone())),
-        tokio::spawn(export_kind.run(Api::all(client), metrics)),
+        xcc_sync::task::spawn_owned(import_kind.run(Api::all(client.clone()), metrics.clone())),
+        xcc_sync::task::spawn_owned(export_kind.run(Api::all(client), metrics)),
     ];
     tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
     futures::join!(imports, exports, import_monitors, export_monitors);

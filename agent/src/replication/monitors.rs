@@ -690,8 +690,8 @@ pub async fn run<D: Direction>(
         )
         .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
     let watches = [
-        tokio::spawn(binding_kind.run(Api::all(client.clone()), metrics.clone())),
-        tokio::spawn(monitor_kind.run(Api::all(client.clone()), metrics)),
+        xcc_sync::task::spawn_owned(binding_kind.run(Api::all(client.clone()), metrics.clone())),
+        xcc_sync::task::spawn_owned(monitor_kind.run(Api::all(client.clone()), metrics)),
     ];
     futures::join!(bindings, monitors);
     for watch in watches {

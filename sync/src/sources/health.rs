@@ -10,7 +10,10 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
 use super::{Events, Health};
-use crate::{metrics::SyncMetrics, outage::Outage};
+use crate::{
+    metrics::{SyncMetrics, WatchSeries},
+    outage::Outage,
+};
 
 /// How long a watch may fail before it says so at WARN.
 pub(super) const WARN_AFTER: std::time::Duration = crate::outage::WATCH_WARN_AFTER;
@@ -27,17 +30,19 @@ pub(super) const WARN_AFTER: std::time::Duration = crate::outage::WATCH_WARN_AFT
 ///   period without a failure (so a kind that lists but may not be watched warns once, not at
 ///   every list).
 pub(super) struct Tracker {
-    cluster: String,
-    kind: String,
-    metrics: Option<SyncMetrics>,
+    /// Its series while it runs: dropped with the watch, which removes them if no other watch
+    /// of the same cluster, kind and namespace runs.
+    series: Option<WatchSeries>,
     health: Arc<Mutex<Health>>,
     outage: Outage,
 }
 
 impl Tracker {
+    /// The tracker of a watch of `kind` on `cluster`, in `namespace` (`None`: every namespace).
     pub(super) fn new(
-        cluster: String,
-        kind: String,
+        cluster: &str,
+        kind: &str,
+        namespace: Option<&str>,
         local: bool,
         metrics: Option<SyncMetrics>,
         health: Arc<Mutex<Health>>,
@@ -52,13 +57,15 @@ impl Tracker {
         } else {
             format!("the API server of cluster {cluster}")
         };
-        let outage = Outage::new(format!("the {kind} watch"), server)
+        let what = match namespace {
+            Some(namespace) => format!("the {kind} watch in namespace {namespace}"),
+            None => format!("the {kind} watch"),
+        };
+        let outage = Outage::new(what, server)
             .warn_after(WARN_AFTER)
             .quiet(quiet);
         Tracker {
-            cluster,
-            kind,
-            metrics,
+            series: metrics.map(|m| m.watch(cluster, kind, namespace)),
             health,
             outage,
         }
@@ -69,8 +76,8 @@ impl Tracker {
     }
 
     fn set_as(&self, state: &'static str, health: Health) {
-        if let Some(metrics) = &self.metrics {
-            metrics.watch_state(&self.cluster, &self.kind, state);
+        if let Some(series) = &self.series {
+            series.state(state);
         }
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
     }
@@ -86,8 +93,8 @@ impl Tracker {
     pub(super) fn failed(&mut self, error: &watcher::Error) {
         let state = crate::metrics::failed_watch_state(error);
         self.outage.failed(error);
-        if let Some(metrics) = &self.metrics {
-            metrics.watch_error(&self.cluster, &self.kind);
+        if let Some(series) = &self.series {
+            series.error();
         }
         let since = self.outage.since().unwrap_or_else(SystemTime::now);
         let error = xcc_kube::bounded(error);
@@ -108,8 +115,8 @@ impl Tracker {
 
     /// The server answered with a list or a change.
     pub(super) fn answered(&mut self) {
-        if let Some(metrics) = &self.metrics {
-            metrics.watch_contact(&self.cluster, &self.kind);
+        if let Some(series) = &self.series {
+            series.contact();
         }
         self.outage.recovered();
         let synced = matches!(
@@ -164,7 +171,7 @@ mod tests {
         let health = Arc::new(Mutex::new(Health::Listing {
             since: SystemTime::now(),
         }));
-        let mut tracker = Tracker::new(LOCAL.into(), "Secret".into(), true, None, health.clone());
+        let mut tracker = Tracker::new(LOCAL, "Secret", None, true, None, health.clone());
         let fail = |tracker: &mut Tracker| tracker.failed(&watcher::Error::NoResourceVersion);
         let warned = "the Secret watch fails";
         let listed_again = "recovered: the Secret watch works again";

@@ -15,7 +15,7 @@
 //! - **Order**: the store is updated before a change is announced. A subscriber that falls behind
 //!   gets [`Change::Missed`] and must look at the whole store again.
 //! - **Health**: each source says whether it is synced, still listing, or reconnecting since when
-//!   and why ([`Health`]); the agent exports that per cluster and kind ([`SyncMetrics`](crate::metrics::SyncMetrics)).
+//!   and why ([`Health`]); the agent exports that per cluster, kind and namespace ([`SyncMetrics`](crate::metrics::SyncMetrics)).
 //! - **Lifetime**: a source lives while a view of it does; the last view dropped stops its watch.
 //! - **Retries**: every watch retries on [`xcc_kube::Backoff`]: the local schedule for the agent's
 //!   own cluster, the jittered peer schedule for the others.

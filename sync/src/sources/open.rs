@@ -86,7 +86,8 @@ where
         .boxed()
 }
 
-/// Where [`watch_reported`] reports: the labels of its metrics and log lines.
+/// Where [`watch_reported`] reports: the labels of its metrics and log lines (with the
+/// namespace of its `Api`, if it watches one namespace).
 #[derive(Clone)]
 pub struct Report {
     /// The cluster watched (`local` for the process's own, else the peer's name).
@@ -126,8 +127,9 @@ where
         since: SystemTime::now(),
     }));
     let mut tracker = Tracker::new(
-        report.cluster,
-        report.kind,
+        &report.cluster,
+        &report.kind,
+        api.namespace(),
         schedule == Schedule::Local,
         report.metrics,
         health.clone(),
@@ -171,19 +173,20 @@ mod tests {
             kind: "Secret".into(),
             metrics: Some(SyncMetrics::register(&mut registry)),
         };
-        let (events, health) = watch_reported(
+        let (mut events, health) = watch_reported(
             Api::<Secret>::all(client),
             watcher::Config::default(),
             Schedule::Peer,
             report,
         );
         assert!(matches!(health.get(), Health::Listing { .. }));
-        let seen: Vec<&str> = tokio::time::timeout(LIST_WAIT, events.take(7).collect::<Vec<_>>())
-            .await
-            .expect("the watch lists again after its failure")
-            .iter()
-            .map(kind)
-            .collect();
+        let seen: Vec<&str> =
+            tokio::time::timeout(LIST_WAIT, (&mut events).take(7).collect::<Vec<_>>())
+                .await
+                .expect("the watch lists again after its failure")
+                .iter()
+                .map(kind)
+                .collect();
         assert_eq!(
             seen,
             [
@@ -200,11 +203,16 @@ mod tests {
         assert!(matches!(health.get(), Health::Synced { .. }));
         let text = metrics_text(&registry);
         for line in [
-            r#"xcc_sync_watch_state{cluster="cluster-a",kind="Secret",state="synced"} 1"#,
-            r#"xcc_sync_watch_errors_total{cluster="cluster-a",kind="Secret"} 1"#,
+            r#"xcc_sync_watch_state{cluster="cluster-a",kind="Secret",watch_namespace="",state="synced"} 1"#,
+            r#"xcc_sync_watch_errors_total{cluster="cluster-a",kind="Secret",watch_namespace=""} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
+        drop(events);
+        assert!(
+            !metrics_text(&registry).contains("xcc_sync_watch_state{"),
+            "a watch dropped leaves no series"
+        );
     }
 
     #[tokio::test]

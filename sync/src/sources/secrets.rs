@@ -76,7 +76,7 @@ impl LocalSecrets {
         sources: &Sources,
         client: Client,
         peers: PeerClients,
-    ) -> (LocalSecrets, tokio::task::JoinHandle<()>) {
+    ) -> (LocalSecrets, crate::task::Owned<()>) {
         let view = sources.view(
             SourceId::local(secret_gvk()),
             client,
@@ -91,7 +91,7 @@ impl LocalSecrets {
             listed: listed.clone(),
             changes: changes.clone(),
         };
-        let task = tokio::spawn(async move {
+        let task = crate::task::spawn_owned(async move {
             let mut feed = std::pin::pin!(view.changes());
             while let Some(change) = feed.next().await {
                 let change = match change {

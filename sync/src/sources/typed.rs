@@ -111,14 +111,16 @@ mod tests {
         let mut subscriber = typed.subscribe();
         let run = tokio::spawn(typed.run(Api::all(client), metrics));
         let drain = tokio::spawn(async move { while subscriber.next().await.is_some() {} });
-        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret",state="synced"} 1"#;
+        let synced = r#"xcc_sync_watch_state{cluster="local",kind="Secret",watch_namespace="",state="synced"} 1"#;
         wait_until("the typed watch is synced after three failures", || {
             count(&server, "list full") == 4 && metrics_text(&registry).contains(synced)
         })
         .await;
         let text = metrics_text(&registry);
         assert!(
-            text.contains(r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 3"#),
+            text.contains(
+                r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret",watch_namespace=""} 3"#
+            ),
             "{text}"
         );
         assert_eq!(store.state().len(), 1);

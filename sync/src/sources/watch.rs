@@ -165,8 +165,9 @@ async fn run_source(
 ) {
     let id = &state.id;
     let mut tracker = Tracker::new(
-        id.cluster.clone(),
-        id.gvk.kind.clone(),
+        &id.cluster,
+        &id.gvk.kind,
+        id.namespace.as_deref(),
         id.is_local(),
         metrics,
         state.health.clone(),
@@ -275,6 +276,7 @@ mod tests {
     use crate::sources::{secret_gvk, test_server::*};
     use k8s_openapi::api::core::v1::Secret;
     use std::time::Duration;
+    use xcc_kube::scenario::{self, Request, Scenario};
 
     #[tokio::test]
     async fn views_of_one_kind_share_one_watch_which_carries_content_only_while_asked() {
@@ -371,10 +373,96 @@ mod tests {
         assert!(view.listed());
         let text = metrics_text(&registry);
         for line in [
-            r#"xcc_sync_watch_state{cluster="local",kind="Secret",state="synced"} 1"#,
-            r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret"} 1"#,
+            r#"xcc_sync_watch_state{cluster="local",kind="Secret",watch_namespace="",state="synced"} 1"#,
+            r#"xcc_sync_watch_errors_total{cluster="local",kind="Secret",watch_namespace=""} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
+    }
+
+    #[tokio::test]
+    async fn watches_of_one_kind_in_two_namespaces_each_show_their_own_state_until_they_stop() {
+        // The reader may list Secrets in `allowed` only, as a peer's reader whose Role the
+        // group's rules wrote there; in `denied` every request is refused.
+        let (allowed, denied) = (
+            "/api/v1/namespaces/allowed/secrets",
+            "/api/v1/namespaces/denied/secrets",
+        );
+        let (client, _server) = Scenario::new()
+            .in_any_order()
+            .always("GET", allowed)
+            .when(Request::is_watch)
+            .hang()
+            .always("GET", allowed)
+            .reply((
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "SecretList",
+                    "metadata": {"resourceVersion": "1"}, "items": []}),
+            ))
+            .always("GET", denied)
+            .reply(scenario::status(
+                403,
+                "Forbidden",
+                "secrets is forbidden: User \"reader\" cannot list resource \"secrets\"",
+            ))
+            .run();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let sources = Sources::new(Some(SyncMetrics::register(&mut registry)));
+        let resource = ApiResource::erase::<Secret>(&());
+        let id = |namespace: &str| SourceId {
+            cluster: "cluster-b".into(),
+            identity: "xcc-system/cluster-b-kubeconfig".into(),
+            gvk: secret_gvk(),
+            fields: None,
+            namespace: Some(namespace.into()),
+        };
+        let view =
+            |namespace| sources.view(id(namespace), client.clone(), &resource, Detail::Metadata);
+        let (in_allowed, in_denied) = (view("allowed"), view("denied"));
+        let state = |namespace: &str, state: &str, value: u8| {
+            format!(
+                r#"xcc_sync_watch_state{{cluster="cluster-b",kind="Secret",watch_namespace="{namespace}",state="{state}"}} {value}"#
+            )
+        };
+        let both = [
+            state("allowed", "synced", 1),
+            state("allowed", "forbidden", 0),
+            state("denied", "forbidden", 1),
+            state("denied", "synced", 0),
+        ];
+        wait_until("each namespace's watch shows its own state", || {
+            let text = metrics_text(&registry);
+            both.iter().all(|line| text.contains(line.as_str()))
+        })
+        .await;
+        let text = metrics_text(&registry);
+        assert!(
+            text.contains(
+                r#"xcc_sync_watch_errors_total{cluster="cluster-b",kind="Secret",watch_namespace="denied"}"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"xcc_sync_watch_errors_total{cluster="cluster-b",kind="Secret",watch_namespace="allowed"}"#),
+            "the watch that works failed no request: {text}"
+        );
+        assert!(
+            text.contains(r#"xcc_sync_watch_last_contact_timestamp_seconds{cluster="cluster-b",kind="Secret",watch_namespace="allowed"}"#),
+            "{text}"
+        );
+
+        // The failing watch stops (its rule was deleted): its series go, the other's stay.
+        drop(in_denied);
+        wait_until("the stopped watch's series go", || {
+            !metrics_text(&registry).contains(r#"watch_namespace="denied""#)
+        })
+        .await;
+        let text = metrics_text(&registry);
+        assert!(text.contains(&state("allowed", "synced", 1)), "{text}");
+        drop(in_allowed);
+        wait_until("no watch, no series", || {
+            !metrics_text(&registry).contains("watch_namespace=")
+        })
+        .await;
     }
 }

@@ -179,7 +179,7 @@ impl Proxy {
     }
 
     /// Serves HTTPS on `listener` until `stop` resolves, reading the front proxy's settings
-    /// every [`FRONT_PROXY_REFRESH`].
+    /// every [`FRONT_PROXY_REFRESH`]; the connections open then are closed with it.
     pub async fn serve(
         self: Arc<Self>,
         listener: tokio::net::TcpListener,
@@ -188,7 +188,7 @@ impl Proxy {
         *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = listener.local_addr().ok();
         let refresher = {
             let proxy = self.clone();
-            tokio::spawn(async move {
+            xcc_sync::task::spawn_owned(async move {
                 let mut log = FrontLog {
                     read: xcc_sync::outage::Outage::new(
                         format!(
@@ -207,9 +207,13 @@ impl Proxy {
             })
         };
         let mut stop = std::pin::pin!(stop);
+        // The connections end with the server: at `stop`, or when this future is dropped (the
+        // leader's work aborted), so that no request is forwarded after this replica stopped.
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             let (stream, remote) = tokio::select! {
                 () = &mut stop => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
@@ -224,7 +228,7 @@ impl Proxy {
                 tracing::debug!(%remote, "no front-proxy settings yet: connection closed");
                 continue;
             };
-            tokio::spawn(self.clone().connection(front, stream, remote));
+            connections.spawn(self.clone().connection(front, stream, remote));
         }
         refresher.abort();
     }
