@@ -356,7 +356,7 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    secrets.abort();
+    drop(secrets);
 }
 
 /// This cluster's ID, retried until the API server answers (and the CRD is served).
@@ -398,11 +398,11 @@ async fn own_id(
 }
 
 /// Looks the peers up again at every change of a local Secret.
-fn secret_changes(core: &xcc_sync::Core, pending: &Arc<Pending>) -> tokio::task::JoinHandle<()> {
+fn secret_changes(core: &xcc_sync::Core, pending: &Arc<Pending>) -> xcc_sync::task::Owned<()> {
     use futures::StreamExt as _;
     let changes = core.local_secrets.changes();
     let pending = pending.clone();
-    tokio::spawn(async move {
+    xcc_sync::task::spawn_owned(async move {
         let mut changes = std::pin::pin!(changes);
         while changes.next().await.is_some() {
             pending.rediscover();

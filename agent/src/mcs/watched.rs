@@ -102,25 +102,16 @@ pub enum Concerns {
     Nodes,
 }
 
-/// A task that is aborted when this is dropped.
-pub struct Forwarder(tokio::task::AbortHandle);
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Marks in `pending` what each change of `view` concerns, after raising `changed`.
 fn forward(
     view: &View,
     pending: Arc<Pending>,
     concerns: Concerns,
     changed: Arc<AtomicBool>,
-) -> Forwarder {
+) -> xcc_sync::task::Owned<()> {
     use futures::StreamExt as _;
     let changes = view.changes();
-    let task = tokio::spawn(async move {
+    xcc_sync::task::spawn_owned(async move {
         let mut changes = std::pin::pin!(changes);
         while let Some(change) = changes.next().await {
             changed.store(true, Ordering::Release);
@@ -142,8 +133,7 @@ fn forward(
                 _ => pending.all(),
             }
         }
-    });
-    Forwarder(task.abort_handle())
+    })
 }
 
 /// The key of an object: its own namespace and name.
@@ -160,7 +150,7 @@ pub struct Watched<K> {
     view: View,
     changed: Arc<AtomicBool>,
     objects: HashMap<Key, Entry<K>>,
-    _forwarder: Forwarder,
+    _forwarder: xcc_sync::task::Owned<()>,
 }
 
 struct Entry<K> {

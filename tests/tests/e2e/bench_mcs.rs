@@ -343,8 +343,8 @@ async fn endpoint_changes(
         .zip(&cpu_before)
         .map(|(p, b)| cpu_time(*p).saturating_sub(*b) / count as u32)
         .collect();
-    // sleep: lets any write the batch caused land before the counters are read (figures).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every write the batch caused lands before the counters are read.
+    settle(agents).await;
     let mut writes = Vec::new();
     let mut status_writes = Vec::new();
     for (agent, (mark, before)) in agents.iter().zip(&marks) {
