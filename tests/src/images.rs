@@ -391,7 +391,12 @@ pub fn release_binaries() -> anyhow::Result<Vec<PathBuf>> {
                 dep_info.display()
             )
         })?;
-        for source in dep_info_sources(&sources) {
+        // Git's own files are listed for the revision stamp only (kube-support's build script):
+        // a commit made meanwhile changes no behaviour of the binary.
+        let sources = dep_info_sources(&sources)
+            .into_iter()
+            .filter(|s| !s.components().any(|c| c.as_os_str() == ".git"));
+        for source in sources {
             let newer = match std::fs::metadata(&source).and_then(|m| m.modified()) {
                 Ok(modified) => modified > built,
                 Err(_) => true, // gone: the binary was built from sources that changed since

@@ -724,4 +724,11 @@ async fn mcs_scale_benchmark() {
         rss_mib(members[0].agent.process.pid()),
         rss_mib(members[1].agent.process.pid())
     );
+    // The bar: the 9,900 unexported Services cost the importer nothing beyond what a peer with
+    // only its 100 exports costs (keep-alives and bookmarks vary a little); reading them would
+    // be megabytes (big's own agent got 14 MB of Service events in the first run).
+    assert!(
+        big_bytes <= 2 * small_bytes + 65_536,
+        "the importer received {big_bytes} bytes from big (10,000 Services) against {small_bytes} from small (100)"
+    );
 }
