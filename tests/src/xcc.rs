@@ -198,16 +198,23 @@ pub async fn coredns_patcher(kubeconfig: &Path, args: &[&str]) -> anyhow::Result
 /// Status code of `GET path` on `addr`, `None` when nothing answers.
 pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
+    // A process that accepts but never answers (a stalled runtime) is no answer, not a hang.
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        response.get(9..12)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(5), ask)
         .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    response.get(9..12)?.parse().ok()
+        .ok()
+        .flatten()
 }
 
 /// What `dig` answers: the status (`NOERROR`, `NXDOMAIN`, ...) and the answer data, sorted.

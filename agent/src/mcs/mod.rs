@@ -425,7 +425,7 @@ impl Mcs {
             self.local.clusters.view().health(),
             crate::sources::Health::Synced { .. }
         ) {
-            self.pending.rediscover();
+            self.pending.rediscover_later();
             return;
         }
         let found = clusterset::discover(&self.core, self.local.clusters.view(), &self.uid).await;

@@ -73,6 +73,12 @@ impl Pending {
         self.notify.notify_one();
     }
 
+    /// The peers are to be looked up again at the next change or tick, not at once (the
+    /// reconciler's own loop, when it cannot look them up now: waking itself would spin).
+    pub fn rediscover_later(&self) {
+        self.rediscover.store(true, Ordering::Release);
+    }
+
     /// Whether the peers are to be looked up again; clears it.
     pub fn take_rediscover(&self) -> bool {
         self.rediscover.swap(false, Ordering::AcqRel)
