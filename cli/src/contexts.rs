@@ -111,6 +111,17 @@ pub async fn client(
     let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
         .await
         .map_err(|source| KubeconfigError::config(origin.clone(), &source))?;
+    // kube takes any URI as the server (`server: abc` is an authority); every error would then
+    // name it. Said without it: it is not an address.
+    if !matches!(config.cluster_url.scheme_str(), Some("https" | "http"))
+        || config.cluster_url.host().is_none()
+    {
+        return Err(KubeconfigError::Config {
+            origin,
+            why: "the cluster's server is not an http:// or https:// URL".into(),
+        }
+        .into());
+    }
     let timeout = limit(timeout);
     config.connect_timeout = timeout;
     config.read_timeout = timeout;

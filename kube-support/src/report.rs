@@ -264,6 +264,8 @@ fn auth(error: &kube::client::AuthError) -> String {
         A::AuthExecParse(_) | A::AuthExecSerialize(_) => {
             "the kubeconfig's exec command printed no valid ExecCredential".into()
         }
+        // Its path is the user's; said by the field's name (a path may be anything).
+        A::ReadTokenFile(io, _) => format!("cannot read the user's tokenFile ({io})"),
         A::InvalidBearerToken(_) => "the token is not a valid HTTP header value".into(),
         A::InvalidBasicAuth(_) => {
             "the username or password is not a valid HTTP header value".into()

@@ -23,6 +23,9 @@ use crate::{
     xcc_dns::{management, manifest},
 };
 
+mod agent;
+mod cli;
+
 const CANARY: &str = "s3cr3t-CANARY-4b8a";
 
 fn base64(bytes: &[u8]) -> String {
@@ -316,6 +319,19 @@ async fn said_on(cluster: &Cluster) -> String {
             None,
         ),
         ("clusterregistry.k8s.cisco.com", "v1alpha1", "Cluster", None),
+        (
+            "projection.apiresources.multicluster.x-tanzu.vmware.com",
+            "v1alpha1",
+            "DownstreamClusterLink",
+            None,
+        ),
+        (
+            "plumber.jnytnai0613.github.io",
+            "v1",
+            "ClusterDetector",
+            None,
+        ),
+        ("plumber.jnytnai0613.github.io", "v1", "Replicator", None),
     ];
     for (group, version, kind, plural) in kinds {
         let gvk = GroupVersionKind::gvk(group, version, kind);
