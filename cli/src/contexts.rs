@@ -314,6 +314,20 @@ current-context: first
         Kubeconfig::from_yaml(KUBECONFIG).unwrap()
     }
 
+    /// kube takes `server: s3cr3t` as an authority; the error says it is no URL, without it.
+    #[tokio::test]
+    async fn a_server_that_is_no_url_is_refused_without_repeating_it() {
+        let kc =
+            Kubeconfig::from_yaml(&KUBECONFIG.replace("https://127.0.0.1:6443", "s3cr3t")).unwrap();
+        let Err(e) = client(&kc, "first", Duration::from_secs(1)).await else {
+            panic!("a client for server s3cr3t");
+        };
+        let text = e.to_string();
+        assert!(text.contains("not an http:// or https:// URL"), "{text}");
+        assert!(text.contains("context \"first\""), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+    }
+
     #[test]
     fn an_extracted_context_keeps_tokens_and_certificates() {
         let kc = kubeconfig();

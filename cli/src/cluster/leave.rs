@@ -352,5 +352,17 @@ mod tests {
         assert_eq!(server_in(&secret).as_deref(), Some("https://b:2"));
         assert!(same_server("https://B:2/", "https://b:2"));
         assert_eq!(server_in(&Secret::default()), None);
+        // Not an address: not a server (it is not repeated in the messages).
+        let secret = Secret {
+            data: Some(
+                [(
+                    "kubeconfig".to_string(),
+                    ByteString(kubeconfig.replace("https://b:2", "s3cr3t").into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(server_in(&secret), None);
     }
 }

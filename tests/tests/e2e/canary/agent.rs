@@ -150,7 +150,7 @@ async fn plumber_refused(member: &Cluster, round: usize, log: &std::path::Path) 
                     .await
                     .ok()??;
                 let reason = found.data["status"]["reason"].as_str()?.to_string();
-                (!reason.is_empty()).then_some(reason)
+                reason.contains("kubeconfig/config").then_some(reason)
             },
         )
         .await;
@@ -168,7 +168,9 @@ async fn plumber_refused(member: &Cluster, round: usize, log: &std::path::Path) 
             || async {
                 let found = plumber(member, "Replicator").get_opt(&name).await.ok()??;
                 let status = found.data.get("status")?.to_string();
-                status.contains(&detector).then_some(status)
+                status
+                    .contains(&format!("kubeconfig/config#x-{tag}"))
+                    .then_some(status)
             },
         )
         .await;
@@ -185,6 +187,7 @@ async fn canary_credentials_in_link_and_plumber_secrets_appear_in_no_event_condi
     let prepared = prepare_member(&binaries, first).await;
     for file in [
         "manifests/agent/projection.yaml",
+        // Namespace `kubeconfig` too.
         "manifests/agent/plumber.yaml",
     ] {
         first
@@ -192,10 +195,6 @@ async fn canary_credentials_in_link_and_plumber_secrets_appear_in_no_event_condi
             .await
             .unwrap();
     }
-    first
-        .kubectl(&["create", "namespace", "kubeconfig"])
-        .await
-        .unwrap();
     let agent_args = |format: &str| {
         [
             format!("--log-format={format}"),
