@@ -7,6 +7,7 @@
 //! what is wrong and in which Secret; then every Event, every object's status and both
 //! processes' logs are searched for the canary, in both log formats (two rounds: the agent in
 //! JSON and the controller in text, then the other way round, with new objects each round).
+//! API projection's and plumber's Secrets: [`agent`]; the CLI: [`cli`].
 
 use std::time::Duration;
 
