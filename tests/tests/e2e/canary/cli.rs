@@ -1,15 +1,17 @@
 //! The CLI (`kubectl-xcc`) with the canary cases: every command that reads the user's kubeconfig
-//! (given by `--kubeconfig`, and by `$KUBECONFIG` beside a good file that has the command's
-//! second context), and the commands that read a kubeconfig from a Secret (`plumber view`,
-//! `add` and `remove` read plumber's Secret; `cluster leave` reads each peer's Secret). Each run
-//! fails and says what is wrong and where (the file and line, the context or the Secret), and
-//! neither stdout nor stderr holds the canary or a Rust type's name.
+//! (given by `--kubeconfig`, the good second context as a second document, and by
+//! `$KUBECONFIG`, beside a good file with that context), and the commands that read a
+//! kubeconfig from a Secret (`plumber view`, `add` and `remove` read plumber's Secret; `cluster
+//! leave` reads each peer's Secret; `link` the UpstreamClusterLink's). Each run fails and says
+//! what is wrong and where (the file and line, the context or the Secret), and neither stdout
+//! nor stderr holds the canary or a Rust type's name.
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api,
-    api::{Patch, PatchParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
 };
+use serde_json::json;
 use xcc_e2e::{Cluster, Testbed, require_testbed};
 
 use super::{assert_no_canary, cases, kubeconfig_secret};
@@ -232,5 +234,100 @@ async fn canary_credentials_in_secrets_the_cli_reads_appear_in_no_cli_output() {
             }
         }
         leave_with_peer_secret(&user, first, "first", case, &text).await;
+    }
+}
+
+/// `link` from `first` (service) to `second` (workload), the UpstreamClusterLink already Ready
+/// (as an agent would have made it) and its Secret holding each case: the command refuses the
+/// kubeconfig before writing anything on the workload cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_credentials_in_a_links_upstream_secret_appear_in_no_cli_output() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["first", "second"])
+        .await
+        .unwrap();
+    let (first, second) = (bed.cluster("first"), bed.cluster("second"));
+    for cluster in [first, second] {
+        cluster
+            .install_crds(&repo().join("manifests/crds"))
+            .await
+            .unwrap();
+    }
+    first
+        .apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: services-toolkit}\n")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let user = User {
+        kubeconfig: crate::cli::user_kubeconfig(&bed, dir.path()),
+        home: dir.path().into(),
+    };
+    let workload_uid = Api::<Namespace>::all(second.client.clone())
+        .get("kube-system")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let links = Api::<DynamicObject>::namespaced_with(
+        first.client.clone(),
+        "services-toolkit",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "projection.apiresources.multicluster.x-tanzu.vmware.com",
+            "v1alpha1",
+            "UpstreamClusterLink",
+        )),
+    );
+    let secrets: Api<Secret> = Api::namespaced(first.client.clone(), "services-toolkit");
+    for (case, text) in cases() {
+        let name = format!("canary-{case}");
+        first
+            .apply_yaml(&format!(
+                "apiVersion: projection.apiresources.multicluster.x-tanzu.vmware.com/v1alpha1\n\
+                 kind: UpstreamClusterLink\nmetadata:\n  name: {name}\n  namespace: \
+                 services-toolkit\n  labels: {{app.kubernetes.io/managed-by: kubectl-xcc}}\n  \
+                 annotations: {{xcc.test/workload-cluster: {workload_uid}}}\n\
+                 spec: {{downstream: {{name: second}}}}\n"
+            ))
+            .await
+            .unwrap();
+        let status = json!({"status": {"observedGeneration": 1, "conditions": [{
+            "type": "Ready", "status": "True", "reason": "Ready", "message": "ready",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1,
+        }]}});
+        links
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        secrets
+            .create(
+                &PostParams::default(),
+                &kubeconfig_secret(
+                    &format!("{name}-kubeconfig"),
+                    "services-toolkit",
+                    "kubeconfig",
+                    &text,
+                ),
+            )
+            .await
+            .unwrap();
+        let run = user
+            .run(&[
+                "link",
+                "--service-context",
+                "first",
+                "--workload-context",
+                "second",
+                "--name",
+                &name,
+            ])
+            .await;
+        let secret = format!("services-toolkit/{name}-kubeconfig");
+        refused(&format!("{case}: link, Secret {secret}"), &run, &[&secret]);
+        if case == "unclosed" {
+            assert!(run.stderr.contains("line"), "the line is said: {run:?}");
+        }
     }
 }
