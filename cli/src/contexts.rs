@@ -111,6 +111,17 @@ pub async fn client(
     let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
         .await
         .map_err(|source| KubeconfigError::config(origin.clone(), &source))?;
+    // kube takes any URI as the server (`server: abc` is an authority); every error would then
+    // name it. Said without it: it is not an address.
+    if !matches!(config.cluster_url.scheme_str(), Some("https" | "http"))
+        || config.cluster_url.host().is_none()
+    {
+        return Err(KubeconfigError::Config {
+            origin,
+            why: "the cluster's server is not an http:// or https:// URL".into(),
+        }
+        .into());
+    }
     let timeout = limit(timeout);
     config.connect_timeout = timeout;
     config.read_timeout = timeout;
@@ -301,6 +312,20 @@ current-context: first
 
     pub fn kubeconfig() -> Kubeconfig {
         Kubeconfig::from_yaml(KUBECONFIG).unwrap()
+    }
+
+    /// kube takes `server: s3cr3t` as an authority; the error says it is no URL, without it.
+    #[tokio::test]
+    async fn a_server_that_is_no_url_is_refused_without_repeating_it() {
+        let kc =
+            Kubeconfig::from_yaml(&KUBECONFIG.replace("https://127.0.0.1:6443", "s3cr3t")).unwrap();
+        let Err(e) = client(&kc, "first", Duration::from_secs(1)).await else {
+            panic!("a client for server s3cr3t");
+        };
+        let text = e.to_string();
+        assert!(text.contains("not an http:// or https:// URL"), "{text}");
+        assert!(text.contains("context \"first\""), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
     }
 
     #[test]

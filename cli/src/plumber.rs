@@ -248,7 +248,12 @@ async fn add(
         .as_ref()
         .and_then(|(d, _)| d.as_deref())
         .or(legacy.as_deref());
-    let merged = merge(base, &extracted, context)?;
+    let base_secret = if current.is_some() {
+        format!("{SECRET_NAMESPACE}/{SECRET}")
+    } else {
+        format!("{namespace}/{LEGACY_SECRET}")
+    };
+    let merged = merge(base, &base_secret, &extracted, context)?;
     write(primary, &merged, current.map(|(_, rv)| rv)).await?;
     println!(
         "added context {context} to Secret {SECRET_NAMESPACE}/{SECRET} on {} (ClusterDetector {detector})",
@@ -270,7 +275,7 @@ async fn remove(primary: &Target, namespace: &str, context: &str) -> Result<(), 
         let Some((Some(data), rv)) = stored(primary, ns, name).await? else {
             continue;
         };
-        if let Some(kept) = remove_context(&data, context)? {
+        if let Some(kept) = remove_context(&data, &format!("{ns}/{name}"), context)? {
             write_to(primary, ns, name, &kept, Some(rv)).await?;
             println!(
                 "removed context {context} from Secret {ns}/{name} on {}",
@@ -295,11 +300,11 @@ pub struct Registered {
 
 async fn view(primary: &Target, namespace: &str, output: Output) -> Result<(), Error> {
     let mut rows = match stored(primary, SECRET_NAMESPACE, SECRET).await? {
-        Some((Some(data), _)) => registered(&data)?,
+        Some((Some(data), _)) => registered(&data, &format!("{SECRET_NAMESPACE}/{SECRET}"))?,
         _ => Vec::new(),
     };
     if let Some((Some(data), _)) = stored(primary, namespace, LEGACY_SECRET).await? {
-        let legacy: Vec<Registered> = registered(&data)?
+        let legacy: Vec<Registered> = registered(&data, &format!("{namespace}/{LEGACY_SECRET}"))?
             .into_iter()
             .filter(|r| !rows.iter().any(|o| o.context == r.context))
             .collect();
@@ -417,15 +422,16 @@ async fn write_to(
     }
 }
 
-fn parse_stored(data: &[u8]) -> Result<Mapping, Error> {
+/// The kubeconfig stored in Secret `secret` (`namespace/name`, for the errors).
+fn parse_stored(data: &[u8], secret: &str) -> Result<Mapping, Error> {
     match xcc_kube::yaml::from_slice::<Value>(data) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(Value::Null) => Ok(Mapping::new()),
         Ok(_) => Err(Error::Failed(format!(
-            "Secret {SECRET} key {KEY} is not a kubeconfig mapping: fix or delete it"
+            "Secret {secret} key {KEY} is not a kubeconfig mapping: fix or delete it"
         ))),
         Err(e) => Err(Error::Failed(format!(
-            "Secret {SECRET} key {KEY} is not valid YAML ({e}): fix or delete it"
+            "Secret {secret} key {KEY} is not valid YAML ({e}): fix or delete it"
         ))),
     }
 }
@@ -482,16 +488,18 @@ fn remove_in(root: &mut Mapping, context: &str) -> bool {
     true
 }
 
-/// The stored kubeconfig (`None`: no Secret yet) with context `context` added or replaced.
+/// The kubeconfig stored in Secret `secret` (`None`: no Secret yet) with context `context`
+/// added or replaced.
 /// A cluster or user entry of the same name that another context uses with other settings is
 /// a conflict, not silently overwritten (plumberctl's merge overwrote it).
 pub fn merge(
     stored: Option<&[u8]>,
+    secret: &str,
     addition: &contexts::Extracted,
     context: &str,
 ) -> Result<Mapping, Error> {
     let mut root = match stored {
-        Some(data) => parse_stored(data)?,
+        Some(data) => parse_stored(data, secret)?,
         None => Mapping::new(),
     };
     root.entry("apiVersion").or_insert("v1".into());
@@ -525,7 +533,7 @@ pub fn merge(
                     .map(|(n, _, _)| n.as_str())
                     .collect();
                 return Err(Error::Failed(format!(
-                    "Secret {SECRET} already has a {field} named {name:?} with other settings \
+                    "Secret {secret} already has a {field} named {name:?} with other settings \
                      (used by context {}); rename the {field} of context {context:?} in your \
                      kubeconfig, or remove that context first; nothing was changed",
                     users.join(", ")
@@ -541,15 +549,20 @@ pub fn merge(
     Ok(root)
 }
 
-/// The stored kubeconfig without context `context`; `None` when it was not there.
-pub fn remove_context(stored: &[u8], context: &str) -> Result<Option<Mapping>, Error> {
-    let mut root = parse_stored(stored)?;
+/// The kubeconfig stored in Secret `secret` without context `context`; `None` when it was not
+/// there.
+pub fn remove_context(
+    stored: &[u8],
+    secret: &str,
+    context: &str,
+) -> Result<Option<Mapping>, Error> {
+    let mut root = parse_stored(stored, secret)?;
     Ok(remove_in(&mut root, context).then_some(root))
 }
 
-/// The registered contexts, sorted by name.
-pub fn registered(stored: &[u8]) -> Result<Vec<Registered>, Error> {
-    let root = parse_stored(stored)?;
+/// The contexts registered in Secret `secret`, sorted by name.
+pub fn registered(stored: &[u8], secret: &str) -> Result<Vec<Registered>, Error> {
+    let root = parse_stored(stored, secret)?;
     let mut rows: Vec<Registered> = references(&root)
         .into_iter()
         .map(|(context, cluster, user)| Registered {
@@ -581,6 +594,9 @@ mod tests {
     use super::*;
     use crate::contexts::tests::kubeconfig;
 
+    /// The Secret the stored kubeconfigs of these tests are in.
+    const S: &str = "kubeconfig/config";
+
     fn yaml(m: &Mapping) -> Vec<u8> {
         xcc_kube::yaml::to_string(&Value::Object(m.clone()))
             .unwrap()
@@ -592,8 +608,8 @@ mod tests {
         let kc = kubeconfig();
         let first = contexts::extract(&kc, "first").unwrap();
         let second = contexts::extract(&kc, "second").unwrap();
-        let stored = merge(None, &first, "first").unwrap();
-        let stored = merge(Some(&yaml(&stored)), &second, "second").unwrap();
+        let stored = merge(None, S, &first, "first").unwrap();
+        let stored = merge(Some(&yaml(&stored)), S, &second, "second").unwrap();
         // Tokens stay (plumberctl dropped them), certificates too.
         assert_eq!(
             entry(&stored, "users", "admin").unwrap()["user"]["token"],
@@ -603,7 +619,7 @@ mod tests {
             entry(&stored, "users", "cert").unwrap()["user"]["client-certificate-data"],
             "Q0VSVA=="
         );
-        let rows = registered(&yaml(&stored)).unwrap();
+        let rows = registered(&yaml(&stored), S).unwrap();
         assert_eq!(
             rows,
             [
@@ -620,28 +636,30 @@ mod tests {
             ]
         );
         // Adding again is idempotent.
-        let again = merge(Some(&yaml(&stored)), &second, "second").unwrap();
+        let again = merge(Some(&yaml(&stored)), S, &second, "second").unwrap();
         assert_eq!(again, stored);
 
-        let kept = remove_context(&yaml(&stored), "first").unwrap().unwrap();
+        let kept = remove_context(&yaml(&stored), S, "first").unwrap().unwrap();
         assert!(entry(&kept, "users", "admin").is_none());
         assert!(entry(&kept, "clusters", "first").is_none());
         assert!(entry(&kept, "contexts", "second").is_some());
-        assert_eq!(remove_context(&yaml(&kept), "first").unwrap(), None);
+        assert_eq!(remove_context(&yaml(&kept), S, "first").unwrap(), None);
     }
 
     #[test]
     fn shared_entries_stay_until_their_last_context_goes() {
         let kc = kubeconfig();
         let second = contexts::extract(&kc, "second").unwrap();
-        let stored = merge(None, &second, "second").unwrap();
+        let stored = merge(None, S, &second, "second").unwrap();
         // "exec" uses cluster "second" too (its user would be refused by the trust rules
         // before merging; here only the bookkeeping is tested).
         let mut exec = contexts::extract(&kc, "exec").unwrap();
         exec.user = None;
         list_mut(&mut exec.kubeconfig, "users").clear();
-        let stored = merge(Some(&yaml(&stored)), &exec, "exec").unwrap();
-        let kept = remove_context(&yaml(&stored), "second").unwrap().unwrap();
+        let stored = merge(Some(&yaml(&stored)), S, &exec, "exec").unwrap();
+        let kept = remove_context(&yaml(&stored), S, "second")
+            .unwrap()
+            .unwrap();
         assert!(entry(&kept, "clusters", "second").is_some());
         assert!(entry(&kept, "users", "cert").is_none());
     }
@@ -650,13 +668,13 @@ mod tests {
     fn a_same_named_cluster_with_other_settings_is_a_conflict() {
         let kc = kubeconfig();
         let first = contexts::extract(&kc, "first").unwrap();
-        let stored = merge(None, &first, "first").unwrap();
+        let stored = merge(None, S, &first, "first").unwrap();
         let mut other = contexts::extract(&kc, "second").unwrap();
         // A context elsewhere whose cluster is also called "first".
         other.cluster = "first".into();
         let cluster = list_mut(&mut other.kubeconfig, "clusters");
         cluster[0]["name"] = "first".into();
-        let e = merge(Some(&yaml(&stored)), &other, "second").unwrap_err();
+        let e = merge(Some(&yaml(&stored)), S, &other, "second").unwrap_err();
         assert!(e.to_string().contains("cluster named \"first\""), "{e}");
         assert!(e.to_string().contains("used by context first"), "{e}");
     }
@@ -717,6 +735,7 @@ mod tests {
         fn stored() -> Mapping {
             merge(
                 None,
+                "kubeconfig/config",
                 &contexts::extract(&kubeconfig(), "first").unwrap(),
                 "first",
             )

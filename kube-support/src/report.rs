@@ -264,6 +264,8 @@ fn auth(error: &kube::client::AuthError) -> String {
         A::AuthExecParse(_) | A::AuthExecSerialize(_) => {
             "the kubeconfig's exec command printed no valid ExecCredential".into()
         }
+        // Its path is the user's; said by the field's name (a path may be anything).
+        A::ReadTokenFile(io, _) => format!("cannot read the user's tokenFile ({})", io_text(io)),
         A::InvalidBearerToken(_) => "the token is not a valid HTTP header value".into(),
         A::InvalidBasicAuth(_) => {
             "the username or password is not a valid HTTP header value".into()
@@ -460,6 +462,18 @@ mod tests {
                 .with_code(code)
                 .boxed(),
         )
+    }
+
+    #[test]
+    fn an_unreadable_token_file_is_said_by_its_field_not_its_path() {
+        let error = kube::Error::Auth(kube::client::AuthError::ReadTokenFile(
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+            "/s3cr3t".into(),
+        ));
+        let text = describe(&error);
+        assert!(text.contains("tokenFile"), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+        no_rust(&text);
     }
 
     #[test]

@@ -21,7 +21,8 @@ use crate::{
     error::is_not_found,
 };
 
-/// The server of the kubeconfig in a peer Secret.
+/// The server of the kubeconfig in a peer Secret, when it is an http(s) URL (anything else is
+/// not an address, and is not repeated).
 fn server_in(secret: &Secret) -> Option<String> {
     let key = xcc_kube::trust::kubeconfig_key(secret);
     let data = secret.data.as_ref()?.get(key)?;
@@ -39,6 +40,11 @@ fn server_in(secret: &Secret) -> Option<String> {
         .get("cluster")?
         .get("server")?
         .as_str()
+        .filter(|server| {
+            server.parse::<http::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("https" | "http")) && uri.host().is_some()
+            })
+        })
         .map(str::to_string)
 }
 
@@ -220,8 +226,8 @@ async fn reach_peer(
         .map_err(reach_error(target))?;
     let server = secret.as_ref().and_then(server_in).ok_or_else(|| {
         Error::Failed(format!(
-            "peer Cluster {name} on {}: its Secret {}/{secret_name} holds no kubeconfig, so \
-             its server is unknown; nothing was changed",
+            "peer Cluster {name} on {}: its Secret {}/{secret_name} holds no kubeconfig with \
+             an https:// server, so its server is unknown; nothing was changed",
             args.context, args.registry.registry_namespace
         ))
     })?;
@@ -346,5 +352,17 @@ mod tests {
         assert_eq!(server_in(&secret).as_deref(), Some("https://b:2"));
         assert!(same_server("https://B:2/", "https://b:2"));
         assert_eq!(server_in(&Secret::default()), None);
+        // Not an address: not a server (it is not repeated in the messages).
+        let secret = Secret {
+            data: Some(
+                [(
+                    "kubeconfig".to_string(),
+                    ByteString(kubeconfig.replace("https://b:2", "s3cr3t").into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(server_in(&secret), None);
     }
 }

@@ -271,6 +271,28 @@ impl Pair {
                 workload.context
             ))
         })?;
+        // The workload agent builds a client of it: so is one built here, so that what only
+        // building finds (bad base64, PEM or key) is said now and nothing is copied.
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(secret_name.clone());
+        secret.metadata.namespace = Some(namespace.to_string());
+        secret.data = Some(
+            [(
+                objects::KUBECONFIG_KEY.to_string(),
+                k8s_openapi::ByteString(kubeconfig_text.clone()),
+            )]
+            .into(),
+        );
+        xcc_kube::trust::peer_client(&secret, objects::KUBECONFIG_KEY, PeerTrust::default())
+            .await
+            .map_err(|e| {
+                Error::Failed(format!(
+                    "{} (on context {:?}); nothing was written on context {:?}",
+                    describe(&e),
+                    self.service.context,
+                    workload.context
+                ))
+            })?;
         println!(
             "{upstream_what} is Ready: Secret {namespace}/{secret_name} holds a kubeconfig for \
              ServiceAccount xcc-upstream-{name}"

@@ -7,6 +7,7 @@
 //! what is wrong and in which Secret; then every Event, every object's status and both
 //! processes' logs are searched for the canary, in both log formats (two rounds: the agent in
 //! JSON and the controller in text, then the other way round, with new objects each round).
+//! API projection's and plumber's Secrets: [`agent`]; the CLI: [`cli`].
 
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ use crate::{
     secrets::{NS, create_namespace, kind, secret, secrets, wait_for},
     xcc_dns::{management, manifest},
 };
+
+mod agent;
+mod cli;
 
 const CANARY: &str = "s3cr3t-CANARY-4b8a";
 
@@ -316,6 +320,19 @@ async fn said_on(cluster: &Cluster) -> String {
             None,
         ),
         ("clusterregistry.k8s.cisco.com", "v1alpha1", "Cluster", None),
+        (
+            "projection.apiresources.multicluster.x-tanzu.vmware.com",
+            "v1alpha1",
+            "DownstreamClusterLink",
+            None,
+        ),
+        (
+            "plumber.jnytnai0613.github.io",
+            "v1",
+            "ClusterDetector",
+            None,
+        ),
+        ("plumber.jnytnai0613.github.io", "v1", "Replicator", None),
     ];
     for (group, version, kind, plural) in kinds {
         let gvk = GroupVersionKind::gvk(group, version, kind);
