@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Publishes the load-balancer addresses of one gateway Service, on every Cluster API cluster
 /// matching `clusterSelector`, as DNS names `*.gateway.<cluster>.<namespace>.clusters.<zone>`
-/// resolvable from every cluster of the namespace.
+/// resolvable from every cluster of the namespace (and of the namespaces in `resolveFrom`).
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "connectivity.tanzu.vmware.com",
@@ -47,6 +47,41 @@ pub struct GatewayDNSSpec {
     /// Served only by clusters whose xcc-agent announced `global`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalName>,
+    /// (xcc) The other management-cluster namespaces whose clusters may resolve this
+    /// GatewayDNS's names. Unset: only the clusters of its own namespace (which always may).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_from: Option<ResolveFrom>,
+}
+
+/// Who, beyond the GatewayDNS's own namespace, may resolve its names.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveFrom {
+    /// Management-cluster namespaces whose Cluster API Clusters are sent this GatewayDNS's
+    /// records, as are the clusters of its own namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))
+    )]
+    pub namespaces: Vec<String>,
+}
+
+impl GatewayDNSSpec {
+    /// The namespaces, other than `own`, whose clusters are sent this GatewayDNS's records
+    /// (sorted, without duplicates).
+    pub fn resolving_namespaces(&self, own: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .resolve_from
+            .iter()
+            .flat_map(|r| r.namespaces.iter())
+            .filter(|n| n.as_str() != own)
+            .cloned()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// How the global name chooses among the selected clusters' gateways.

@@ -70,6 +70,9 @@ pub struct Context {
 /// A write lane: (namespace, workload cluster, GatewayDNS reference).
 pub type Lane = (String, String, String);
 
+/// When a GatewayDNS whose wanted slice name is held by a slice it does not own looks again.
+pub const TAKEN_RECHECK: Duration = Duration::from_secs(2);
+
 /// How long a reconcile waits for its writes before it reports the rest as pending (they go on;
 /// the GatewayDNS is looked at again when they are done).
 pub const WRITE_PATIENCE: Duration = Duration::from_secs(2);
@@ -204,8 +207,12 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         },
         |name| views.get(name).cloned().unwrap_or_default(),
     );
+    let guests = guest_targets(ctx, gateway).await?;
     let (outcomes, pending, mut plan) =
-        write_everywhere(ctx, gateway, &clusters, &peers, plan).await;
+        write_everywhere(ctx, gateway, (&clusters, &guests), &peers, plan).await;
+    if released_some(&previous, &plan) {
+        wake_waiting(ctx, gateway, &all);
+    }
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
     let insecure: Vec<String> = selected
@@ -229,7 +236,54 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
     if let Some(recheck) = recheck {
         next = next.min(recheck + Duration::from_millis(50));
     }
+    // A wanted name still held by a slice of another GatewayDNS (one that just gave it up, seen
+    // by a slice store a moment behind; or a person's) is looked at again soon.
+    if outcomes.iter().any(|o| o.taken) {
+        next = next.min(TAKEN_RECHECK);
+    }
     Ok(Action::requeue(next))
+}
+
+/// The clusters of the other namespaces whose clusters `spec.resolveFrom` lets resolve the
+/// names of `gateway`, as (namespace, cluster).
+async fn guest_targets(
+    ctx: &Context,
+    gateway: &GatewayDNS,
+) -> Result<Vec<(String, String)>, Error> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let mut out = Vec::new();
+    for other in gateway.spec.resolving_namespaces(&namespace) {
+        for cluster in list_clusters(ctx, &other).await? {
+            out.push((other.clone(), cluster.name));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a cluster `gateway` published (or tried to) by its last reconcile is no longer
+/// selected: a later GatewayDNS that selects it may publish its name now.
+fn released_some(previous: &[ClusterGatewayStatus], plan: &Plan) -> bool {
+    previous.iter().any(|before| {
+        before.state != GatewayState::Conflict
+            && !plan.clusters.iter().any(|c| c.cluster == before.cluster)
+    })
+}
+
+/// Wakes every GatewayDNS of `all` but `gateway` whose status reports a `Conflict`: the name it
+/// waits for may be free now (the older one that kept it is deleted, or no longer selects it).
+fn wake_waiting(ctx: &Context, gateway: &GatewayDNS, all: &[GatewayDNS]) {
+    let trigger = ctx.workloads.trigger();
+    for other in all {
+        let waits = other.status.as_ref().is_some_and(|s| {
+            s.clusters.iter().any(|c| c.state == GatewayState::Conflict)
+                || s.conditions
+                    .iter()
+                    .any(|c| c.type_ == status::CONFLICT_CONDITION && c.status == "True")
+        });
+        if waits && gateway_ref(other) != gateway_ref(gateway) {
+            let _ = trigger.send(ObjectRef::from_obj(other));
+        }
+    }
 }
 
 /// Every selected cluster's entry as the last reconcile here left it, or as the status lists it
@@ -308,12 +362,15 @@ async fn observe_selected(
 
 /// Writes `plan` to every cluster at once, each in its own lane within the shared bound: one
 /// slow or unreachable cluster delays none of the others, and this reconcile waits for it only
-/// so long; its write goes on, and the status names it as pending meanwhile. Gives the outcomes,
-/// the clusters still pending, and the plan back.
+/// so long; its write goes on, and the status names it as pending meanwhile. The targets are
+/// the clusters of the namespace and those of the other namespaces `spec.resolveFrom` allows
+/// (`guests`, as (namespace, cluster)); a cluster of another namespace that is no longer
+/// allowed has this GatewayDNS's slices withdrawn. Gives the outcomes, the clusters still
+/// pending, and the plan back.
 async fn write_everywhere(
     ctx: &Arc<Context>,
     gateway: &GatewayDNS,
-    clusters: &[ClusterInfo],
+    (clusters, guests): (&[ClusterInfo], &[(String, String)]),
     peers: &Peers,
     plan: Plan,
 ) -> (Vec<Arc<ClusterOutcome>>, Vec<String>, Plan) {
@@ -341,6 +398,17 @@ async fn write_everywhere(
         );
         tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
     }
+    for (other, cluster) in guests {
+        let lane = (other.clone(), cluster.clone(), reference.clone());
+        if let Some(last) = up_to_date(ctx, &lane, &plan) {
+            done.push(last);
+            continue;
+        }
+        let client = ctx.workloads.client(other, cluster).await;
+        let job = write_job(ctx, other, cluster, client, &reference, &plan);
+        tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
+    }
+    tickets.extend(withdraw_disallowed(ctx, &namespace, &reference, guests).await);
     // Lanes of clusters that left the namespace go (a write in flight there finishes).
     let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     ctx.writes.retain(|(ns, cluster, r)| {
@@ -351,6 +419,48 @@ async fn write_everywhere(
     outcomes.extend(done);
     let plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
     (outcomes, pending, plan)
+}
+
+/// Withdraws the slices of GatewayDNS `reference` (of `namespace`) from every cluster of another
+/// namespace it wrote to (it has a lane there) that `allowed` no longer lists: an empty plan
+/// through that lane. The lane goes once that withdrawal went through, or once the cluster is
+/// gone. Gives the tickets of the withdrawals.
+async fn withdraw_disallowed(
+    ctx: &Arc<Context>,
+    namespace: &str,
+    reference: &str,
+    allowed: &[(String, String)],
+) -> Vec<(String, crate::queue::Ticket<ClusterOutcome>)> {
+    let empty = Arc::new(Plan::default());
+    let mut tickets = Vec::new();
+    for lane in ctx.writes.keys() {
+        let (other, cluster, r) = &lane;
+        if r != reference
+            || other == namespace
+            || allowed.iter().any(|(n, c)| n == other && c == cluster)
+        {
+            continue;
+        }
+        let (last, busy) = ctx.writes.last(&lane);
+        let withdrawn =
+            !busy && last.is_some_and(|o| o.plan_hash == empty.hash && o.problem.is_none());
+        let gone = ctx
+            .workloads
+            .index
+            .clusters(other)
+            .is_some_and(|all| !all.iter().any(|c| &c.name == cluster));
+        if withdrawn || gone {
+            ctx.writes.retain(|k| k != &lane);
+            continue;
+        }
+        let client = ctx.workloads.client(other, cluster).await;
+        let job = write_job(ctx, other, cluster, client, reference, &empty);
+        tickets.push((
+            format!("{other}/{cluster}"),
+            ctx.writes.submit(lane.clone(), job),
+        ));
+    }
+    tickets
 }
 
 /// What the health tracking and the stale-record policy say of each selected cluster, and when
@@ -506,14 +616,28 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
         }) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
+    // Every cluster it may have written to: those of its namespace, those of the namespaces
+    // `spec.resolveFrom` allows, and those it still has a lane to.
+    let mut targets: BTreeSet<(String, String)> = clusters
+        .iter()
+        .map(|c| (namespace.clone(), c.name.clone()))
+        .collect();
+    targets.extend(guest_targets(ctx, gateway).await.unwrap_or_default());
+    targets.extend(
+        ctx.writes
+            .keys()
+            .into_iter()
+            .filter(|(_, _, r)| r == &reference)
+            .map(|(ns, cluster, _)| (ns, cluster)),
+    );
     // Through each cluster's lane, after any write of this GatewayDNS still going on there.
     let empty = Arc::new(Plan::default());
     let mut tickets = Vec::new();
-    for cluster in &clusters {
-        let client = ctx.workloads.client(&namespace, &cluster.name).await;
-        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
-        let job = write_job(ctx, &namespace, &cluster.name, client, &reference, &empty);
-        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
+    for (ns, cluster) in targets {
+        let client = ctx.workloads.client(&ns, &cluster).await;
+        let job = write_job(ctx, &ns, &cluster, client, &reference, &empty);
+        let lane = (ns, cluster.clone(), reference.clone());
+        tickets.push((cluster, ctx.writes.submit(lane, job)));
     }
     for (cluster, ticket) in tickets {
         let Some(outcome) = ticket.done().await else {
@@ -526,9 +650,14 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
             tracing::warn!(gateway = %reference, %cluster, %slice, address_type = %kind, "GatewayDNS deleted; its EndpointSlice the original XCC cannot read is left on a cluster with no xcc-agent announced (deleting it would crash an original dns-server)");
         }
     }
-    ctx.writes
-        .retain(|(ns, _, r)| ns != &namespace || r != &reference);
+    ctx.writes.retain(|(_, _, r)| r != &reference);
     ctx.details.forget(gateway);
+    // A later GatewayDNS waiting for a name this one kept takes it over now.
+    let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.list(&ListParams::default().match_any()).await {
+        Ok(all) => wake_waiting(ctx, gateway, &all.items),
+        Err(e) => tracing::debug!(error = %e, "could not list the GatewayDNS waiting for a name"),
+    }
     Ok(Action::await_change())
 }
 

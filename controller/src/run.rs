@@ -237,7 +237,13 @@ async fn controller(
         store
             .state()
             .iter()
-            .filter(|g| g.namespace() == namespace)
+            .filter(|g| {
+                // Its own namespace, or one whose clusters `spec.resolveFrom` lets resolve it.
+                let own = g.namespace().unwrap_or_default();
+                namespace
+                    .as_ref()
+                    .is_some_and(|ns| *ns == own || g.spec.resolving_namespaces(&own).contains(ns))
+            })
             .map(|g| ObjectRef::from_obj(g.as_ref()))
             .collect::<Vec<_>>()
     };
