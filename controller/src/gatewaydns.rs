@@ -194,6 +194,10 @@ pub struct GatewayDNSStatus {
     /// Selected clusters not listed in `clusters`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clusters_not_listed: u32,
+    /// (xcc) The other namespaces whose clusters are sent this GatewayDNS's records: those of
+    /// `spec.resolveFrom`, and one dropped from it until its records are withdrawn there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved_from: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

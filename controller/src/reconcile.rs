@@ -208,8 +208,10 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         |name| views.get(name).cloned().unwrap_or_default(),
     );
     let guests = guest_targets(ctx, gateway).await?;
+    let dropped = dropped_targets(ctx, gateway).await;
     let (outcomes, pending, mut plan) =
-        write_everywhere(ctx, gateway, (&clusters, &guests), &peers, plan).await;
+        write_everywhere(ctx, gateway, (&clusters, &guests, &dropped), &peers, plan).await;
+    let resolved_from = resolved_from(gateway, &dropped, &outcomes, &pending);
     if released_some(&previous, &plan) {
         wake_waiting(ctx, gateway, &all);
     }
@@ -224,6 +226,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         pending,
         insecure,
         mixed,
+        resolved_from,
     };
     update_status(&api, gateway, &previous, &plan, &report, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
@@ -258,6 +261,49 @@ async fn guest_targets(
         }
     }
     Ok(out)
+}
+
+/// The clusters of the namespaces the status of `gateway` says have its records
+/// (`status.resolvedFrom`) that `spec.resolveFrom` no longer lists, as (namespace, cluster):
+/// their records are to be withdrawn, also after a restart of the controller.
+async fn dropped_targets(ctx: &Context, gateway: &GatewayDNS) -> Vec<(String, String)> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let allowed = gateway.spec.resolving_namespaces(&namespace);
+    let mut out = Vec::new();
+    let before = gateway.status.iter().flat_map(|s| s.resolved_from.iter());
+    for other in before.filter(|n| **n != namespace && !allowed.contains(n)) {
+        match list_clusters(ctx, other).await {
+            Ok(clusters) => out.extend(clusters.into_iter().map(|c| (other.clone(), c.name))),
+            Err(e) => {
+                tracing::debug!(namespace = %other, error = %e, "cannot list the Clusters to withdraw from")
+            }
+        }
+    }
+    out
+}
+
+/// `status.resolvedFrom`: the namespaces `spec.resolveFrom` lists, and those of `dropped`
+/// where a withdrawal is still pending or failed.
+fn resolved_from(
+    gateway: &GatewayDNS,
+    dropped: &[(String, String)],
+    outcomes: &[Arc<ClusterOutcome>],
+    pending: &[String],
+) -> Vec<String> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let mut out = gateway.spec.resolving_namespaces(&namespace);
+    for (other, cluster) in dropped {
+        let label = format!("{other}/{cluster}");
+        let failed = outcomes
+            .iter()
+            .any(|o| o.cluster == label && o.problem.is_some());
+        if failed || pending.contains(&label) {
+            out.push(other.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Whether a cluster `gateway` published (or tried to) by its last reconcile is no longer
@@ -302,6 +348,9 @@ fn previous_entries(gateway: &GatewayDNS, ctx: &Context) -> (Arc<Vec<ClusterGate
     });
     (previous, restarted)
 }
+
+/// A workload cluster of another namespace: (namespace, cluster).
+type Target = (String, String);
 
 /// The client of each workload cluster, by name.
 type Peers = HashMap<String, Result<Client, ClientError>>;
@@ -370,7 +419,7 @@ async fn observe_selected(
 async fn write_everywhere(
     ctx: &Arc<Context>,
     gateway: &GatewayDNS,
-    (clusters, guests): (&[ClusterInfo], &[(String, String)]),
+    (clusters, guests, dropped): (&[ClusterInfo], &[Target], &[Target]),
     peers: &Peers,
     plan: Plan,
 ) -> (Vec<Arc<ClusterOutcome>>, Vec<String>, Plan) {
@@ -408,7 +457,7 @@ async fn write_everywhere(
         let job = write_job(ctx, other, cluster, client, &reference, &plan);
         tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
     }
-    tickets.extend(withdraw_disallowed(ctx, &namespace, &reference, guests).await);
+    tickets.extend(withdraw_disallowed(ctx, (&namespace, &reference), guests, dropped).await);
     // Lanes of clusters that left the namespace go (a write in flight there finishes).
     let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     ctx.writes.retain(|(ns, cluster, r)| {
@@ -422,43 +471,46 @@ async fn write_everywhere(
 }
 
 /// Withdraws the slices of GatewayDNS `reference` (of `namespace`) from every cluster of another
-/// namespace it wrote to (it has a lane there) that `allowed` no longer lists: an empty plan
-/// through that lane. The lane goes once that withdrawal went through, or once the cluster is
-/// gone. Gives the tickets of the withdrawals.
+/// namespace that `allowed` does not list and that it wrote to: one it has a lane to, or one of
+/// `dropped` (a namespace its status names). An empty plan through that lane; the lane goes
+/// once that withdrawal went through, or once the cluster is gone. Gives the tickets of the
+/// withdrawals.
 async fn withdraw_disallowed(
     ctx: &Arc<Context>,
-    namespace: &str,
-    reference: &str,
+    (namespace, reference): (&str, &str),
     allowed: &[(String, String)],
+    dropped: &[(String, String)],
 ) -> Vec<(String, crate::queue::Ticket<ClusterOutcome>)> {
     let empty = Arc::new(Plan::default());
+    let mut targets: BTreeSet<(String, String)> = dropped.iter().cloned().collect();
+    targets.extend(
+        ctx.writes
+            .keys()
+            .into_iter()
+            .filter(|(_, _, r)| r == reference)
+            .map(|(ns, cluster, _)| (ns, cluster)),
+    );
     let mut tickets = Vec::new();
-    for lane in ctx.writes.keys() {
-        let (other, cluster, r) = &lane;
-        if r != reference
-            || other == namespace
-            || allowed.iter().any(|(n, c)| n == other && c == cluster)
-        {
+    for (other, cluster) in targets {
+        if other == namespace || allowed.iter().any(|(n, c)| *n == other && *c == cluster) {
             continue;
         }
+        let lane = (other.clone(), cluster.clone(), reference.to_string());
         let (last, busy) = ctx.writes.last(&lane);
         let withdrawn =
             !busy && last.is_some_and(|o| o.plan_hash == empty.hash && o.problem.is_none());
         let gone = ctx
             .workloads
             .index
-            .clusters(other)
-            .is_some_and(|all| !all.iter().any(|c| &c.name == cluster));
+            .clusters(&other)
+            .is_some_and(|all| !all.iter().any(|c| c.name == cluster));
         if withdrawn || gone {
             ctx.writes.retain(|k| k != &lane);
             continue;
         }
-        let client = ctx.workloads.client(other, cluster).await;
-        let job = write_job(ctx, other, cluster, client, reference, &empty);
-        tickets.push((
-            format!("{other}/{cluster}"),
-            ctx.writes.submit(lane.clone(), job),
-        ));
+        let client = ctx.workloads.client(&other, &cluster).await;
+        let job = write_job(ctx, &other, &cluster, client, reference, &empty);
+        tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
     }
     tickets
 }
@@ -623,6 +675,7 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
         .map(|c| (namespace.clone(), c.name.clone()))
         .collect();
     targets.extend(guest_targets(ctx, gateway).await.unwrap_or_default());
+    targets.extend(dropped_targets(ctx, gateway).await);
     targets.extend(
         ctx.writes
             .keys()

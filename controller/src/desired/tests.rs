@@ -796,7 +796,14 @@ fn the_same_name_goes_to_the_oldest_then_by_name_and_to_the_next_once_it_is_dele
     // The older one is being deleted: the later one takes the name over.
     let mut going = first.clone();
     going.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(1_800_000_000).unwrap()));
-    let kept = plan(&first, std::slice::from_ref(&first), &clusters, "xcc.test", seen).slices;
+    let kept = plan(
+        &first,
+        std::slice::from_ref(&first),
+        &clusters,
+        "xcc.test",
+        seen,
+    )
+    .slices;
     let all = vec![wide.clone(), going];
     let p = plan(&wide, &all, &clusters, "xcc.test", seen);
     assert!(
@@ -811,7 +818,13 @@ fn the_same_name_goes_to_the_oldest_then_by_name_and_to_the_next_once_it_is_dele
     assert!(writes.foreign.is_empty(), "{writes:?}");
     assert_eq!(writes.apply.len(), 2);
     // A live GatewayDNS's slice is never taken over.
-    let live = plan(&wide, std::slice::from_ref(&wide), &clusters, "xcc.test", seen);
+    let live = plan(
+        &wide,
+        std::slice::from_ref(&wide),
+        &clusters,
+        "xcc.test",
+        seen,
+    );
     let writes = cluster_writes(&live, &kept, "dev-team/second", None);
     assert_eq!(writes.foreign, ["dev-team-cluster-a-gateway"]);
     // Nobody selects it: nobody publishes it.

@@ -202,6 +202,8 @@ pub(super) struct WriteReport {
     /// Clusters whose client does not verify its peer, and why.
     pub(super) insecure: Vec<String>,
     pub(super) mixed: MixedFleet,
+    /// The other namespaces whose clusters have (or may still have) its records.
+    pub(super) resolved_from: Vec<String>,
 }
 
 /// Publishes what `plan` and the writes in `report` came to: the cluster-state metrics, the
@@ -266,6 +268,7 @@ fn next_status(
         clusters: listed,
         cluster_counts,
         clusters_not_listed,
+        resolved_from: report.resolved_from.clone(),
     };
     let conditions = &mut status.conditions;
     let (ready, reason, message) = ready_condition(plan, report, published);
@@ -705,6 +708,7 @@ mod tests {
             pending: Vec::new(),
             insecure: Vec::new(),
             mixed: MixedFleet::default(),
+            resolved_from: Vec::new(),
         };
         let mut plan = Plan {
             clusters: vec![

@@ -297,7 +297,7 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
         .mint_kubeconfig("xcc-system", "xcc-controller")
         .await
         .unwrap();
-    let _controller = controller(&bed, &kubeconfig.path);
+    let first_controller = controller(&bed, &kubeconfig.path);
     let (ca, cb) = (bed.cluster("cluster-a"), bed.cluster("cluster-b"));
     let agent_a = agent(ca).await;
     let agent_b = agent(cb).await;
@@ -365,6 +365,20 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
     set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
     wait_answer(agent_b.dns, KUARD, "A", &["10.1.2.4"], ONE_RECONCILE).await;
 
+    let gateway = wait_gateway(
+        mgmt,
+        "dev-team-gateway-dns",
+        ONE_RECONCILE,
+        "resolvedFrom",
+        |g| g["status"]["resolvedFrom"] == serde_json::json!(["ops"]),
+    )
+    .await;
+    assert_eq!(
+        condition(&gateway, "Ready").unwrap()["status"],
+        "True",
+        "{gateway}"
+    );
+
     // No longer allowed: its records leave cluster-b within one reconcile; cluster-a keeps them.
     allow("null").await;
     let took = wait_dig(agent_b.dns, KUARD, "A", ONE_RECONCILE, nxdomain)
@@ -377,6 +391,44 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
     assert!(
         names(slices_b.list(&ListParams::default()).await.unwrap()).is_empty(),
         "its slices are deleted from cluster-b"
+    );
+    wait_answer(
+        agent_a.dns,
+        KUARD,
+        "A",
+        &["10.1.2.4"],
+        Duration::from_secs(1),
+    )
+    .await;
+    wait_gateway(
+        mgmt,
+        "dev-team-gateway-dns",
+        ONE_RECONCILE,
+        "no resolvedFrom",
+        |g| g["status"].get("resolvedFrom").is_none(),
+    )
+    .await;
+
+    // Dropped while no controller runs: the next one withdraws them (the status named ops).
+    allow(r#"{"namespaces":["ops"]}"#).await;
+    wait_answer(agent_b.dns, KUARD, "A", &["10.1.2.4"], ONE_RECONCILE).await;
+    wait_gateway(
+        mgmt,
+        "dev-team-gateway-dns",
+        ONE_RECONCILE,
+        "resolvedFrom",
+        |g| g["status"]["resolvedFrom"] == serde_json::json!(["ops"]),
+    )
+    .await;
+    drop(first_controller);
+    allow("null").await;
+    let _controller = controller(&bed, &kubeconfig.path);
+    wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(30), nxdomain)
+        .await
+        .unwrap();
+    assert!(
+        names(slices_b.list(&ListParams::default()).await.unwrap()).is_empty(),
+        "its slices are deleted from cluster-b after a restart"
     );
     wait_answer(
         agent_a.dns,
