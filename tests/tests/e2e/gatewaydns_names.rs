@@ -422,7 +422,7 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
     .await;
     drop(first_controller);
     allow("null").await;
-    let _controller = controller(&bed, &kubeconfig.path);
+    let second_controller = controller(&bed, &kubeconfig.path);
     wait_dig(agent_b.dns, KUARD, "A", Duration::from_secs(30), nxdomain)
         .await
         .unwrap();
@@ -438,4 +438,26 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
         Duration::from_secs(1),
     )
     .await;
+
+    // `--uninstall` (controller stopped) also removes what went to another namespace's cluster.
+    allow(r#"{"namespaces":["ops"]}"#).await;
+    wait_answer(agent_b.dns, KUARD, "A", &["10.1.2.4"], ONE_RECONCILE).await;
+    drop(second_controller);
+    let out = tokio::process::Command::new(xcc_e2e::xcc::binary("xcc-controller"))
+        .arg(format!("--kubeconfig={}", kubeconfig.path.display()))
+        .env("XCC_UNINSTALL", "true")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("on cluster ops/cluster-b"), "{stdout}");
+    assert!(
+        names(slices_b.list(&ListParams::default()).await.unwrap()).is_empty(),
+        "--uninstall leaves nothing on cluster-b"
+    );
 }
