@@ -457,7 +457,15 @@ async fn write_everywhere(
         let job = write_job(ctx, other, cluster, client, &reference, &plan);
         tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
     }
-    tickets.extend(withdraw_disallowed(ctx, (&namespace, &reference), guests, dropped).await);
+    // Only a GatewayDNS that reaches (or reached) other namespaces can have lanes there: the
+    // others' reconciles do not look through every lane.
+    let reached = gateway
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.resolved_from.is_empty());
+    if reached || !guests.is_empty() || !dropped.is_empty() {
+        tickets.extend(withdraw_disallowed(ctx, (&namespace, &reference), guests, dropped).await);
+    }
     // Lanes of clusters that left the namespace go (a write in flight there finishes).
     let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     ctx.writes.retain(|(ns, cluster, r)| {
