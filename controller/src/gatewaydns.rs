@@ -65,22 +65,48 @@ pub struct ResolveFrom {
         inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))
     )]
     pub namespaces: Vec<String>,
+    /// And the management-cluster namespaces whose labels match, as a NetworkPolicy's
+    /// `namespaceSelector` (`{}`: every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
+
+/// Management-cluster namespace → its labels.
+pub type NamespaceLabels =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
 
 impl GatewayDNSSpec {
     /// The namespaces, other than `own`, whose clusters are sent this GatewayDNS's records
-    /// (sorted, without duplicates).
-    pub fn resolving_namespaces(&self, own: &str) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .resolve_from
-            .iter()
-            .flat_map(|r| r.namespaces.iter())
-            .filter(|n| n.as_str() != own)
-            .cloned()
-            .collect();
+    /// (sorted, without duplicates): those listed, and those of `namespaces` the selector
+    /// matches (none while `namespaces` is unknown).
+    pub fn resolving_namespaces(
+        &self,
+        own: &str,
+        namespaces: Option<&NamespaceLabels>,
+    ) -> Vec<String> {
+        let Some(from) = &self.resolve_from else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = from.namespaces.clone();
+        if let (Some(selector), Some(namespaces)) = (&from.namespace_selector, namespaces) {
+            out.extend(
+                namespaces
+                    .iter()
+                    .filter(|(_, labels)| crate::desired::selects(selector, labels))
+                    .map(|(name, _)| name.clone()),
+            );
+        }
+        out.retain(|n| n != own);
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Whether which namespaces resolve it depends on namespace labels.
+    pub fn selects_namespaces(&self) -> bool {
+        self.resolve_from
+            .as_ref()
+            .is_some_and(|r| r.namespace_selector.is_some())
     }
 }
 

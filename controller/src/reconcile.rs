@@ -207,11 +207,12 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         },
         |name| views.get(name).cloned().unwrap_or_default(),
     );
-    let guests = guest_targets(ctx, gateway).await?;
-    let dropped = dropped_targets(ctx, gateway).await;
+    let allowed = allowed_namespaces(ctx, gateway).await?;
+    let guests = guest_targets(ctx, &allowed).await?;
+    let dropped = dropped_targets(ctx, gateway, &allowed).await;
     let (outcomes, pending, mut plan) =
         write_everywhere(ctx, gateway, (&clusters, &guests, &dropped), &peers, plan).await;
-    let resolved_from = resolved_from(gateway, &dropped, &outcomes, &pending);
+    let resolved_from = resolved_from(allowed, &dropped, &outcomes, &pending);
     if released_some(&previous, &plan) {
         wake_waiting(ctx, gateway, &all);
     }
@@ -247,16 +248,39 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
     Ok(Action::requeue(next))
 }
 
-/// The clusters of the other namespaces whose clusters `spec.resolveFrom` lets resolve the
-/// names of `gateway`, as (namespace, cluster).
-async fn guest_targets(
-    ctx: &Context,
-    gateway: &GatewayDNS,
-) -> Result<Vec<(String, String)>, Error> {
+/// The namespaces, other than its own, whose clusters `spec.resolveFrom` lets resolve the names
+/// of `gateway`: from the Namespace watch, or before it has listed and only when a selector
+/// needs their labels, one LIST.
+async fn allowed_namespaces(ctx: &Context, gateway: &GatewayDNS) -> Result<Vec<String>, Error> {
     let namespace = gateway.namespace().unwrap_or_default();
+    let spec = &gateway.spec;
+    let known = ctx
+        .workloads
+        .index
+        .with_namespaces(|all| all.map(|all| spec.resolving_namespaces(&namespace, Some(all))));
+    if let Some(allowed) = known {
+        return Ok(allowed);
+    }
+    if !spec.selects_namespaces() {
+        return Ok(spec.resolving_namespaces(&namespace, None));
+    }
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let list = api
+        .list_metadata(&ListParams::default().match_any())
+        .await?;
+    let all: crate::gatewaydns::NamespaceLabels = list
+        .items
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect();
+    Ok(spec.resolving_namespaces(&namespace, Some(&all)))
+}
+
+/// The clusters of the `allowed` namespaces, as (namespace, cluster).
+async fn guest_targets(ctx: &Context, allowed: &[String]) -> Result<Vec<Target>, Error> {
     let mut out = Vec::new();
-    for other in gateway.spec.resolving_namespaces(&namespace) {
-        for cluster in list_clusters(ctx, &other).await? {
+    for other in allowed {
+        for cluster in list_clusters(ctx, other).await? {
             out.push((other.clone(), cluster.name));
         }
     }
@@ -266,9 +290,8 @@ async fn guest_targets(
 /// The clusters of the namespaces the status of `gateway` says have its records
 /// (`status.resolvedFrom`) that `spec.resolveFrom` no longer lists, as (namespace, cluster):
 /// their records are to be withdrawn, also after a restart of the controller.
-async fn dropped_targets(ctx: &Context, gateway: &GatewayDNS) -> Vec<(String, String)> {
+async fn dropped_targets(ctx: &Context, gateway: &GatewayDNS, allowed: &[String]) -> Vec<Target> {
     let namespace = gateway.namespace().unwrap_or_default();
-    let allowed = gateway.spec.resolving_namespaces(&namespace);
     let mut out = Vec::new();
     let before = gateway.status.iter().flat_map(|s| s.resolved_from.iter());
     for other in before.filter(|n| **n != namespace && !allowed.contains(n)) {
@@ -282,16 +305,15 @@ async fn dropped_targets(ctx: &Context, gateway: &GatewayDNS) -> Vec<(String, St
     out
 }
 
-/// `status.resolvedFrom`: the namespaces `spec.resolveFrom` lists, and those of `dropped`
-/// where a withdrawal is still pending or failed.
+/// `status.resolvedFrom`: the `allowed` namespaces, and those of `dropped` where a withdrawal is
+/// still pending or failed.
 fn resolved_from(
-    gateway: &GatewayDNS,
-    dropped: &[(String, String)],
+    allowed: Vec<String>,
+    dropped: &[Target],
     outcomes: &[Arc<ClusterOutcome>],
     pending: &[String],
 ) -> Vec<String> {
-    let namespace = gateway.namespace().unwrap_or_default();
-    let mut out = gateway.spec.resolving_namespaces(&namespace);
+    let mut out = allowed;
     for (other, cluster) in dropped {
         let label = format!("{other}/{cluster}");
         let failed = outcomes
@@ -682,8 +704,9 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
         .iter()
         .map(|c| (namespace.clone(), c.name.clone()))
         .collect();
-    targets.extend(guest_targets(ctx, gateway).await.unwrap_or_default());
-    targets.extend(dropped_targets(ctx, gateway).await);
+    let allowed = allowed_namespaces(ctx, gateway).await.unwrap_or_default();
+    targets.extend(guest_targets(ctx, &allowed).await.unwrap_or_default());
+    targets.extend(dropped_targets(ctx, gateway, &allowed).await);
     targets.extend(
         ctx.writes
             .keys()

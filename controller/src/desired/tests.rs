@@ -836,14 +836,55 @@ fn the_same_name_goes_to_the_oldest_then_by_name_and_to_the_next_once_it_is_dele
 }
 
 #[test]
-fn resolve_from_lists_other_namespaces_only() {
+fn resolve_from_lists_other_namespaces_and_those_its_selector_matches() {
     let mut g = gateway("g", 0, &[]);
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let namespaces: crate::gatewaydns::NamespaceLabels = [
+        ("dev-team".to_string(), labels(&[("xcc", "resolve")])),
+        ("ops".to_string(), labels(&[("xcc", "resolve")])),
+        ("web".to_string(), labels(&[])),
+    ]
+    .into();
     assert!(
-        g.spec.resolving_namespaces("dev-team").is_empty(),
+        g.spec
+            .resolving_namespaces("dev-team", Some(&namespaces))
+            .is_empty(),
         "unset: own namespace only"
     );
     g.spec.resolve_from = Some(crate::gatewaydns::ResolveFrom {
         namespaces: vec!["ops".into(), "dev-team".into(), "edge".into(), "ops".into()],
+        namespace_selector: None,
     });
-    assert_eq!(g.spec.resolving_namespaces("dev-team"), ["edge", "ops"]);
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", None),
+        ["edge", "ops"]
+    );
+    // A selector, as NetworkPolicy's: the namespaces whose labels match, its own left out.
+    g.spec.resolve_from = Some(crate::gatewaydns::ResolveFrom {
+        namespaces: vec!["edge".into()],
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some([("xcc".to_string(), "resolve".to_string())].into()),
+            ..Default::default()
+        }),
+    });
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", Some(&namespaces)),
+        ["edge", "ops"]
+    );
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", None),
+        ["edge"],
+        "labels unknown: the listed ones"
+    );
+    // `{}` selects every namespace.
+    g.spec.resolve_from.as_mut().unwrap().namespace_selector = Some(LabelSelector::default());
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", Some(&namespaces)),
+        ["edge", "ops", "web"]
+    );
 }

@@ -1,7 +1,8 @@
 //! Who publishes a name, and who may resolve it: two GatewayDNS selecting one cluster (the
 //! older keeps its name, the later says so and takes over once the older is gone), and
-//! `spec.resolveFrom`, which lets the clusters of another management-cluster namespace resolve
-//! a GatewayDNS's names, and stops them within one reconcile.
+//! `spec.resolveFrom` (a list of namespaces, or a namespace selector), which lets the clusters of
+//! another management-cluster namespace resolve a GatewayDNS's names, and stops them within one
+//! reconcile.
 
 use std::time::{Duration, Instant};
 
@@ -406,6 +407,53 @@ async fn a_cluster_of_another_namespace_resolves_only_while_resolve_from_allows_
         ONE_RECONCILE,
         "no resolvedFrom",
         |g| g["status"].get("resolvedFrom").is_none(),
+    )
+    .await;
+
+    // A namespace selector, as NetworkPolicy's: ops resolves while its labels match, and stops
+    // within one reconcile once they do not.
+    allow(r#"{"namespaceSelector":{"matchLabels":{"xcc.test/resolve":"dev-team"}}}"#).await;
+    wait_gateway(
+        mgmt,
+        "dev-team-gateway-dns",
+        ONE_RECONCILE,
+        "observed",
+        |g| {
+            g["status"]["observedGeneration"] == g["metadata"]["generation"]
+                && condition(g, "Ready").is_some_and(|c| c["status"] == "True")
+        },
+    )
+    .await;
+    let answer = xcc_e2e::xcc::dig(agent_b.dns, KUARD, "A").await.unwrap();
+    assert!(nxdomain(&answer), "ops is not labelled: {answer:?}");
+    mgmt.kubectl(&["label", "namespace", "ops", "xcc.test/resolve=dev-team"])
+        .await
+        .unwrap();
+    let took = wait_answer(agent_b.dns, KUARD, "A", &["10.1.2.4"], ONE_RECONCILE).await;
+    eprintln!(
+        "resolveFrom: cluster-b resolves {:.2} s after its namespace is labelled",
+        took.as_secs_f64()
+    );
+    mgmt.kubectl(&["label", "namespace", "ops", "xcc.test/resolve-"])
+        .await
+        .unwrap();
+    let took = wait_dig(agent_b.dns, KUARD, "A", ONE_RECONCILE, nxdomain)
+        .await
+        .unwrap();
+    eprintln!(
+        "resolveFrom: cluster-b stops resolving {:.2} s after its namespace's label is removed",
+        took.as_secs_f64()
+    );
+    allow("null").await;
+    wait_gateway(
+        mgmt,
+        "dev-team-gateway-dns",
+        ONE_RECONCILE,
+        "no resolvedFrom",
+        |g| {
+            g["status"].get("resolvedFrom").is_none()
+                && g["status"]["observedGeneration"] == g["metadata"]["generation"]
+        },
     )
     .await;
 
