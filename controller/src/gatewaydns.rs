@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Publishes the load-balancer addresses of one gateway Service, on every Cluster API cluster
 /// matching `clusterSelector`, as DNS names `*.gateway.<cluster>.<namespace>.clusters.<zone>`
-/// resolvable from every cluster of the namespace.
+/// resolvable from every cluster of the namespace (and of the namespaces in `resolveFrom`).
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "connectivity.tanzu.vmware.com",
@@ -47,6 +47,67 @@ pub struct GatewayDNSSpec {
     /// Served only by clusters whose xcc-agent announced `global`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalName>,
+    /// (xcc) The other management-cluster namespaces whose clusters may resolve this
+    /// GatewayDNS's names. Unset: only the clusters of its own namespace (which always may).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_from: Option<ResolveFrom>,
+}
+
+/// Who, beyond the GatewayDNS's own namespace, may resolve its names.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveFrom {
+    /// Management-cluster namespaces whose Cluster API Clusters are sent this GatewayDNS's
+    /// records, as are the clusters of its own namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))
+    )]
+    pub namespaces: Vec<String>,
+    /// And the management-cluster namespaces whose labels match, as a NetworkPolicy's
+    /// `namespaceSelector` (`{}`: every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// Management-cluster namespace → its labels.
+pub type NamespaceLabels =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
+impl GatewayDNSSpec {
+    /// The namespaces, other than `own`, whose clusters are sent this GatewayDNS's records
+    /// (sorted, without duplicates): those listed, and those of `namespaces` the selector
+    /// matches (none while `namespaces` is unknown).
+    pub fn resolving_namespaces(
+        &self,
+        own: &str,
+        namespaces: Option<&NamespaceLabels>,
+    ) -> Vec<String> {
+        let Some(from) = &self.resolve_from else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = from.namespaces.clone();
+        if let (Some(selector), Some(namespaces)) = (&from.namespace_selector, namespaces) {
+            out.extend(
+                namespaces
+                    .iter()
+                    .filter(|(_, labels)| crate::desired::selects(selector, labels))
+                    .map(|(name, _)| name.clone()),
+            );
+        }
+        out.retain(|n| n != own);
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Whether which namespaces resolve it depends on namespace labels.
+    pub fn selects_namespaces(&self) -> bool {
+        self.resolve_from
+            .as_ref()
+            .is_some_and(|r| r.namespace_selector.is_some())
+    }
 }
 
 /// How the global name chooses among the selected clusters' gateways.
@@ -159,6 +220,10 @@ pub struct GatewayDNSStatus {
     /// Selected clusters not listed in `clusters`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clusters_not_listed: u32,
+    /// (xcc) The other namespaces whose clusters are sent this GatewayDNS's records: those of
+    /// `spec.resolveFrom`, and one dropped from it until its records are withdrawn there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved_from: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -12,14 +12,14 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{Api, ResourceExt, api::DynamicObject, core::PartialObjectMeta, runtime::watcher};
 use xcc_sync::{
     outage::{Outage, WATCH_WARN_AFTER},
     sources::{self, Schedule},
 };
 
-use crate::desired::ClusterInfo;
+use crate::{desired::ClusterInfo, gatewaydns::NamespaceLabels};
 
 type Labels = BTreeMap<String, String>;
 /// namespace → cluster name → labels.
@@ -32,6 +32,7 @@ type Secrets = HashMap<(String, String), String>;
 pub struct Index {
     clusters: RwLock<Option<Clusters>>,
     secrets: RwLock<Option<Secrets>>,
+    namespaces: RwLock<Option<NamespaceLabels>>,
 }
 
 impl Index {
@@ -52,6 +53,12 @@ impl Index {
                 })
                 .unwrap_or_default(),
         )
+    }
+
+    /// `f` of the labels of every namespace (`None` until the Namespace watch has listed).
+    pub fn with_namespaces<T>(&self, f: impl FnOnce(Option<&NamespaceLabels>) -> T) -> T {
+        let namespaces = self.namespaces.read().unwrap_or_else(|e| e.into_inner());
+        f(namespaces.as_ref())
     }
 
     /// The resourceVersion of Secret `namespace/name`: `None` until the watch has listed,
@@ -183,6 +190,29 @@ pub async fn watch_clusters(
                     .insert(name.clone(), labels.clone());
             }
             *index.clusters.write().unwrap_or_else(|e| e.into_inner()) = Some(clusters);
+        },
+        wake,
+    )
+    .await;
+}
+
+/// Keeps the labels of every Namespace in `index` forever; `wake` is told of a change (the
+/// GatewayDNS that select namespaces by label look again).
+pub async fn watch_namespaces(
+    index: std::sync::Arc<Index>,
+    api: Api<PartialObjectMeta<Namespace>>,
+    wake: impl Fn(&str),
+) {
+    keep(
+        api,
+        "Namespaces",
+        |namespace| Some(namespace.labels().clone()),
+        |map| {
+            *index.namespaces.write().unwrap_or_else(|e| e.into_inner()) = Some(
+                map.iter()
+                    .map(|((_, name), labels)| (name.clone(), labels.clone()))
+                    .collect(),
+            );
         },
         wake,
     )

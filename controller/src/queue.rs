@@ -70,6 +70,12 @@ where
         }
     }
 
+    /// The keys of every lane.
+    pub fn keys(&self) -> Vec<K> {
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.keys().cloned().collect()
+    }
+
     /// Queues `job` on lane `key`: started at once if the lane is idle and the bound allows,
     /// otherwise it replaces whatever waits there (which is never run).
     pub fn submit(&self, key: K, job: Job<O>) -> Ticket<O> {

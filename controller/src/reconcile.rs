@@ -70,6 +70,9 @@ pub struct Context {
 /// A write lane: (namespace, workload cluster, GatewayDNS reference).
 pub type Lane = (String, String, String);
 
+/// When a GatewayDNS whose wanted slice name is held by a slice it does not own looks again.
+pub const TAKEN_RECHECK: Duration = Duration::from_secs(2);
+
 /// How long a reconcile waits for its writes before it reports the rest as pending (they go on;
 /// the GatewayDNS is looked at again when they are done).
 pub const WRITE_PATIENCE: Duration = Duration::from_secs(2);
@@ -204,8 +207,15 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         },
         |name| views.get(name).cloned().unwrap_or_default(),
     );
+    let allowed = allowed_namespaces(ctx, gateway).await?;
+    let guests = guest_targets(ctx, &allowed).await?;
+    let dropped = dropped_targets(ctx, gateway, &allowed).await;
     let (outcomes, pending, mut plan) =
-        write_everywhere(ctx, gateway, &clusters, &peers, plan).await;
+        write_everywhere(ctx, gateway, (&clusters, &guests, &dropped), &peers, plan).await;
+    let resolved_from = resolved_from(allowed, &dropped, &outcomes, &pending);
+    if released_some(&previous, &plan) {
+        wake_waiting(ctx, gateway, &all);
+    }
     let problems: Vec<String> = outcomes.iter().filter_map(|o| o.problem.clone()).collect();
     let mixed = MixedFleet::from_outcomes(&mut plan, &outcomes);
     let insecure: Vec<String> = selected
@@ -217,6 +227,7 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
         pending,
         insecure,
         mixed,
+        resolved_from,
     };
     update_status(&api, gateway, &previous, &plan, &report, ctx).await?;
     // A cluster that is sent less than everything is asked again soon: once an xcc-agent
@@ -229,7 +240,118 @@ async fn apply(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Error
     if let Some(recheck) = recheck {
         next = next.min(recheck + Duration::from_millis(50));
     }
+    // A wanted name still held by a slice of another GatewayDNS (one that just gave it up, seen
+    // by a slice store a moment behind; or a person's) is looked at again soon.
+    if outcomes.iter().any(|o| o.taken) {
+        next = next.min(TAKEN_RECHECK);
+    }
     Ok(Action::requeue(next))
+}
+
+/// The namespaces, other than its own, whose clusters `spec.resolveFrom` lets resolve the names
+/// of `gateway`: from the Namespace watch, or before it has listed and only when a selector
+/// needs their labels, one LIST.
+async fn allowed_namespaces(ctx: &Context, gateway: &GatewayDNS) -> Result<Vec<String>, Error> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let spec = &gateway.spec;
+    let known = ctx
+        .workloads
+        .index
+        .with_namespaces(|all| all.map(|all| spec.resolving_namespaces(&namespace, Some(all))));
+    if let Some(allowed) = known {
+        return Ok(allowed);
+    }
+    if !spec.selects_namespaces() {
+        return Ok(spec.resolving_namespaces(&namespace, None));
+    }
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let list = api
+        .list_metadata(&ListParams::default().match_any())
+        .await?;
+    let all: crate::gatewaydns::NamespaceLabels = list
+        .items
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect();
+    Ok(spec.resolving_namespaces(&namespace, Some(&all)))
+}
+
+/// The clusters of the `allowed` namespaces, as (namespace, cluster).
+async fn guest_targets(ctx: &Context, allowed: &[String]) -> Result<Vec<Target>, Error> {
+    let mut out = Vec::new();
+    for other in allowed {
+        for cluster in list_clusters(ctx, other).await? {
+            out.push((other.clone(), cluster.name));
+        }
+    }
+    Ok(out)
+}
+
+/// The clusters of the namespaces the status of `gateway` says have its records
+/// (`status.resolvedFrom`) that `spec.resolveFrom` no longer lists, as (namespace, cluster):
+/// their records are to be withdrawn, also after a restart of the controller.
+async fn dropped_targets(ctx: &Context, gateway: &GatewayDNS, allowed: &[String]) -> Vec<Target> {
+    let namespace = gateway.namespace().unwrap_or_default();
+    let mut out = Vec::new();
+    let before = gateway.status.iter().flat_map(|s| s.resolved_from.iter());
+    for other in before.filter(|n| **n != namespace && !allowed.contains(n)) {
+        match list_clusters(ctx, other).await {
+            Ok(clusters) => out.extend(clusters.into_iter().map(|c| (other.clone(), c.name))),
+            Err(e) => {
+                tracing::debug!(namespace = %other, error = %e, "cannot list the Clusters to withdraw from")
+            }
+        }
+    }
+    out
+}
+
+/// `status.resolvedFrom`: the `allowed` namespaces, and those of `dropped` where a withdrawal is
+/// still pending or failed.
+fn resolved_from(
+    allowed: Vec<String>,
+    dropped: &[Target],
+    outcomes: &[Arc<ClusterOutcome>],
+    pending: &[String],
+) -> Vec<String> {
+    let mut out = allowed;
+    for (other, cluster) in dropped {
+        let label = format!("{other}/{cluster}");
+        let failed = outcomes
+            .iter()
+            .any(|o| o.cluster == label && o.problem.is_some());
+        if failed || pending.contains(&label) {
+            out.push(other.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether a cluster `gateway` published (or tried to) by its last reconcile is no longer
+/// selected: a later GatewayDNS that selects it may publish its name now.
+fn released_some(previous: &[ClusterGatewayStatus], plan: &Plan) -> bool {
+    previous.iter().any(|before| {
+        before.state != GatewayState::Conflict
+            && !plan.clusters.iter().any(|c| c.cluster == before.cluster)
+    })
+}
+
+/// Wakes every GatewayDNS of `all` but `gateway` whose status reports a `Conflict`: the name it
+/// waits for may be free now (the older one that kept it is deleted, or no longer selects it).
+fn wake_waiting(ctx: &Context, gateway: &GatewayDNS, all: &[GatewayDNS]) {
+    let trigger = ctx.workloads.trigger();
+    for other in all {
+        let waits = other.status.as_ref().is_some_and(|s| {
+            s.clusters.iter().any(|c| c.state == GatewayState::Conflict)
+                || s.conditions
+                    .iter()
+                    .any(|c| c.type_ == status::CONFLICT_CONDITION && c.status == "True")
+        });
+        if waits && gateway_ref(other) != gateway_ref(gateway) {
+            let _ = trigger.send(ObjectRef::from_obj(other));
+        }
+    }
 }
 
 /// Every selected cluster's entry as the last reconcile here left it, or as the status lists it
@@ -248,6 +370,9 @@ fn previous_entries(gateway: &GatewayDNS, ctx: &Context) -> (Arc<Vec<ClusterGate
     });
     (previous, restarted)
 }
+
+/// A workload cluster of another namespace: (namespace, cluster).
+type Target = (String, String);
 
 /// The client of each workload cluster, by name.
 type Peers = HashMap<String, Result<Client, ClientError>>;
@@ -308,12 +433,15 @@ async fn observe_selected(
 
 /// Writes `plan` to every cluster at once, each in its own lane within the shared bound: one
 /// slow or unreachable cluster delays none of the others, and this reconcile waits for it only
-/// so long; its write goes on, and the status names it as pending meanwhile. Gives the outcomes,
-/// the clusters still pending, and the plan back.
+/// so long; its write goes on, and the status names it as pending meanwhile. The targets are
+/// the clusters of the namespace and those of the other namespaces `spec.resolveFrom` allows
+/// (`guests`, as (namespace, cluster)); a cluster of another namespace that is no longer
+/// allowed has this GatewayDNS's slices withdrawn. Gives the outcomes, the clusters still
+/// pending, and the plan back.
 async fn write_everywhere(
     ctx: &Arc<Context>,
     gateway: &GatewayDNS,
-    clusters: &[ClusterInfo],
+    (clusters, guests, dropped): (&[ClusterInfo], &[Target], &[Target]),
     peers: &Peers,
     plan: Plan,
 ) -> (Vec<Arc<ClusterOutcome>>, Vec<String>, Plan) {
@@ -341,6 +469,25 @@ async fn write_everywhere(
         );
         tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
     }
+    for (other, cluster) in guests {
+        let lane = (other.clone(), cluster.clone(), reference.clone());
+        if let Some(last) = up_to_date(ctx, &lane, &plan) {
+            done.push(last);
+            continue;
+        }
+        let client = ctx.workloads.client(other, cluster).await;
+        let job = write_job(ctx, other, cluster, client, &reference, &plan);
+        tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
+    }
+    // Only a GatewayDNS that reaches (or reached) other namespaces can have lanes there: the
+    // others' reconciles do not look through every lane.
+    let reached = gateway
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.resolved_from.is_empty());
+    if reached || !guests.is_empty() || !dropped.is_empty() {
+        tickets.extend(withdraw_disallowed(ctx, (&namespace, &reference), guests, dropped).await);
+    }
     // Lanes of clusters that left the namespace go (a write in flight there finishes).
     let known: std::collections::HashSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     ctx.writes.retain(|(ns, cluster, r)| {
@@ -351,6 +498,51 @@ async fn write_everywhere(
     outcomes.extend(done);
     let plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| shared.as_ref().clone());
     (outcomes, pending, plan)
+}
+
+/// Withdraws the slices of GatewayDNS `reference` (of `namespace`) from every cluster of another
+/// namespace that `allowed` does not list and that it wrote to: one it has a lane to, or one of
+/// `dropped` (a namespace its status names). An empty plan through that lane; the lane goes
+/// once that withdrawal went through, or once the cluster is gone. Gives the tickets of the
+/// withdrawals.
+async fn withdraw_disallowed(
+    ctx: &Arc<Context>,
+    (namespace, reference): (&str, &str),
+    allowed: &[(String, String)],
+    dropped: &[(String, String)],
+) -> Vec<(String, crate::queue::Ticket<ClusterOutcome>)> {
+    let empty = Arc::new(Plan::default());
+    let mut targets: BTreeSet<(String, String)> = dropped.iter().cloned().collect();
+    targets.extend(
+        ctx.writes
+            .keys()
+            .into_iter()
+            .filter(|(_, _, r)| r == reference)
+            .map(|(ns, cluster, _)| (ns, cluster)),
+    );
+    let mut tickets = Vec::new();
+    for (other, cluster) in targets {
+        if other == namespace || allowed.iter().any(|(n, c)| *n == other && *c == cluster) {
+            continue;
+        }
+        let lane = (other.clone(), cluster.clone(), reference.to_string());
+        let (last, busy) = ctx.writes.last(&lane);
+        let withdrawn =
+            !busy && last.is_some_and(|o| o.plan_hash == empty.hash && o.problem.is_none());
+        let gone = ctx
+            .workloads
+            .index
+            .clusters(&other)
+            .is_some_and(|all| !all.iter().any(|c| c.name == cluster));
+        if withdrawn || gone {
+            ctx.writes.retain(|k| k != &lane);
+            continue;
+        }
+        let client = ctx.workloads.client(&other, &cluster).await;
+        let job = write_job(ctx, &other, &cluster, client, reference, &empty);
+        tickets.push((format!("{other}/{cluster}"), ctx.writes.submit(lane, job)));
+    }
+    tickets
 }
 
 /// What the health tracking and the stale-record policy say of each selected cluster, and when
@@ -506,14 +698,30 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
         }) if s.code == 404 => Vec::new(),
         Err(e) => return Err(e),
     };
+    // Every cluster it may have written to: those of its namespace, those of the namespaces
+    // `spec.resolveFrom` allows, and those it still has a lane to.
+    let mut targets: BTreeSet<(String, String)> = clusters
+        .iter()
+        .map(|c| (namespace.clone(), c.name.clone()))
+        .collect();
+    let allowed = allowed_namespaces(ctx, gateway).await.unwrap_or_default();
+    targets.extend(guest_targets(ctx, &allowed).await.unwrap_or_default());
+    targets.extend(dropped_targets(ctx, gateway, &allowed).await);
+    targets.extend(
+        ctx.writes
+            .keys()
+            .into_iter()
+            .filter(|(_, _, r)| r == &reference)
+            .map(|(ns, cluster, _)| (ns, cluster)),
+    );
     // Through each cluster's lane, after any write of this GatewayDNS still going on there.
     let empty = Arc::new(Plan::default());
     let mut tickets = Vec::new();
-    for cluster in &clusters {
-        let client = ctx.workloads.client(&namespace, &cluster.name).await;
-        let lane = (namespace.clone(), cluster.name.clone(), reference.clone());
-        let job = write_job(ctx, &namespace, &cluster.name, client, &reference, &empty);
-        tickets.push((cluster.name.clone(), ctx.writes.submit(lane, job)));
+    for (ns, cluster) in targets {
+        let client = ctx.workloads.client(&ns, &cluster).await;
+        let job = write_job(ctx, &ns, &cluster, client, &reference, &empty);
+        let lane = (ns, cluster.clone(), reference.clone());
+        tickets.push((cluster, ctx.writes.submit(lane, job)));
     }
     for (cluster, ticket) in tickets {
         let Some(outcome) = ticket.done().await else {
@@ -526,9 +734,14 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
             tracing::warn!(gateway = %reference, %cluster, %slice, address_type = %kind, "GatewayDNS deleted; its EndpointSlice the original XCC cannot read is left on a cluster with no xcc-agent announced (deleting it would crash an original dns-server)");
         }
     }
-    ctx.writes
-        .retain(|(ns, _, r)| ns != &namespace || r != &reference);
+    ctx.writes.retain(|(_, _, r)| r != &reference);
     ctx.details.forget(gateway);
+    // A later GatewayDNS waiting for a name this one kept takes it over now.
+    let api: Api<GatewayDNS> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.list(&ListParams::default().match_any()).await {
+        Ok(all) => wake_waiting(ctx, gateway, &all.items),
+        Err(e) => tracing::debug!(error = %e, "could not list the GatewayDNS waiting for a name"),
+    }
     Ok(Action::await_change())
 }
 

@@ -233,21 +233,50 @@ async fn controller(
         .applied_objects()
         .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
     let controller = Controller::for_stream(stream, store.clone());
-    let by_namespace = move |namespace: Option<String>| {
-        store
-            .state()
-            .iter()
-            .filter(|g| g.namespace() == namespace)
-            .map(|g| ObjectRef::from_obj(g.as_ref()))
-            .collect::<Vec<_>>()
+    let index = ctx.workloads.index.clone();
+    let selecting = store.clone();
+    let by_namespace = move |namespace: &str| {
+        index.with_namespaces(|all| {
+            store
+                .state()
+                .iter()
+                .filter(|g| {
+                    // Its own namespace, or one whose clusters `spec.resolveFrom` lets resolve it.
+                    let own = g.namespace().unwrap_or_default();
+                    own == namespace
+                        || g.spec
+                            .resolving_namespaces(&own, all)
+                            .iter()
+                            .any(|n| n == namespace)
+                })
+                .map(|g| ObjectRef::from_obj(g.as_ref()))
+                .collect::<Vec<_>>()
+        })
     };
     // Clusters and kubeconfig Secrets, metadata only, kept for the reconciles; a change wakes
     // the GatewayDNS of its namespace only when it matters (not a Cluster's status update).
+    let wake_selecting_tx = wake_tx.clone();
     let wake = move |namespace: &str| {
-        for gateway in by_namespace(Some(namespace.to_string())) {
+        for gateway in by_namespace(namespace) {
             let _ = wake_tx.send(gateway);
         }
     };
+    // A Namespace added, removed or relabelled: the GatewayDNS that select namespaces by label
+    // look again.
+    let wake_selecting = move |_: &str| {
+        for gateway in selecting
+            .state()
+            .iter()
+            .filter(|g| g.spec.selects_namespaces())
+        {
+            let _ = wake_selecting_tx.send(ObjectRef::from_obj(gateway.as_ref()));
+        }
+    };
+    let _namespaces = AbortOnDrop(tokio::spawn(crate::index::watch_namespaces(
+        ctx.workloads.index.clone(),
+        Api::<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(client.clone()),
+        wake_selecting,
+    )));
     let _index = watch_index(&ctx, &client, &clusters, wake);
     controller
         .reconcile_on(tokio_stream_from(trigger_rx))

@@ -4,7 +4,8 @@
 //!    that is gone;
 //! 2. on every Cluster API cluster of every namespace, the EndpointSlices in `xcc-dns` that
 //!    xcc-controller wrote (label `endpointslice.kubernetes.io/managed-by` = xcc-controller, both
-//!    XCC annotations, a `gateway-dns-ref` of that namespace) are deleted. The original
+//!    XCC annotations; the GatewayDNS of any namespace, as `spec.resolveFrom` reaches other
+//!    namespaces' clusters) are deleted. The original
 //!    controller's slices (no such label) and anything made by a person are never touched.
 //!
 //! A slice the original dns-server cannot read (IPv6) is deleted only where an xcc-agent is
@@ -187,7 +188,7 @@ async fn clean_clusters(client: Client, args: &Args, report: &mut Report) -> any
     Ok(())
 }
 
-/// Deletes xcc-controller's slices of namespace `namespace`'s GatewayDNS on one cluster.
+/// Deletes xcc-controller's slices on cluster `namespace/cluster`.
 async fn clean_cluster(
     workloads: &Workloads,
     namespace: &str,
@@ -226,15 +227,13 @@ async fn clean_cluster(
             ));
         }
     };
-    let prefix = format!("{namespace}/");
+    // Of any namespace's GatewayDNS: `spec.resolveFrom` sends slices to other namespaces' clusters.
     let ours: Vec<&EndpointSlice> = existing
         .iter()
         .filter(|s| {
             let annotations = s.annotations();
             annotations.contains_key(HOSTNAME_ANNOTATION)
-                && annotations
-                    .get(REF_ANNOTATION)
-                    .is_some_and(|r| r.starts_with(&prefix))
+                && annotations.contains_key(REF_ANNOTATION)
         })
         .collect();
     if ours.is_empty() {

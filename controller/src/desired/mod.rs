@@ -14,8 +14,9 @@
 //! only IPv4 and FQDN slices, and an IPv6 slice already there is neither changed nor deleted.
 //!
 //! A cluster whose Service cannot be read keeps its slices as they are (never withdraw a gateway
-//! because its cluster is unreachable). Two GatewayDNS selecting one cluster: the oldest (then
-//! the first by name) publishes it; the others report `Conflict` for it.
+//! because its cluster is unreachable). Two GatewayDNS selecting one cluster would write the same
+//! name for it: the oldest (then the first by namespace/name) publishes it; the others report
+//! `Conflict` for it ([`plan::publisher_of`]).
 //!
 //! In files by concept: the plan of one GatewayDNS ([`plan`]), its global name ([`global`]),
 //! what the writes compare of a slice ([`print`]), and what one cluster is sent ([`writes`]).

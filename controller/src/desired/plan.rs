@@ -41,6 +41,9 @@ pub struct Plan {
     /// The global name, and the TTL of its answers (empty in a plan without it).
     pub global_hostname: String,
     pub global_ttl: String,
+    /// The owners (hashes of their `namespace/name`) of slices this GatewayDNS may take over:
+    /// GatewayDNS of its namespace being deleted, whose names it may publish now.
+    pub released: Vec<u64>,
     /// What each wanted slice (per-cluster and global, by name) says, computed once and
     /// compared with every cluster's slices.
     pub prints: HashMap<String, Print>,
@@ -106,20 +109,29 @@ impl Plan {
     }
 }
 
-/// Whether `gateway` is the one that publishes `cluster` among all GatewayDNS of the namespace.
-fn owns_cluster(gateway: &GatewayDNS, all: &[GatewayDNS], cluster: &ClusterInfo) -> Option<String> {
-    let key = |g: &GatewayDNS| {
-        (
-            g.metadata.creation_timestamp.clone().map(|t| t.0),
-            g.name_any(),
-        )
-    };
-    let first = all
-        .iter()
+/// The GatewayDNS that publishes `cluster`'s name among `all` (every GatewayDNS of its
+/// namespace): the name `*.gateway.<cluster>.<namespace>.clusters.<zone>` and its slices
+/// `<namespace>-<cluster>-gateway*` depend on the namespace and the cluster only, so every
+/// GatewayDNS that selects a cluster would write the same name for it. The oldest (by
+/// creationTimestamp, then namespace/name) that selects it and is not being deleted keeps it.
+pub fn publisher_of<'a>(all: &'a [GatewayDNS], cluster: &ClusterInfo) -> Option<&'a GatewayDNS> {
+    all.iter()
         .filter(|g| g.metadata.deletion_timestamp.is_none())
         .filter(|g| selects(&g.spec.cluster_selector, &cluster.labels))
-        .min_by_key(|g| key(g))?;
-    (first.name_any() != gateway.name_any()).then(|| first.name_any())
+        .min_by_key(|g| {
+            (
+                g.metadata.creation_timestamp.clone().map(|t| t.0),
+                g.namespace(),
+                g.name_any(),
+            )
+        })
+}
+
+/// The other GatewayDNS that publishes `cluster` instead of `gateway`, as `namespace/name`
+/// (`None`: `gateway` publishes it).
+fn owns_cluster(gateway: &GatewayDNS, all: &[GatewayDNS], cluster: &ClusterInfo) -> Option<String> {
+    let first = publisher_of(all, cluster)?;
+    (gateway_ref(first) != gateway_ref(gateway)).then(|| gateway_ref(first))
 }
 
 /// What the health tracking says of one selected cluster, for its status entry.
@@ -198,6 +210,12 @@ pub fn plan_with_health(
         ..
     } = planner;
     plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    out.released = all
+        .iter()
+        .filter(|g| g.metadata.deletion_timestamp.is_some() && gateway_ref(g) != reference)
+        .map(|g| super::print::hash_of(&gateway_ref(g)))
+        .collect();
+    out.released.sort_unstable();
     out.seal();
     out
 }
@@ -235,8 +253,8 @@ impl Planner<'_> {
         if let Some(owner) = owns_cluster(self.gateway, all, cluster) {
             status.state = GatewayState::Conflict;
             status.message = format!(
-                "GatewayDNS {namespace}/{owner} (older) already publishes cluster {}; this one does not",
-                cluster.name
+                "GatewayDNS {owner} (older) already publishes {} for cluster {}; this one does not",
+                status.hostname, cluster.name
             );
             return status;
         }
@@ -384,6 +402,7 @@ impl Plan {
         }
         self.keep.hash(&mut hasher);
         self.sources.hash(&mut hasher);
+        self.released.hash(&mut hasher);
         for (cluster, slices) in &self.global {
             cluster.hash(&mut hasher);
             for slice in slices {

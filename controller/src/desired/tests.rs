@@ -36,6 +36,7 @@ fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
             resolution_type: ResolutionType::LoadBalancer,
             stale_records: None,
             global: None,
+            resolve_from: None,
         },
     );
     g.metadata.namespace = Some("dev-team".into());
@@ -736,4 +737,154 @@ fn an_unreachable_cluster_keeps_its_last_addresses_under_the_global_name() {
     assert_eq!(a.endpoints[0].addresses, ["10.0.0.1"]);
     // Its slices are never deleted while it is unreachable.
     assert!(plan.keep.contains("dev-team-cluster-a-gateway-ipv6"));
+}
+
+#[test]
+fn the_same_name_goes_to_the_oldest_then_by_name_and_to_the_next_once_it_is_deleted() {
+    let a = cluster("cluster-a", &[("site", "a"), ("hasContour", "true")]);
+    let b = cluster("cluster-b", &[("site", "b"), ("hasContour", "true")]);
+    let first = gateway("first", 0, &[("site", "a")]);
+    let second = gateway("second", 10, &[("site", "b")]);
+    // Distinct names: each publishes its own cluster.
+    let all = vec![second.clone(), first.clone()];
+    assert_eq!(
+        publisher_of(&all, &a).map(gateway_ref).as_deref(),
+        Some("dev-team/first")
+    );
+    assert_eq!(
+        publisher_of(&all, &b).map(gateway_ref).as_deref(),
+        Some("dev-team/second")
+    );
+    let seen = |_: &str| observe(Some(&lb(&["10.0.0.1"], &[])));
+    let clusters = [a.clone(), b.clone()];
+    for g in [&first, &second] {
+        let p = plan(g, &all, &clusters, "xcc.test", seen);
+        assert!(
+            p.clusters
+                .iter()
+                .all(|c| c.state == GatewayState::Published),
+            "{p:?}"
+        );
+        assert_eq!(p.slices.len(), 1);
+    }
+    // The later one selects cluster-a too: the same name; the older keeps it.
+    let mut wide = gateway("second", 10, &[("hasContour", "true")]);
+    let all = vec![wide.clone(), first.clone()];
+    assert_eq!(
+        publisher_of(&all, &a).map(gateway_ref).as_deref(),
+        Some("dev-team/first")
+    );
+    let p = plan(&wide, &all, &clusters, "xcc.test", seen);
+    assert_eq!(p.clusters[0].state, GatewayState::Conflict);
+    assert!(
+        p.clusters[0].message.contains("dev-team/first")
+            && p.clusters[0]
+                .message
+                .contains("*.gateway.cluster-a.dev-team.clusters.xcc.test"),
+        "{}",
+        p.clusters[0].message
+    );
+    assert_eq!(p.clusters[1].state, GatewayState::Published);
+    assert_eq!(p.sources.values().collect::<Vec<_>>(), ["cluster-b"]);
+    // Same creation time: the first by namespace/name.
+    let twin = gateway("a-twin", 10, &[("hasContour", "true")]);
+    let all = vec![wide.clone(), twin.clone()];
+    assert_eq!(
+        publisher_of(&all, &a).map(gateway_ref).as_deref(),
+        Some("dev-team/a-twin")
+    );
+    // The older one is being deleted: the later one takes the name over.
+    let mut going = first.clone();
+    going.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(1_800_000_000).unwrap()));
+    let kept = plan(
+        &first,
+        std::slice::from_ref(&first),
+        &clusters,
+        "xcc.test",
+        seen,
+    )
+    .slices;
+    let all = vec![wide.clone(), going];
+    let p = plan(&wide, &all, &clusters, "xcc.test", seen);
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.state == GatewayState::Published),
+        "{p:?}"
+    );
+    assert_eq!(p.slices.len(), 2);
+    // Its slice, still in a store a moment behind, is taken over, not reported as someone else's.
+    let writes = cluster_writes(&p, &kept, "dev-team/second", None);
+    assert!(writes.foreign.is_empty(), "{writes:?}");
+    assert_eq!(writes.apply.len(), 2);
+    // A live GatewayDNS's slice is never taken over.
+    let live = plan(
+        &wide,
+        std::slice::from_ref(&wide),
+        &clusters,
+        "xcc.test",
+        seen,
+    );
+    let writes = cluster_writes(&live, &kept, "dev-team/second", None);
+    assert_eq!(writes.foreign, ["dev-team-cluster-a-gateway"]);
+    // Nobody selects it: nobody publishes it.
+    wide.spec.cluster_selector = LabelSelector {
+        match_labels: Some([("site".to_string(), "z".to_string())].into()),
+        ..Default::default()
+    };
+    assert!(publisher_of(&[wide], &a).is_none());
+}
+
+#[test]
+fn resolve_from_lists_other_namespaces_and_those_its_selector_matches() {
+    let mut g = gateway("g", 0, &[]);
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let namespaces: crate::gatewaydns::NamespaceLabels = [
+        ("dev-team".to_string(), labels(&[("xcc", "resolve")])),
+        ("ops".to_string(), labels(&[("xcc", "resolve")])),
+        ("web".to_string(), labels(&[])),
+    ]
+    .into();
+    assert!(
+        g.spec
+            .resolving_namespaces("dev-team", Some(&namespaces))
+            .is_empty(),
+        "unset: own namespace only"
+    );
+    g.spec.resolve_from = Some(crate::gatewaydns::ResolveFrom {
+        namespaces: vec!["ops".into(), "dev-team".into(), "edge".into(), "ops".into()],
+        namespace_selector: None,
+    });
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", None),
+        ["edge", "ops"]
+    );
+    // A selector, as NetworkPolicy's: the namespaces whose labels match, its own left out.
+    g.spec.resolve_from = Some(crate::gatewaydns::ResolveFrom {
+        namespaces: vec!["edge".into()],
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some([("xcc".to_string(), "resolve".to_string())].into()),
+            ..Default::default()
+        }),
+    });
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", Some(&namespaces)),
+        ["edge", "ops"]
+    );
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", None),
+        ["edge"],
+        "labels unknown: the listed ones"
+    );
+    // `{}` selects every namespace.
+    g.spec.resolve_from.as_mut().unwrap().namespace_selector = Some(LabelSelector::default());
+    assert_eq!(
+        g.spec.resolving_namespaces("dev-team", Some(&namespaces)),
+        ["edge", "ops", "web"]
+    );
 }

@@ -152,7 +152,12 @@ pub fn cluster_writes_in(
             .cloned()
             .unwrap_or_else(|| Print::of(want));
         match existing.get(name) {
-            Some(have) if !have.owned_by(owner) => out.foreign.push(name.to_string()),
+            // A slice of a GatewayDNS being deleted is taken over (its deletions went first).
+            Some(have)
+                if !have.owned_by(owner) && !plan.released.iter().any(|r| have.owned_by(*r)) =>
+            {
+                out.foreign.push(name.to_string())
+            }
             Some(have) if have.says(&print, global.then_some(global_keys)) => {}
             _ => out.apply.push(if global {
                 with_global_hostname(want, &plan.global_hostname, &plan.global_ttl)

@@ -202,6 +202,8 @@ pub(super) struct WriteReport {
     /// Clusters whose client does not verify its peer, and why.
     pub(super) insecure: Vec<String>,
     pub(super) mixed: MixedFleet,
+    /// The other namespaces whose clusters have (or may still have) its records.
+    pub(super) resolved_from: Vec<String>,
 }
 
 /// Publishes what `plan` and the writes in `report` came to: the cluster-state metrics, the
@@ -266,6 +268,7 @@ fn next_status(
         clusters: listed,
         cluster_counts,
         clusters_not_listed,
+        resolved_from: report.resolved_from.clone(),
     };
     let conditions = &mut status.conditions;
     let (ready, reason, message) = ready_condition(plan, report, published);
@@ -280,7 +283,35 @@ fn next_status(
         generation,
     );
     set_fleet_conditions(conditions, report, generation);
+    match conflict_message(plan) {
+        Some(message) => set_condition(
+            conditions,
+            CONFLICT_CONDITION,
+            ConditionStatus::True,
+            NAME_CONFLICT,
+            message,
+            generation,
+        ),
+        None => remove_condition(conditions, CONFLICT_CONDITION),
+    }
     status
+}
+
+/// Condition: an older GatewayDNS publishes the name of some cluster this one selects.
+pub const CONFLICT_CONDITION: &str = "Conflict";
+/// Its reason (and that of the Event when it appears or changes).
+pub const NAME_CONFLICT: &str = "NameConflict";
+
+/// The message of [`CONFLICT_CONDITION`]: every cluster whose name an older GatewayDNS keeps,
+/// and which one (`None`: none).
+fn conflict_message(plan: &Plan) -> Option<String> {
+    let lines: Vec<String> = plan
+        .clusters
+        .iter()
+        .filter(|c| c.state == GatewayState::Conflict)
+        .map(|c| c.message.clone())
+        .collect();
+    (!lines.is_empty()).then(|| some_of(&lines))
 }
 
 /// Condition `Ready`: (status, reason, message).
@@ -521,6 +552,7 @@ fn condition_events(old: &GatewayDNSStatus, new: &GatewayDNSStatus) -> Vec<Annou
         ),
         (WITHHELD_CONDITION, EventType::Normal, WITHHELD_CONDITION),
         (KEPT_CONDITION, EventType::Warning, KEPT_CONDITION),
+        (CONFLICT_CONDITION, EventType::Warning, NAME_CONFLICT),
     ] {
         // RecordsWritten's message is empty while every write went through.
         let records = type_ == "RecordsWritten";
@@ -656,5 +688,68 @@ mod tests {
             ..Default::default()
         };
         assert!(serde_json::to_vec(&status).unwrap().len() < 4096);
+    }
+
+    #[test]
+    fn a_name_kept_by_an_older_gateway_is_a_conflict_condition_that_goes_when_it_is_free() {
+        let mut gateway = GatewayDNS::new(
+            "later",
+            serde_json::from_value(serde_json::json!({"service": "projectcontour/envoy"})).unwrap(),
+        );
+        gateway.metadata.generation = Some(7);
+        let entry = |cluster: &str, state, message: &str| ClusterGatewayStatus {
+            cluster: cluster.into(),
+            state,
+            message: message.into(),
+            ..Default::default()
+        };
+        let report = WriteReport {
+            problems: Vec::new(),
+            pending: Vec::new(),
+            insecure: Vec::new(),
+            mixed: MixedFleet::default(),
+            resolved_from: Vec::new(),
+        };
+        let mut plan = Plan {
+            clusters: vec![
+                entry(
+                    "cluster-a",
+                    GatewayState::Conflict,
+                    "GatewayDNS dev-team/first (older) already publishes *.gateway.cluster-a.dev-team.clusters.xcc.test for cluster cluster-a; this one does not",
+                ),
+                entry("cluster-b", GatewayState::Published, ""),
+            ],
+            ..Default::default()
+        };
+        let status = next_status(&gateway, &GatewayDNSStatus::default(), &plan, &report);
+        let conflict = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONFLICT_CONDITION)
+            .expect("a Conflict condition");
+        assert_eq!(
+            (conflict.status.as_str(), conflict.reason.as_str()),
+            ("True", NAME_CONFLICT)
+        );
+        assert_eq!(conflict.observed_generation, Some(7));
+        assert!(
+            conflict.message.contains("dev-team/first"),
+            "{}",
+            conflict.message
+        );
+        let events = condition_events(&GatewayDNSStatus::default(), &status);
+        assert!(
+            events.iter().any(|(_, reason, note)| reason == NAME_CONFLICT && note.contains("dev-team/first")),
+            "{events:?}"
+        );
+        // The name is free: the condition goes.
+        plan.clusters[0] = entry("cluster-a", GatewayState::Published, "");
+        let after = next_status(&gateway, &status, &plan, &report);
+        assert!(
+            after
+                .conditions
+                .iter()
+                .all(|c| c.type_ != CONFLICT_CONDITION)
+        );
     }
 }

@@ -35,6 +35,8 @@ pub struct ClusterOutcome {
     pub problem: Option<String>,
     /// The global name was not sent (no xcc-agent announced `global`).
     pub withheld_global: bool,
+    /// A wanted slice name is held by a slice this GatewayDNS does not own.
+    pub taken: bool,
     /// What was written: the plan's hash, the generation of the cluster's slice store the
     /// writes were decided on, and the announcement read.
     pub plan_hash: u64,
@@ -76,6 +78,16 @@ pub(super) fn write_job(
     Box::pin(
         async move { write_cluster(&ctx, &namespace, &cluster, client, &reference, &plan).await },
     )
+}
+
+/// How a target cluster is named in the outcomes of GatewayDNS `reference`: by its name in
+/// the GatewayDNS's namespace, as `namespace/name` in another one (`spec.resolveFrom`), which
+/// never equals a selected cluster's name.
+fn target_label(namespace: &str, cluster: &str, reference: &str) -> String {
+    match reference.split_once('/') {
+        Some((own, _)) if own != namespace => format!("{namespace}/{cluster}"),
+        _ => cluster.to_string(),
+    }
 }
 
 /// Waits up to [`WRITE_PATIENCE`] for the writes of `tickets` (cluster, ticket): the outcomes
@@ -125,7 +137,7 @@ async fn write_cluster(
     plan: &Plan,
 ) -> ClusterOutcome {
     let mut outcome = ClusterOutcome {
-        cluster: cluster.to_string(),
+        cluster: target_label(namespace, cluster, reference),
         plan_hash: plan.hash,
         ..Default::default()
     };
@@ -162,7 +174,8 @@ async fn write_cluster_into(
     let (generation, writes) = ctx
         .workloads
         .with_slices(namespace, cluster, &client, |existing| {
-            desired::cluster_writes_in(plan, existing, reference, agent.as_ref(), cluster)
+            let target = target_label(namespace, cluster, reference);
+            desired::cluster_writes_in(plan, existing, reference, agent.as_ref(), &target)
         })
         .await
         .map_err(|e| format!("cluster {cluster}: {e}"))?;
@@ -177,6 +190,7 @@ async fn write_cluster_into(
     }
     outcome.withheld = writes.withheld;
     outcome.kept_unreadable = writes.kept_unreadable;
+    outcome.taken = !writes.foreign.is_empty();
     let mut problems: Vec<String> = writes
         .foreign
         .iter()

@@ -41,9 +41,11 @@ fn named<T: kube::Resource<DynamicType = ()> + Default>(name: &str, namespace: O
 }
 
 /// What no xcc ServiceAccount may do on a cluster: cluster-scoped objects it does not own. The
-/// peer reader (`lists`) may list namespaces and nodes, as the original cluster-registry-controller
-/// reads them from a peer, and so may the agent (Multi-Cluster Services); they write neither.
-async fn cluster_scope_is_closed(who: &str, client: &Client, lists: bool) {
+/// peer reader (`lists`: namespaces, nodes) may list namespaces and nodes, as the original
+/// cluster-registry-controller reads them from a peer, and so may the agent (Multi-Cluster
+/// Services); the controller may list namespaces (`spec.resolveFrom.namespaceSelector`); they
+/// write neither.
+async fn cluster_scope_is_closed(who: &str, client: &Client, lists: (bool, bool)) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     assert_forbidden(
         who,
@@ -61,11 +63,14 @@ async fn cluster_scope_is_closed(who: &str, client: &Client, lists: bool) {
     let listed_nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await;
-    if lists {
+    if lists.0 {
         listed_namespaces.unwrap_or_else(|e| panic!("{who} lists namespaces: {e}"));
-        listed_nodes.unwrap_or_else(|e| panic!("{who} lists nodes: {e}"));
     } else {
         assert_forbidden(who, "list namespaces", listed_namespaces);
+    }
+    if lists.1 {
+        listed_nodes.unwrap_or_else(|e| panic!("{who} lists nodes: {e}"));
+    } else {
         assert_forbidden(who, "list nodes", listed_nodes);
     }
     assert_forbidden(
@@ -153,10 +158,11 @@ async fn each_service_account_is_refused_what_its_binary_must_not_do() {
     for (who, client, lists) in [
         // Multi-Cluster Services: the agent lists namespaces (an import waits for its namespace)
         // and nodes (the gateway data plane's addresses); it writes neither.
-        ("xcc-agent", &agent, true),
-        ("the peer reader", &reader, true),
-        ("xcc-controller", &controller, false),
-        ("xcc-coredns-patcher", &patcher, false),
+        ("xcc-agent", &agent, (true, true)),
+        ("the peer reader", &reader, (true, true)),
+        // The labels spec.resolveFrom.namespaceSelector matches.
+        ("xcc-controller", &controller, (true, false)),
+        ("xcc-coredns-patcher", &patcher, (false, false)),
     ] {
         cluster_scope_is_closed(who, client, lists).await;
     }

@@ -19,6 +19,7 @@ mod cli;
 mod cli_link;
 mod cluster_group;
 mod failover;
+mod gatewaydns_names;
 mod group_churn;
 mod https;
 mod install;
