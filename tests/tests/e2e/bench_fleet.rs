@@ -18,10 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hickory_proto::{
-    op::{Message, Query},
-    rr::{Name, RecordType},
-};
+use hickory_proto::rr::Name;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api,
@@ -41,48 +38,16 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn ask(
-    socket: &tokio::net::UdpSocket,
-    server: SocketAddr,
-    name: &str,
-    id: u16,
-) -> Vec<IpAddr> {
-    let mut msg = Message::query();
-    msg.metadata.id = id;
-    msg.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    if socket
-        .send_to(&msg.to_vec().expect("a query encodes"), server)
-        .await
-        .is_err()
-    {
-        return Vec::new();
-    }
-    let mut buf = [0u8; 1500];
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
-    // A late answer to an earlier query is skipped, not taken for this one's.
-    loop {
-        match tokio::time::timeout_at(deadline, socket.recv_from(&mut buf)).await {
-            Ok(Ok((n, _))) => {
-                if let Ok(m) = Message::from_vec(&buf[..n])
-                    && m.metadata.id == id
-                {
-                    return m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
-                }
-            }
-            _ => return Vec::new(),
-        }
-    }
-}
-
 /// Waits until every agent in `agents` answers `name` with exactly `ip`.
 async fn all_answer(agents: &[SocketAddr], name: &str, ip: IpAddr, limit: Duration) {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let started = Instant::now();
+    let name = Name::from_ascii(name).unwrap();
     let mut id = 0u16;
     for agent in agents {
         loop {
             id = id.wrapping_add(1);
-            if ask(&socket, *agent, name, id).await == [ip] {
+            if crate::bench_propagation::ask(&socket, *agent, &name, id).await == [ip] {
                 break;
             }
             assert!(

@@ -22,16 +22,13 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use futures::StreamExt as _;
-use hickory_proto::{
-    op::{Message, Query},
-    rr::{Name, RecordType},
-};
+use hickory_proto::rr::Name;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, ResourceExt,
@@ -116,39 +113,6 @@ async fn services(cluster: &Cluster, names: &[String], exported: bool) {
     }
 }
 
-async fn ask(
-    socket: &tokio::net::UdpSocket,
-    server: SocketAddr,
-    name: &Name,
-    id: u16,
-) -> Vec<IpAddr> {
-    let mut msg = Message::query();
-    msg.metadata.id = id;
-    msg.add_query(Query::query(name.clone(), RecordType::A));
-    if socket
-        .send_to(&msg.to_vec().expect("a query encodes"), server)
-        .await
-        .is_err()
-    {
-        return Vec::new();
-    }
-    let mut buf = [0u8; 1500];
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
-    // A late answer to an earlier query is skipped, not taken for this one's.
-    loop {
-        match tokio::time::timeout_at(deadline, socket.recv_from(&mut buf)).await {
-            Ok(Ok((n, _))) => {
-                if let Ok(m) = Message::from_vec(&buf[..n])
-                    && m.metadata.id == id
-                {
-                    return m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
-                }
-            }
-            _ => return Vec::new(),
-        }
-    }
-}
-
 /// Export → every member has the ServiceImport and its agent answers its clusterset name.
 async fn exports_to_answers(bed: &Testbed, members: &[Member]) -> Vec<Duration> {
     let first = &bed.clusters[0];
@@ -170,7 +134,9 @@ async fn exports_to_answers(bed: &Testbed, members: &[Member]) -> Vec<Duration> 
                     continue;
                 }
                 id = id.wrapping_add(1);
-                if let [ip] = ask(&socket, member.agent.dns, &name, id).await[..] {
+                if let [ip] =
+                    crate::bench_propagation::ask(&socket, member.agent.dns, &name, id).await[..]
+                {
                     answered[m] = Some(ip);
                 }
             }

@@ -48,13 +48,19 @@ pub(crate) async fn ask(
         return Vec::new();
     }
     let mut buf = [0u8; 1500];
-    match tokio::time::timeout(Duration::from_millis(200), socket.recv_from(&mut buf)).await {
-        Ok(Ok((n, _))) => Message::from_vec(&buf[..n])
-            .ok()
-            .filter(|m| m.metadata.id == id)
-            .map(|m| m.answers.iter().filter_map(|r| r.data.ip_addr()).collect())
-            .unwrap_or_default(),
-        _ => Vec::new(),
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    // A late answer to an earlier query is skipped, not taken for this one's.
+    loop {
+        match tokio::time::timeout_at(deadline, socket.recv_from(&mut buf)).await {
+            Ok(Ok((n, _))) => {
+                if let Ok(m) = Message::from_vec(&buf[..n])
+                    && m.metadata.id == id
+                {
+                    return m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
+                }
+            }
+            _ => return Vec::new(),
+        }
     }
 }
 
