@@ -217,13 +217,17 @@ pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
         .flatten()
 }
 
-/// What `dig` answers: the status (`NOERROR`, `NXDOMAIN`, ...) and the answer data, sorted.
+/// What `dig` answers: the status (`NOERROR`, `NXDOMAIN`, ...), the answer section's data and
+/// the authority section's record types.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DigAnswer {
     /// The response code, as dig prints it.
     pub status: String,
-    /// The answer section's data, sorted.
+    /// The answer section's data (everything after the type: `10.0.0.1`, or an SRV record's
+    /// `0 100 42 target.`), sorted.
     pub data: Vec<String>,
+    /// The authority section's record types (`SOA` in a negative answer), in order.
+    pub authority: Vec<String>,
 }
 
 /// Asks `server` for `name`/`qtype` with the real `dig`.
@@ -238,6 +242,7 @@ pub async fn dig(server: SocketAddr, name: &str, qtype: &str) -> anyhow::Result<
             "+noall",
             "+comments",
             "+answer",
+            "+authority",
         ])
         .args([name, qtype])
         .output()
@@ -249,13 +254,29 @@ pub async fn dig(server: SocketAddr, name: &str, qtype: &str) -> anyhow::Result<
         .find_map(|l| l.split("status: ").nth(1))
         .map(|s| s.split(',').next().unwrap_or("").to_string())
         .unwrap_or_else(|| "NO-RESPONSE".into());
-    let mut data: Vec<String> = text
-        .lines()
-        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .collect();
+    let (mut data, mut authority) = (Vec::new(), Vec::new());
+    let mut section = "";
+    for line in text.lines() {
+        if let Some(header) = line.strip_prefix(";; ") {
+            section = header.split(' ').next().unwrap_or("");
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if line.starts_with(';') || fields.len() < 5 {
+            continue;
+        }
+        match section {
+            "ANSWER" => data.push(fields[4..].join(" ")),
+            "AUTHORITY" => authority.push(fields[3].to_string()),
+            _ => {}
+        }
+    }
     data.sort();
-    Ok(DigAnswer { status, data })
+    Ok(DigAnswer {
+        status,
+        data,
+        authority,
+    })
 }
 
 /// Polls `dig` until `check` accepts the answer; returns how long it took.
