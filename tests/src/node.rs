@@ -731,23 +731,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     /// Imports image archives into the node's containerd (namespace `k8s.io`, where the kubelet
-    /// looks), in parallel.
+    /// looks), in parallel. Parallel imports of images that share a layer can race in containerd
+    /// (`blob sha256:... expected at ...: not found`): an image whose import failed is imported
+    /// again, alone, once the others are done.
     pub fn import(&self, images: &[Image]) -> anyhow::Result<()> {
         let socket = self.containerd_socket().display().to_string();
+        let import = |image: &Image| {
+            Command::new("ctr")
+                .args(["--address", &socket, "-n", "k8s.io", "images", "import"])
+                .arg(&image.archive)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        };
         let children: Vec<_> = images
             .iter()
-            .map(|image| {
-                Command::new("ctr")
-                    .args(["--address", &socket, "-n", "k8s.io", "images", "import"])
-                    .arg(&image.archive)
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map(|c| (image, c))
-            })
+            .map(|image| import(image).map(|c| (image, c)))
             .collect::<Result<_, _>>()?;
+        let mut failed = Vec::new();
         for (image, child) in children {
             let out = child.wait_with_output()?;
+            if !out.status.success() {
+                failed.push(image);
+            }
+        }
+        for image in failed {
+            let out = import(image)?.wait_with_output()?;
             if !out.status.success() {
                 bail!(
                     "ctr images import {} on {}: {}",
