@@ -852,6 +852,12 @@ xcc-controller  coordination.k8s.io  leases  xcc-system  create
 xcc-controller  coordination.k8s.io  leases[xcc-controller]  xcc-system  get list watch patch
 ";
 
+/// What a joined member's agent adds to [`NEEDS`], as [`NEEDS`] says it.
+const NEEDS_JOINED: &str = "
+# Group sync: a peer reads the kubeconfig Secrets of the registry (a RoleBinding by the agent).
+xcc-cluster-reader  core  secrets  cluster-registry  get list watch
+";
+
 /// The namespaces asked about: every namespace at once (`*`), each namespace a manifest grants
 /// something in, and one of a user.
 const ASKED: [&str; 9] = [
@@ -877,8 +883,8 @@ struct Need {
     verbs: Vec<String>,
 }
 
-fn needs() -> Vec<Need> {
-    NEEDS
+fn parse_needs(table: &str) -> Vec<Need> {
+    table
         .lines()
         .map(|line| line.split('#').next().unwrap_or_default().trim())
         .filter(|line| !line.is_empty())
@@ -1075,7 +1081,6 @@ fn asks(served: &[(String, String, bool, Vec<String>)], needs: &[Need]) -> Vec<A
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_account_may_do_what_its_code_needs_and_nothing_more() {
-    use futures::StreamExt;
     let Some(binaries) = require_testbed() else {
         return;
     };
@@ -1105,7 +1110,7 @@ async fn every_service_account_may_do_what_its_code_needs_and_nothing_more() {
             .unwrap();
     }
     let admin = member.client.clone();
-    let needs = needs();
+    let needs = parse_needs(NEEDS);
     // The aggregated ClusterRoles filled in (the agent's and the reader's): then the answers
     // below are the install's.
     let aggregated = |account| Ask {
@@ -1127,32 +1132,75 @@ async fn every_service_account_may_do_what_its_code_needs_and_nothing_more() {
     )
     .await;
 
+    check(&admin, &needs, "as installed").await;
+
+    // Joined (`cluster join` leaves the member's Cluster and its reader's kubeconfig Secret in
+    // cluster-registry) and its agent running with every feature: the agent grants the reader the
+    // Secrets group sync reads, and nothing else changes.
+    let id = member.kube_system_uid().await.unwrap();
+    let reader = member
+        .mint_kubeconfig("xcc-dns", "xcc-cluster-reader")
+        .await
+        .unwrap();
+    let reader = member.kubeconfig_text(&reader.path).unwrap();
+    member
+        .apply_yaml(&crate::resource_sync::cluster_yaml(&member.name, &id))
+        .await
+        .unwrap();
+    member
+        .apply_yaml(&crate::resource_sync::peer_secret_yaml(
+            &member.name,
+            &reader,
+        ))
+        .await
+        .unwrap();
+    let _agent = crate::resource_sync::start_agent_with(member, "xcc-agent.log", &[]).await;
+    let joined = parse_needs(NEEDS_JOINED);
+    let group_sync = |verb: &str| Ask {
+        account: "xcc-cluster-reader",
+        group: String::new(),
+        resource: "secrets".into(),
+        namespace: "cluster-registry",
+        verb: verb.into(),
+        name: None,
+    };
+    crate::resource_sync::wait_for(
+        "the agent grants the reader the Secrets of cluster-registry",
+        std::time::Duration::from_secs(30),
+        || async { allowed(&admin, &group_sync("watch")).await.then_some(()) },
+    )
+    .await;
+    let needs: Vec<Need> = needs.into_iter().chain(joined).collect();
+    check(&admin, &needs, "joined, the agent running").await;
+}
+
+/// Asks every question of [`asks`] and fails, printing the rows that differ, unless every answer
+/// is what `needs` says.
+async fn check(admin: &Client, needs: &[Need], state: &str) {
+    use futures::StreamExt;
     let started = std::time::Instant::now();
-    let asks = asks(&served(&admin).await, &needs);
+    let asks = asks(&served(admin).await, needs);
     let answers: Vec<(Ask, bool)> = futures::stream::iter(asks)
-        .map(|ask| {
-            let admin = &admin;
-            async move {
-                let got = allowed(admin, &ask).await;
-                (ask, got)
-            }
+        .map(|ask| async move {
+            let got = allowed(admin, &ask).await;
+            (ask, got)
         })
         .buffer_unordered(32)
         .collect()
         .await;
     eprintln!(
-        "{} questions in {:.1} s",
+        "{state}: {} questions in {:.1} s",
         answers.len(),
         started.elapsed().as_secs_f64()
     );
     let wrong: Vec<String> = answers
         .iter()
-        .filter(|(ask, got)| ask.needed(&needs) != *got)
+        .filter(|(ask, got)| ask.needed(needs) != *got)
         .map(|(ask, got)| ask.row(!got, *got))
         .collect();
     assert!(
         wrong.is_empty(),
-        "{} answers differ from NEEDS:\n{:<22}{:<8}{:<70}{:<18}{:<10}{}\n{}",
+        "{state}: {} answers differ from NEEDS:\n{:<22}{:<8}{:<70}{:<18}{:<10}{}\n{}",
         wrong.len(),
         "account",
         "verb",
