@@ -305,6 +305,9 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
     })
     .await;
     let writing_log = log_path(cluster, "agent-writing");
+    // The Lease shows the holder after the first of the two patches that take it: once the agent
+    // says it leads, both are done, and the next call is the renewal.
+    wait_logged(&writing_log, "leading: the work starts").await;
     let blackholed_at = std::fs::read_to_string(&writing_log).map_or(0, |log| log.len());
     let blackhole = Blackhole::start(cluster);
     let renewing = wait_for(
