@@ -13,25 +13,54 @@ use crate::{Error, args::KubeArgs};
 
 type Mapping = Map<String, Value>;
 
+/// The user's kubeconfig and the file it was read from, which every error about it names
+/// (never any of its content).
+#[derive(Clone, Debug, Default)]
+pub struct UserKubeconfig {
+    pub kubeconfig: Kubeconfig,
+    /// The path given, `$KUBECONFIG`'s files (joined as there), or `~/.kube/config`.
+    pub file: String,
+}
+
+impl std::ops::Deref for UserKubeconfig {
+    type Target = Kubeconfig;
+
+    fn deref(&self) -> &Kubeconfig {
+        &self.kubeconfig
+    }
+}
+
+impl UserKubeconfig {
+    /// `context` of this kubeconfig, as errors name it.
+    fn context(&self, context: &str) -> String {
+        format!("context {context:?} of kubeconfig {}", self.file)
+    }
+}
+
 /// Reads the kubeconfig: `path`, else the files of `$KUBECONFIG` (merged as kubectl merges
 /// them), else `~/.kube/config`.
 ///
 /// Read by xcc-kube's reader, whose errors name the file and line and never quote it.
-pub fn load(path: Option<&Path>) -> Result<Kubeconfig, Error> {
+pub fn load(path: Option<&Path>) -> Result<UserKubeconfig, Error> {
     if let Some(path) = path {
-        return Ok(xcc_kube::read_kubeconfig(path)?);
+        return Ok(UserKubeconfig {
+            kubeconfig: xcc_kube::read_kubeconfig(path)?,
+            file: path.display().to_string(),
+        });
     }
-    if let Some((kubeconfig, _)) = xcc_kube::environment_kubeconfig()? {
-        return Ok(kubeconfig);
+    if let Some((kubeconfig, file)) = xcc_kube::environment_kubeconfig()? {
+        return Ok(UserKubeconfig { kubeconfig, file });
     }
     let home = std::env::var_os("HOME").unwrap_or_default();
-    Ok(xcc_kube::read_kubeconfig(
-        &Path::new(&home).join(".kube").join("config"),
-    )?)
+    let path = Path::new(&home).join(".kube").join("config");
+    Ok(UserKubeconfig {
+        kubeconfig: xcc_kube::read_kubeconfig(&path)?,
+        file: path.display().to_string(),
+    })
 }
 
 /// Reads the kubeconfig named by `args`.
-pub fn load_args(args: &KubeArgs) -> Result<Kubeconfig, Error> {
+pub fn load_args(args: &KubeArgs) -> Result<UserKubeconfig, Error> {
     load(args.kubeconfig.as_deref())
 }
 
@@ -43,18 +72,19 @@ pub fn context_names(kubeconfig: &Kubeconfig) -> Vec<String> {
 }
 
 /// `Ok` when `context` is in the kubeconfig; a usage error listing the ones that are.
-pub fn require(kubeconfig: &Kubeconfig, context: &str) -> Result<(), Error> {
+pub fn require(kubeconfig: &UserKubeconfig, context: &str) -> Result<(), Error> {
     if kubeconfig.contexts.iter().any(|c| c.name == context) {
         return Ok(());
     }
     Err(Error::Usage(format!(
-        "context {context:?} is not in your kubeconfig (it has: {}); name one of those",
+        "context {context:?} is not in kubeconfig {} (it has: {}); name one of those",
+        kubeconfig.file,
         context_names(kubeconfig).join(", ")
     )))
 }
 
 /// The context `context`, else the current one.
-pub fn pick(kubeconfig: &Kubeconfig, context: Option<&str>) -> Result<String, Error> {
+pub fn pick(kubeconfig: &UserKubeconfig, context: Option<&str>) -> Result<String, Error> {
     let name = match context {
         Some(c) => c.to_string(),
         None => kubeconfig
@@ -62,7 +92,10 @@ pub fn pick(kubeconfig: &Kubeconfig, context: Option<&str>) -> Result<String, Er
             .clone()
             .filter(|c| !c.is_empty())
             .ok_or_else(|| {
-                Error::Usage("your kubeconfig has no current context: pass --context".into())
+                Error::Usage(format!(
+                    "kubeconfig {} has no current context: pass --context",
+                    kubeconfig.file
+                ))
             })?,
     };
     require(kubeconfig, &name)?;
@@ -79,6 +112,33 @@ pub fn namespace(kubeconfig: &Kubeconfig, context: &str) -> String {
         .and_then(|c| c.namespace.clone())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "default".into())
+}
+
+/// What `context` names that `kubeconfig` does not have (its cluster, its user), as kubectl
+/// says it.
+fn missing_entry(kubeconfig: &Kubeconfig, context: &str) -> Option<String> {
+    let body = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?;
+    if !kubeconfig.clusters.iter().any(|c| c.name == body.cluster) {
+        return Some(format!(
+            "the context names cluster {:?}, which is not in clusters",
+            body.cluster
+        ));
+    }
+    match &body.user {
+        Some(user)
+            if !user.is_empty() && !kubeconfig.auth_infos.iter().any(|u| u.name == *user) =>
+        {
+            Some(format!(
+                "the context names user {user:?}, which is not in users"
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// A timeout as the client takes it: `--request-timeout 0` means none, as kubectl's.
@@ -98,17 +158,21 @@ pub struct Target {
 /// A client for `context` of `kubeconfig` (checked to exist), with `timeout` on connections
 /// and reads (zero: none).
 pub async fn client(
-    kubeconfig: &Kubeconfig,
+    kubeconfig: &UserKubeconfig,
     context: &str,
     timeout: Duration,
 ) -> Result<Target, Error> {
     require(kubeconfig, context)?;
-    let origin = format!("context {context:?} of your kubeconfig");
+    let origin = format!("{} (context {context:?})", kubeconfig.file);
+    // kube would go on without a user that is not there (anonymous); kubectl refuses it.
+    if let Some(why) = missing_entry(kubeconfig, context) {
+        return Err(KubeconfigError::Config { origin, why }.into());
+    }
     let options = KubeConfigOptions {
         context: Some(context.to_string()),
         ..Default::default()
     };
-    let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
+    let mut config = Config::from_custom_kubeconfig(kubeconfig.kubeconfig.clone(), &options)
         .await
         .map_err(|source| KubeconfigError::config(origin.clone(), &source))?;
     // kube takes any URI as the server (`server: abc` is an authority); every error would then
@@ -168,11 +232,10 @@ pub struct Extracted {
 
 /// Context `context` of `kubeconfig`, alone in a kubeconfig of its own (as plumberctl's
 /// extraction, but keeping every field: the trust rules decide what may go on).
-pub fn extract(kubeconfig: &Kubeconfig, context: &str) -> Result<Extracted, Error> {
+pub fn extract(kubeconfig: &UserKubeconfig, context: &str) -> Result<Extracted, Error> {
     require(kubeconfig, context)?;
     let root = as_yaml(kubeconfig)?;
-    let invalid =
-        |why: String| Error::Usage(format!("context {context:?} of your kubeconfig {why}"));
+    let invalid = |why: String| Error::Usage(format!("{} {why}", kubeconfig.context(context)));
     let context_entry =
         entry(&root, "contexts", context).ok_or_else(|| invalid("has no body".into()))?;
     let body = context_entry
@@ -227,7 +290,7 @@ pub fn extract(kubeconfig: &Kubeconfig, context: &str) -> Result<Extracted, Erro
 /// will use to reach it. A CA file of the user is read and inlined; `insecure-skip-tls-verify`
 /// is refused (readers would refuse it).
 pub fn server_and_ca(
-    kubeconfig: &Kubeconfig,
+    kubeconfig: &UserKubeconfig,
     context: &str,
 ) -> Result<(String, Option<String>), Error> {
     let extracted = extract(kubeconfig, context)?;
@@ -241,8 +304,9 @@ pub fn server_and_ca(
         .and_then(Value::as_str)
         .ok_or_else(|| {
             Error::Usage(format!(
-                "cluster {:?} of context {context:?} has no server",
-                extracted.cluster
+                "cluster {:?} of {} has no server",
+                extracted.cluster,
+                kubeconfig.context(context)
             ))
         })?
         .to_string();
@@ -252,9 +316,10 @@ pub fn server_and_ca(
         == Some(true)
     {
         return Err(Error::Failed(format!(
-            "cluster {:?} of context {context:?} sets insecure-skip-tls-verify: peers would not \
-             verify it; give it certificate-authority-data",
-            extracted.cluster
+            "cluster {:?} of {} sets insecure-skip-tls-verify: peers would not verify it; give \
+             it certificate-authority-data",
+            extracted.cluster,
+            kubeconfig.context(context)
         )));
     }
     let ca = match (
@@ -267,7 +332,8 @@ pub fn server_and_ca(
         (None, Some(file)) => {
             let pem = std::fs::read(file).map_err(|e| {
                 Error::Failed(format!(
-                    "cannot read certificate-authority {file} of context {context:?}: {e}"
+                    "cannot read certificate-authority {file} of {}: {e}",
+                    kubeconfig.context(context)
                 ))
             })?;
             Some(xcc_kube::wire::encode_base64(pem))
@@ -310,21 +376,32 @@ contexts:
 current-context: first
 ";
 
-    pub fn kubeconfig() -> Kubeconfig {
-        Kubeconfig::from_yaml(KUBECONFIG).unwrap()
+    /// Where the fixture says it was read from.
+    pub const FILE: &str = "/home/me/.kube/config";
+
+    /// `text`, as read from [`FILE`].
+    pub fn read(text: &str) -> UserKubeconfig {
+        UserKubeconfig {
+            kubeconfig: Kubeconfig::from_yaml(text).unwrap(),
+            file: FILE.into(),
+        }
+    }
+
+    pub fn kubeconfig() -> UserKubeconfig {
+        read(KUBECONFIG)
     }
 
     /// kube takes `server: s3cr3t` as an authority; the error says it is no URL, without it.
     #[tokio::test]
     async fn a_server_that_is_no_url_is_refused_without_repeating_it() {
-        let kc =
-            Kubeconfig::from_yaml(&KUBECONFIG.replace("https://127.0.0.1:6443", "s3cr3t")).unwrap();
+        let kc = read(&KUBECONFIG.replace("https://127.0.0.1:6443", "s3cr3t"));
         let Err(e) = client(&kc, "first", Duration::from_secs(1)).await else {
             panic!("a client for server s3cr3t");
         };
         let text = e.to_string();
         assert!(text.contains("not an http:// or https:// URL"), "{text}");
         assert!(text.contains("context \"first\""), "{text}");
+        assert!(text.contains(FILE), "{text}");
         assert!(!text.contains("s3cr3t"), "{text}");
     }
 
@@ -352,6 +429,7 @@ current-context: first
         let e = extract(&kc, "nope").unwrap_err();
         assert_eq!(e.exit_code(), crate::exit::USAGE);
         assert!(e.to_string().contains("exec, filed, first, second"), "{e}");
+        assert!(e.to_string().contains(FILE), "{e}");
         assert_eq!(pick(&kc, None).unwrap(), "first");
     }
 
@@ -363,6 +441,7 @@ current-context: first
         assert_eq!(ca.as_deref(), Some("Q0I="));
         let e = server_and_ca(&kc, "filed").unwrap_err();
         assert!(e.to_string().contains("/nonexistent/ca.crt"), "{e}");
+        assert!(e.to_string().contains(FILE), "{e}");
     }
 
     #[test]

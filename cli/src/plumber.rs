@@ -167,7 +167,7 @@ async fn activate(
 async fn primary(
     file: &Path,
     timeout: std::time::Duration,
-) -> Result<(Activation, kube::config::Kubeconfig, Target), Error> {
+) -> Result<(Activation, contexts::UserKubeconfig, Target), Error> {
     let text = std::fs::read_to_string(file).map_err(|e| {
         Error::Usage(format!(
             "not activated ({}: {e}): run `kubectl xcc plumber activate -p <kubeconfig> -a <primary context>` first",
@@ -211,13 +211,15 @@ async fn add(
     primary: &Target,
     namespace: &str,
     activation: &Activation,
-    kubeconfig: &kube::config::Kubeconfig,
+    kubeconfig: &contexts::UserKubeconfig,
     context: &str,
 ) -> Result<(), Error> {
     let extracted = contexts::extract(kubeconfig, context)?;
     let user = extracted.user.clone().ok_or_else(|| {
         Error::Usage(format!(
-            "context {context:?} has no user: plumber names its ClusterDetector <cluster>.<user>"
+            "context {context:?} of kubeconfig {} has no user: plumber names its \
+             ClusterDetector <cluster>.<user>",
+            kubeconfig.file
         ))
     })?;
     let detector = format!("{}.{user}", extracted.cluster);

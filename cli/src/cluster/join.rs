@@ -13,7 +13,6 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
-    config::Kubeconfig,
 };
 use serde_json::json;
 use xcc_kube::PeerTrust;
@@ -25,7 +24,7 @@ use super::{
 use crate::{
     Error,
     args::{JoinArgs, RegistryArgs},
-    contexts::{self, Target},
+    contexts::{self, Target, UserKubeconfig},
 };
 
 /// One cluster as join found it.
@@ -42,7 +41,7 @@ struct Member {
 }
 
 async fn inspect(
-    kubeconfig: &Kubeconfig,
+    kubeconfig: &UserKubeconfig,
     context: &str,
     registry: &RegistryArgs,
     timeout: Duration,
@@ -262,7 +261,7 @@ pub(super) async fn join(args: JoinArgs) -> Result<(), Error> {
 /// Inspects each of the sorted, distinct context `names`, and refuses two contexts of one
 /// cluster or two clusters that would have the same Cluster name. Reads only.
 async fn read_members(
-    kubeconfig: &Kubeconfig,
+    kubeconfig: &UserKubeconfig,
     names: &[String],
     args: &JoinArgs,
 ) -> Result<Vec<Member>, Error> {

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, ObjectMeta, PostParams},
-    config::Kubeconfig,
 };
 
 use super::{
@@ -17,7 +16,7 @@ use super::{
 use crate::{
     Error,
     args::{LeaveArgs, RegistryArgs},
-    contexts::{self, Target},
+    contexts::{self, Target, UserKubeconfig},
     error::is_not_found,
 };
 
@@ -209,7 +208,7 @@ pub(super) async fn leave(args: LeaveArgs) -> Result<(), Error> {
 /// names, through a context of the user's kubeconfig with that server that answers (the one
 /// named like the peer first).
 async fn reach_peer(
-    kubeconfig: &Kubeconfig,
+    kubeconfig: &UserKubeconfig,
     args: &LeaveArgs,
     target: &Target,
     secrets: &Api<Secret>,
@@ -240,8 +239,9 @@ async fn reach_peer(
         .collect();
     candidates.sort_by_key(|c| *c != name);
     let mut reached = Err(Error::Usage(format!(
-        "peer Cluster {name} ({server}) has no context in your kubeconfig: add one, then run \
-         leave again; nothing was changed"
+        "peer Cluster {name} ({server}) has no context in kubeconfig {}: add one, then run \
+         leave again; nothing was changed",
+        kubeconfig.file
     )));
     for context in &candidates {
         reached = async {

@@ -742,3 +742,472 @@ async fn mcs_reader_reads_only_publications(reader: &Client) {
             .await,
     );
 }
+
+/// What each ServiceAccount's code needs, hence may do: every other (account, verb, resource,
+/// namespace) is refused. One row per need:
+/// `account  API group  resources  where  verbs  # who needs it`, where `account` `*` is every
+/// ServiceAccount, the group `core` is the core group, `resource[name]` is one object, `where`
+/// is `*` (every namespace, or the cluster for a cluster-scoped resource) or namespaces.
+/// Rows overlap where two features need the same thing: each says why on its own.
+const NEEDS: &str = "
+# Kubernetes' system:basic-user, for every authenticated user.
+*                    authorization.k8s.io  selfsubjectaccessreviews,selfsubjectrulesreviews  *  create
+*                    authentication.k8s.io  selfsubjectreviews  *  create
+
+# xcc-agent, DNS (agent.yaml): the record slices of its namespace, its announcement, its Lease.
+xcc-agent  discovery.k8s.io  endpointslices  xcc-dns  list watch
+xcc-agent  core  configmaps[xcc-agent]  xcc-dns  patch
+xcc-agent  events.k8s.io  events  xcc-dns  create patch
+xcc-agent  coordination.k8s.io  leases  xcc-dns  create
+xcc-agent  coordination.k8s.io  leases[xcc-agent]  xcc-dns  get list watch patch
+# xcc-agent, secret replication (agent.yaml): copies where users choose (docs/security.md).
+xcc-agent  replication.apiresources.multicluster.x-tanzu.vmware.com  secretexports,secretimports  *  get list watch create patch delete
+xcc-agent  replication.apiresources.multicluster.x-tanzu.vmware.com  resourceimportmonitorbindings,resourceexportmonitorbindings  *  get list watch patch
+xcc-agent  replication.apiresources.multicluster.x-tanzu.vmware.com  clusterresourceimportmonitors,clusterresourceexportmonitors  *  get list watch
+xcc-agent  replication.apiresources.multicluster.x-tanzu.vmware.com  secretexports/status,secretimports/status,resourceimportmonitorbindings/status,resourceexportmonitorbindings/status,clusterresourceimportmonitors/status,clusterresourceexportmonitors/status  *  get patch
+xcc-agent  replication.apiresources.multicluster.x-tanzu.vmware.com  secretexports/finalizers,secretimports/finalizers,resourceimportmonitorbindings/finalizers,resourceexportmonitorbindings/finalizers  *  update
+xcc-agent  core  secrets  *  get list watch create patch delete
+xcc-agent  rbac.authorization.k8s.io  roles,rolebindings  *  get list watch create patch delete
+xcc-agent  events.k8s.io  events  *  create patch
+# xcc-agent, resource sync and group sync (cluster-registry.yaml): the registry, the synced
+# Secrets and the reader's Secret grants (a ClusterRoleBinding only for a rule naming no
+# namespace); kube-system's UID is the cluster's ID.
+xcc-agent  clusterregistry.k8s.cisco.com  clusters,clusterfeatures,resourcesyncrules  *  get list watch create patch update delete
+xcc-agent  clusterregistry.k8s.cisco.com  clusters/status,clusterfeatures/status,resourcesyncrules/status  *  get patch update
+xcc-agent  core  namespaces[kube-system]  *  get
+xcc-agent  core  secrets  *  get list watch create patch update delete
+xcc-agent  rbac.authorization.k8s.io  rolebindings  *  get list create patch update delete
+xcc-agent  rbac.authorization.k8s.io  clusterrolebindings  *  create
+xcc-agent  rbac.authorization.k8s.io  clusterrolebindings[xcc-cluster-reader-secrets]  *  get patch update delete
+# xcc-agent, Multi-Cluster Services (mcs.yaml): imports' Services and slices, publications,
+# the cluster's ID property (created once), namespaces and nodes (the gateway's addresses).
+xcc-agent  multicluster.x-k8s.io  serviceexports  *  get list watch
+xcc-agent  multicluster.x-k8s.io  serviceexports/status,serviceimports/status  *  get patch
+xcc-agent  multicluster.x-k8s.io  serviceimports  *  get list watch create patch update delete
+xcc-agent  mcs.xcc.test  exportedservices  *  get list watch create patch update delete
+xcc-agent  core  services  *  get list watch create patch delete
+xcc-agent  discovery.k8s.io  endpointslices  *  get list watch create patch delete
+xcc-agent  about.k8s.io  clusterproperties  *  get list watch create
+xcc-agent  core  namespaces,nodes  *  get list watch
+xcc-agent  core  secrets  *  get
+# xcc-agent, plumber (plumber.yaml): Replicators' objects in the target namespaces, its
+# ClusterDetectors and the kubeconfig Secrets it is pointed at.
+xcc-agent  plumber.jnytnai0613.github.io  replicators  *  get list watch patch
+xcc-agent  plumber.jnytnai0613.github.io  replicators/status  *  get patch
+xcc-agent  plumber.jnytnai0613.github.io  replicators/finalizers  *  update
+xcc-agent  core  namespaces  *  get create patch delete
+xcc-agent  core  configmaps,services,secrets  *  get list watch create patch delete
+xcc-agent  apps  deployments  *  get list watch create patch delete
+xcc-agent  networking.k8s.io  ingresses  *  get list watch create patch delete
+xcc-agent  plumber.jnytnai0613.github.io  clusterdetectors  plumber-system  get list watch create patch delete
+xcc-agent  plumber.jnytnai0613.github.io  clusterdetectors/status  plumber-system  get patch
+xcc-agent  core  secrets[kubeconfig]  plumber-system  get
+xcc-agent  core  secrets[config]  kubeconfig  get
+# xcc-agent, API projection (projection.yaml): links and imports, the APIServices and their
+# ClusterRoleBindings, the link objects in services-toolkit, the proxy's tokens.
+xcc-agent  projection.apiresources.multicluster.x-tanzu.vmware.com  upstreamclusterlinks,apiexportrolebindings,downstreamclusterlinks,clusterapigroupimports,apiresourceimports  *  get list watch
+xcc-agent  projection.apiresources.multicluster.x-tanzu.vmware.com  clusterapigroupimports  *  patch
+xcc-agent  projection.apiresources.multicluster.x-tanzu.vmware.com  upstreamclusterlinks/status,apiexportrolebindings/status,downstreamclusterlinks/status,clusterapigroupimports/status,apiresourceimports/status  *  get patch
+xcc-agent  projection.apiresources.multicluster.x-tanzu.vmware.com  upstreamclusterlinks/finalizers,apiexportrolebindings/finalizers,downstreamclusterlinks/finalizers,clusterapigroupimports/finalizers  *  update
+xcc-agent  apiregistration.k8s.io  apiservices  *  get list create patch update delete
+xcc-agent  rbac.authorization.k8s.io  clusterrolebindings  *  get create patch update delete
+xcc-agent  rbac.authorization.k8s.io  clusterroles  *  get bind
+xcc-agent  core  serviceaccounts,services,secrets  services-toolkit  get create patch update
+xcc-agent  discovery.k8s.io  endpointslices  services-toolkit  get create patch update
+xcc-agent  rbac.authorization.k8s.io  roles,rolebindings  services-toolkit  get create patch update
+xcc-agent  core  serviceaccounts/token  services-toolkit  create
+xcc-agent  core  configmaps[kube-root-ca.crt]  services-toolkit  get
+xcc-agent  core  serviceaccounts/token[xcc-projection-proxy]  xcc-dns  create
+
+# The peer reader (cluster-registry.yaml, mcs.yaml): what `cluster join` hands to peers. The
+# registry, namespaces and nodes as the original reads them, the publications and the ID; its
+# Secret grants come from the agent as rules change (the test above).
+xcc-cluster-reader  core  namespaces  *  get list watch
+xcc-cluster-reader  core  nodes  *  get list
+xcc-cluster-reader  clusterregistry.k8s.cisco.com  clusters,clusterfeatures,resourcesyncrules  *  get list watch
+xcc-cluster-reader  mcs.xcc.test  exportedservices  *  get list watch
+xcc-cluster-reader  about.k8s.io  clusterproperties  *  get list watch
+
+# The aggregated API server of API projection (projection.yaml): delegated authentication and
+# authorization, the front proxy's settings, namespaces.
+xcc-projection-proxy  authentication.k8s.io  tokenreviews  *  create
+xcc-projection-proxy  authorization.k8s.io  subjectaccessreviews  *  create
+xcc-projection-proxy  core  configmaps[extension-apiserver-authentication]  kube-system  get list watch
+xcc-projection-proxy  core  namespaces  *  get list watch
+
+# The CoreDNS patcher (job.yaml): the Corefile, the CoreDNS replicas it asks, our DNS Service.
+xcc-coredns-patcher  core  configmaps[coredns]  kube-system  get update
+xcc-coredns-patcher  discovery.k8s.io  endpointslices  kube-system  list
+xcc-coredns-patcher  core  services[dns-server]  xcc-dns  get
+
+# xcc-controller (controller.yaml): GatewayDNS and their status, Cluster API Clusters and
+# their kubeconfig Secrets in any namespace, namespaces (spec.resolveFrom), its Lease.
+xcc-controller  connectivity.tanzu.vmware.com  gatewaydns  *  get list watch patch update
+xcc-controller  connectivity.tanzu.vmware.com  gatewaydns/status  *  get patch update
+xcc-controller  connectivity.tanzu.vmware.com  gatewaydns/finalizers  *  update
+xcc-controller  cluster.x-k8s.io  clusters  *  get list watch
+xcc-controller  core  secrets,namespaces  *  get list watch
+xcc-controller  events.k8s.io  events  *  create patch
+xcc-controller  coordination.k8s.io  leases  xcc-system  create
+xcc-controller  coordination.k8s.io  leases[xcc-controller]  xcc-system  get list watch patch
+";
+
+/// What a joined member's agent adds to [`NEEDS`], as [`NEEDS`] says it.
+const NEEDS_JOINED: &str = "
+# Group sync: a peer reads the kubeconfig Secrets of the registry (a RoleBinding by the agent).
+xcc-cluster-reader  core  secrets  cluster-registry  get list watch
+";
+
+/// The namespaces asked about: every namespace at once (`*`), each namespace a manifest grants
+/// something in, and one of a user.
+const ASKED: [&str; 9] = [
+    "*",
+    "xcc-dns",
+    "xcc-system",
+    "kube-system",
+    "cluster-registry",
+    "plumber-system",
+    "kubeconfig",
+    "services-toolkit",
+    "team-a",
+];
+
+/// One row of [`NEEDS`].
+struct Need {
+    account: String,
+    group: String,
+    /// `(resource, name)`: `pods/log`, `configmaps` with `Some("coredns")`.
+    resources: Vec<(String, Option<String>)>,
+    /// `None`: everywhere.
+    namespaces: Option<Vec<String>>,
+    verbs: Vec<String>,
+}
+
+fn parse_needs(table: &str) -> Vec<Need> {
+    table
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert!(fields.len() >= 5, "a row of NEEDS: {line:?}");
+            let group = if fields[1] == "core" { "" } else { fields[1] };
+            let resources = fields[2]
+                .split(',')
+                .map(|r| match r.split_once('[') {
+                    Some((r, name)) => (r.to_string(), Some(name.trim_end_matches(']').into())),
+                    None => (r.to_string(), None),
+                })
+                .collect();
+            Need {
+                account: fields[0].into(),
+                group: group.into(),
+                resources,
+                namespaces: (fields[3] != "*")
+                    .then(|| fields[3].split(',').map(str::to_string).collect()),
+                verbs: fields[4..].iter().map(|v| v.to_string()).collect(),
+            }
+        })
+        .collect()
+}
+
+/// One question: may `account` `verb` `resource` (`group`) in `namespace` (`*`: every
+/// namespace, or the cluster), the object `name` if given.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Ask {
+    account: &'static str,
+    group: String,
+    resource: String,
+    namespace: &'static str,
+    verb: String,
+    name: Option<String>,
+}
+
+impl Ask {
+    fn needed(&self, needs: &[Need]) -> bool {
+        needs.iter().any(|need| {
+            (need.account == "*" || need.account == self.account)
+                && need.group == self.group
+                && need.verbs.contains(&self.verb)
+                && need
+                    .namespaces
+                    .as_ref()
+                    .is_none_or(|namespaces| namespaces.iter().any(|ns| ns == self.namespace))
+                && need.resources.iter().any(|(resource, name)| {
+                    *resource == self.resource && (name.is_none() || *name == self.name)
+                })
+        })
+    }
+
+    fn row(&self, expected: bool, got: bool) -> String {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let resource = match (&self.group[..], &self.name) {
+            ("", None) => self.resource.clone(),
+            ("", Some(name)) => format!("{}[{name}]", self.resource),
+            (group, None) => format!("{group} {}", self.resource),
+            (group, Some(name)) => format!("{group} {}[{name}]", self.resource),
+        };
+        format!(
+            "{:<22}{:<8}{:<70}{:<18}{:<10}{}",
+            self.account,
+            self.verb,
+            resource,
+            self.namespace,
+            yes(expected),
+            yes(got)
+        )
+    }
+}
+
+/// Every resource the API server serves (its preferred version of each group, subresources
+/// included), as `(group, resource, namespaced, verbs)`, with the verbs RBAC knows beyond
+/// discovery's where they apply (`bind`, `escalate`, `impersonate`).
+async fn served(admin: &Client) -> Vec<(String, String, bool, Vec<String>)> {
+    let mut lists = vec![(
+        String::new(),
+        admin.list_core_api_resources("v1").await.unwrap(),
+    )];
+    for group in admin.list_api_groups().await.unwrap().groups {
+        let Some(preferred) = group.preferred_version else {
+            continue;
+        };
+        // An aggregated API without its server does not list its resources: nothing to ask.
+        if let Ok(list) = admin
+            .list_api_group_resources(&preferred.group_version)
+            .await
+        {
+            lists.push((group.name, list));
+        }
+    }
+    let mut served = Vec::new();
+    for (group, list) in lists {
+        for resource in list.resources {
+            let mut verbs = resource.verbs;
+            match (&group[..], &resource.name[..]) {
+                ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+                    verbs.extend(["bind".into(), "escalate".into()]);
+                }
+                ("", "serviceaccounts") => verbs.push("impersonate".into()),
+                _ => {}
+            }
+            served.push((group.clone(), resource.name, resource.namespaced, verbs));
+        }
+    }
+    served
+}
+
+/// Asks the API server about `ask`, as `kubectl auth can-i --as` does (a SubjectAccessReview).
+async fn allowed(admin: &Client, ask: &Ask) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let (namespace, sa) = ACCOUNTS
+        .iter()
+        .find(|(_, name)| *name == ask.account)
+        .copied()
+        .unwrap();
+    let (resource, subresource) = ask.resource.split_once('/').unwrap_or((&ask.resource, ""));
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({"spec": {
+        "user": format!("system:serviceaccount:{namespace}:{sa}"),
+        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"),
+                   "system:authenticated"],
+        "resourceAttributes": {"verb": ask.verb, "group": ask.group, "resource": resource,
+                               "subresource": subresource,
+                               "namespace": if ask.namespace == "*" { "" } else { ask.namespace },
+                               "name": ask.name.clone().unwrap_or_default()},
+    }}))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// Every question: each account × each served resource × its verbs × [`ASKED`] (namespaced)
+/// or the cluster, and each row of [`NEEDS`] as written (named objects, `finalizers`, which
+/// discovery does not list).
+fn asks(served: &[(String, String, bool, Vec<String>)], needs: &[Need]) -> Vec<Ask> {
+    let mut asks = std::collections::BTreeSet::new();
+    for (_, account) in ACCOUNTS {
+        for (group, resource, namespaced, verbs) in served {
+            let scopes: &[&'static str] = if *namespaced { &ASKED } else { &["*"] };
+            for namespace in scopes {
+                for verb in verbs {
+                    asks.insert(Ask {
+                        account,
+                        group: group.clone(),
+                        resource: resource.clone(),
+                        namespace,
+                        verb: verb.clone(),
+                        name: None,
+                    });
+                }
+            }
+        }
+        for need in needs {
+            if need.account != "*" && need.account != account {
+                continue;
+            }
+            let scopes: Vec<&'static str> = match &need.namespaces {
+                None => vec!["*"],
+                Some(namespaces) => ASKED
+                    .into_iter()
+                    .filter(|asked| namespaces.iter().any(|ns| ns == asked))
+                    .collect(),
+            };
+            assert_eq!(
+                scopes.len(),
+                need.namespaces.as_ref().map_or(1, Vec::len),
+                "a namespace of NEEDS not in ASKED"
+            );
+            for (resource, name) in &need.resources {
+                for namespace in &scopes {
+                    for verb in &need.verbs {
+                        asks.insert(Ask {
+                            account,
+                            group: need.group.clone(),
+                            resource: resource.clone(),
+                            namespace,
+                            verb: verb.clone(),
+                            name: name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    asks.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_account_may_do_what_its_code_needs_and_nothing_more() {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["member"]).await.unwrap();
+    let member = bed.cluster("member");
+    let _aggregator = xcc_e2e::aggregation::start(&binaries, member).unwrap();
+    member
+        .install_crds(&crate::secrets::repo().join("manifests/crds"))
+        .await
+        .unwrap();
+    for ns in ["cluster-registry", "team-a"] {
+        member.kubectl(&["create", "namespace", ns]).await.unwrap();
+    }
+    // Every manifest, every feature on: the widest install.
+    for file in [
+        "manifests/agent/agent.yaml",
+        "manifests/agent/cluster-registry.yaml",
+        "manifests/agent/mcs.yaml",
+        "manifests/agent/plumber.yaml",
+        "manifests/agent/projection.yaml",
+        "manifests/controller/controller.yaml",
+        "manifests/coredns-patcher/job.yaml",
+    ] {
+        member
+            .kubectl(&["apply", "-f", &manifest(file)])
+            .await
+            .unwrap();
+    }
+    let admin = member.client.clone();
+    let needs = parse_needs(NEEDS);
+    // The aggregated ClusterRoles filled in (the agent's and the reader's): then the answers
+    // below are the install's.
+    let aggregated = |account| Ask {
+        account,
+        group: "clusterregistry.k8s.cisco.com".into(),
+        resource: "clusters".into(),
+        namespace: "*",
+        verb: "list".into(),
+        name: None,
+    };
+    crate::resource_sync::wait_for(
+        "the aggregated ClusterRoles",
+        std::time::Duration::from_secs(30),
+        || async {
+            (allowed(&admin, &aggregated("xcc-agent")).await
+                && allowed(&admin, &aggregated("xcc-cluster-reader")).await)
+                .then_some(())
+        },
+    )
+    .await;
+
+    check(&admin, &needs, "as installed").await;
+
+    // Joined (`cluster join` leaves the member's Cluster and its reader's kubeconfig Secret in
+    // cluster-registry) and its agent running with every feature: the agent grants the reader the
+    // Secrets group sync reads, and nothing else changes.
+    let id = member.kube_system_uid().await.unwrap();
+    let reader = member
+        .mint_kubeconfig("xcc-dns", "xcc-cluster-reader")
+        .await
+        .unwrap();
+    let reader = member.kubeconfig_text(&reader.path).unwrap();
+    member
+        .apply_yaml(&crate::resource_sync::cluster_yaml(&member.name, &id))
+        .await
+        .unwrap();
+    member
+        .apply_yaml(&crate::resource_sync::peer_secret_yaml(
+            &member.name,
+            &reader,
+        ))
+        .await
+        .unwrap();
+    let _agent = crate::resource_sync::start_agent_with(member, "xcc-agent.log", &[]).await;
+    let joined = parse_needs(NEEDS_JOINED);
+    let group_sync = |verb: &str| Ask {
+        account: "xcc-cluster-reader",
+        group: String::new(),
+        resource: "secrets".into(),
+        namespace: "cluster-registry",
+        verb: verb.into(),
+        name: None,
+    };
+    crate::resource_sync::wait_for(
+        "the agent grants the reader the Secrets of cluster-registry",
+        std::time::Duration::from_secs(30),
+        || async { allowed(&admin, &group_sync("watch")).await.then_some(()) },
+    )
+    .await;
+    let needs: Vec<Need> = needs.into_iter().chain(joined).collect();
+    check(&admin, &needs, "joined, the agent running").await;
+}
+
+/// Asks every question of [`asks`] and fails, printing the rows that differ, unless every answer
+/// is what `needs` says.
+async fn check(admin: &Client, needs: &[Need], state: &str) {
+    use futures::StreamExt;
+    let started = std::time::Instant::now();
+    let asks = asks(&served(admin).await, needs);
+    let answers: Vec<(Ask, bool)> = futures::stream::iter(asks)
+        .map(|ask| async move {
+            let got = allowed(admin, &ask).await;
+            (ask, got)
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    eprintln!(
+        "{state}: {} questions in {:.1} s",
+        answers.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let wrong: Vec<String> = answers
+        .iter()
+        .filter(|(ask, got)| ask.needed(needs) != *got)
+        .map(|(ask, got)| ask.row(!got, *got))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{state}: {} answers differ from NEEDS:\n{:<22}{:<8}{:<70}{:<18}{:<10}{}\n{}",
+        wrong.len(),
+        "account",
+        "verb",
+        "resource",
+        "namespace",
+        "expected",
+        "got",
+        wrong.join("\n")
+    );
+}

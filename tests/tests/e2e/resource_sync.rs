@@ -125,14 +125,14 @@ rules:
   verbs: [get, list, watch, create, patch, update, delete]
 ";
 
-fn cluster_yaml(name: &str, id: &str) -> String {
+pub(crate) fn cluster_yaml(name: &str, id: &str) -> String {
     format!(
         "apiVersion: clusterregistry.k8s.cisco.com/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}}}\n\
          spec:\n  clusterID: {id}\n  authInfo:\n    secretRef: {{name: {name}, namespace: {REGISTRY_NS}}}\n"
     )
 }
 
-fn peer_secret_yaml(name: &str, kubeconfig: &str) -> String {
+pub(crate) fn peer_secret_yaml(name: &str, kubeconfig: &str) -> String {
     let indented: String = kubeconfig.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {REGISTRY_NS}}}\n\

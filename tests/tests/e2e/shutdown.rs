@@ -3,7 +3,8 @@
 //! blackholed (SIGSTOP: the kernel accepts connections, nothing answers); as Lease holder and as
 //! standby with `--leader-elect`; and with a write in flight. Before each SIGTERM the test
 //! proves the binary is in the state: ready, holding or waiting for the Lease, its watch
-//! failing, or its connection open to the blackholed server.
+//! failing, or its connection open to the blackholed server. The writes in flight: the agent's
+//! Lease renewal, and the controller's slices to a blackholed workload cluster.
 //!
 //! The CoreDNS patcher is a one-shot Job with nothing to save: SIGTERM ends it at once, by the
 //! signal's default action (status "killed by SIGTERM", 143 in a pod's terminated state).
@@ -22,7 +23,10 @@ use xcc_e2e::{
     xcc::{Agent, binary, http_status, metrics_text, sample_sum},
 };
 
-use crate::resource_sync::{install_member_with, manifest, wait_for};
+use crate::{
+    resource_sync::{install_member_with, manifest, wait_for},
+    xcc_dns::{KUARD, envoy, management, set_lb},
+};
 
 /// The bar after SIGTERM, beyond the shutdown delay (0 here: the binaries do not run in a pod).
 const BAR: Duration = Duration::from_secs(2);
@@ -104,13 +108,13 @@ fn agent(cluster: &Cluster, accounts: &Accounts, name: &str, extra: &[&str]) -> 
 
 fn controller(
     cluster: &Cluster,
-    accounts: &Accounts,
+    kubeconfig: &Path,
     name: &str,
     extra: &[&str],
 ) -> (Process, SocketAddr) {
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut args = vec![
-        format!("--kubeconfig={}", accounts.controller.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
         format!("--admin-listen={admin}"),
         format!("--pod-name={name}"),
         "--log=info,xcc_sync=debug".into(),
@@ -240,7 +244,7 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
         &mut plain.process,
         Duration::from_secs(1),
     );
-    let (mut process, admin) = controller(cluster, &accounts, "controller-up", &[]);
+    let (mut process, admin) = controller(cluster, &accounts.controller, "controller-up", &[]);
     wait_ready("the controller is ready", admin).await;
     wait_logged(
         &log_path(cluster, "controller-up"),
@@ -273,7 +277,7 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
     let replicas = ["controller-a", "controller-b"].map(|name| {
         (
             name.to_string(),
-            controller(cluster, &accounts, name, &["--leader-elect"]).0,
+            controller(cluster, &accounts.controller, name, &["--leader-elect"]).0,
         )
     });
     leader_and_standby(
@@ -301,6 +305,9 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
     })
     .await;
     let writing_log = log_path(cluster, "agent-writing");
+    // The Lease shows the holder after the first of the two patches that take it: once the agent
+    // says it leads, both are done, and the next call is the renewal.
+    wait_logged(&writing_log, "leading: the work starts").await;
     let blackholed_at = std::fs::read_to_string(&writing_log).map_or(0, |log| log.len());
     let blackhole = Blackhole::start(cluster);
     let renewing = wait_for(
@@ -355,7 +362,7 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
         ("controller-blackholed", &[][..]),
         ("controller-elect-blackholed", &["--leader-elect"][..]),
     ] {
-        let (mut process, admin) = controller(cluster, &accounts, name, extra);
+        let (mut process, admin) = controller(cluster, &accounts.controller, name, extra);
         wait_connected(name, cluster, &process).await;
         assert_eq!(http_status(admin, "/healthz").await, Some(200));
         sigterm(
@@ -380,11 +387,11 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
         "leading: the work starts",
     )
     .await;
-    let (mut control, admin) = controller(cluster, &accounts, "controller-down", &[]);
+    let (mut control, admin) = controller(cluster, &accounts.controller, "controller-down", &[]);
     wait_ready("the controller is ready", admin).await;
     let (mut control_elect, _) = controller(
         cluster,
-        &accounts,
+        &accounts.controller,
         "controller-elect-down",
         &["--leader-elect"],
     );
@@ -452,4 +459,98 @@ async fn every_binary_exits_promptly_on_sigterm_in_every_state() {
         Duration::ZERO,
     );
     sigterm_patcher("patcher, API server down", &mut process);
+}
+
+/// A write in flight for the controller: it applies a GatewayDNS's slices to a workload cluster
+/// whose API server is blackholed (the address changed on the cluster the gateway runs on), and
+/// gets SIGTERM while that write waits for an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_exits_promptly_on_sigterm_during_a_write() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let bed = Testbed::start_named(&binaries, &["management", "cluster-a", "cluster-b"])
+        .await
+        .unwrap();
+    management(&bed, &["cluster-a", "cluster-b"]).await;
+    let (mgmt, ca, cb) = (
+        bed.cluster("management"),
+        bed.cluster("cluster-a"),
+        bed.cluster("cluster-b"),
+    );
+    // cluster-b reads its slices (namespace xcc-dns, no agent needed: the controller writes what
+    // the original XCC reads); the gateway runs on cluster-a.
+    cb.kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
+        .await
+        .unwrap();
+    envoy(ca, r#"[{"ip":"10.1.2.3"}]"#).await;
+    let kubeconfig = mgmt
+        .mint_kubeconfig("xcc-system", "xcc-controller")
+        .await
+        .unwrap();
+    let name = "controller-writing";
+    let (mut process, admin) = controller(mgmt, &kubeconfig.path, name, &[]);
+    wait_ready("the controller is ready", admin).await;
+    mgmt.kubectl(&[
+        "apply",
+        "-f",
+        &manifest("manifests/examples/dev-team-gateway-dns.yaml"),
+    ])
+    .await
+    .unwrap();
+    // Its first write reached cluster-b.
+    let slices: Api<EndpointSlice> = Api::namespaced(cb.client.clone(), "xcc-dns");
+    let holds = |ip: &'static str| {
+        let slices = slices.clone();
+        async move {
+            let listed = slices.list(&Default::default()).await.ok()?;
+            listed
+                .items
+                .iter()
+                .flat_map(|slice| &slice.endpoints)
+                .any(|endpoint| endpoint.addresses.iter().any(|a| a == ip))
+                .then_some(())
+        }
+    };
+    wait_for(
+        &format!("{KUARD}'s address in cluster-b's slices"),
+        Duration::from_secs(60),
+        || holds("10.1.2.3"),
+    )
+    .await;
+
+    // cluster-b stops answering; the address changes on cluster-a: the controller writes the new
+    // slices to cluster-b, and that write waits.
+    let log = log_path(mgmt, name);
+    let since = std::fs::read_to_string(&log).map_or(0, |text| text.len());
+    let blackhole = Blackhole::start(cb);
+    set_lb(ca, r#"[{"ip":"10.1.2.4"}]"#).await;
+    // The reconcile waited for its writes (2 s) and reports cluster-b's as still going on; the
+    // write itself gives up only after 10 s.
+    wait_for(
+        "the controller's write to cluster-b is still going on",
+        Duration::from_secs(60),
+        || async {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let after = text.get(since..)?;
+            after
+                .contains("writes still going on; reported as pending")
+                .then_some(())
+        },
+    )
+    .await;
+    wait_connected(name, cb, &process).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text[since..].contains("timed out writing EndpointSlice"),
+        "the write ended before the SIGTERM:\n{}",
+        &text[since..]
+    );
+    sigterm(
+        "controller, writing to a blackholed workload cluster",
+        &mut process,
+        Duration::ZERO,
+    );
+    drop(blackhole);
 }
