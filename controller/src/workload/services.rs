@@ -9,6 +9,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, Client, ResourceExt,
+    api::ListParams,
     runtime::{reflector::ObjectRef, watcher},
 };
 
@@ -18,7 +19,10 @@ use super::{
     CALL_TIMEOUT, ClientError, Workloads,
     watched::{Watched, watch},
 };
-use crate::{desired::Observation, gatewaydns::GatewayDNS};
+use crate::{
+    desired::Observation,
+    gatewaydns::{GatewayDNS, GatewayDNSSpec, ResolutionType},
+};
 
 /// The gateway Service of one cluster, its EndpointSlices (whether it has ready endpoints),
 /// and who wants to hear of their changes.
@@ -46,14 +50,15 @@ pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) 
 }
 
 impl Workloads {
-    /// What the gateway Service `service` (`ns/name`) of `cluster` looks like now, for `gateway`,
-    /// which is subscribed to its changes from here on. `client` is the cluster's client as
-    /// this reconcile found it (one kubeconfig read per cluster and reconcile).
+    /// What the gateway of `spec` (its Service, and for `nodePort` and `hostPort` the nodes)
+    /// looks like on `cluster` now, for `gateway`, which is subscribed to their changes from
+    /// here on. `client` is the cluster's client as this reconcile found it (one kubeconfig
+    /// read per cluster and reconcile).
     pub async fn observe(
         &self,
         namespace: &str,
         cluster: &str,
-        service: &str,
+        spec: &GatewayDNSSpec,
         gateway: &ObjectRef<GatewayDNS>,
         client: Result<Client, ClientError>,
     ) -> Observation {
@@ -61,10 +66,11 @@ impl Workloads {
             Ok(client) => client,
             Err(error) => return error.into(),
         };
+        let service = &spec.service;
         let Some((svc_ns, svc_name)) = service.split_once('/') else {
             return Observation::ServiceNotFound;
         };
-        let (store, health) = {
+        let (store, health, slices) = {
             let Some(mut entry) = self
                 .clusters
                 .get_mut(&(namespace.to_string(), cluster.to_string()))
@@ -80,23 +86,94 @@ impl Workloads {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(gateway.clone());
-            (watch.service.store.clone(), watch.service.health.clone())
+            let slices = watch
+                .endpoints
+                .health
+                .healthy()
+                .then(|| watch.endpoints.store.clone());
+            (
+                watch.service.store.clone(),
+                watch.service.health.clone(),
+                slices,
+            )
         };
-        if health.healthy() {
-            let found = store.state().into_iter().find(|s| s.name_any() == svc_name);
+        let found = if health.healthy() {
+            store.state().into_iter().find(|s| s.name_any() == svc_name)
+        } else if let Some(error) = health.error() {
+            return Observation::Unreachable(error);
+        } else {
+            // The watch has not listed yet: ask directly.
+            let api: Api<Service> = Api::namespaced(client.clone(), svc_ns);
+            match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
+                Ok(Ok(found)) => found.map(Arc::new),
+                Ok(Err(e)) => {
+                    return Observation::Unreachable(format!(
+                        "cannot read Service {service}: {}",
+                        bounded(&e)
+                    ));
+                }
+                Err(_) => {
+                    return Observation::Unreachable(format!(
+                        "timed out reading Service {service}"
+                    ));
+                }
+            }
+        };
+        if !spec.needs_nodes() {
             return crate::desired::observe(found.as_deref());
         }
-        if let Some(error) = health.error() {
-            return Observation::Unreachable(error);
-        }
-        // The watch has not listed yet: ask directly.
-        let api: Api<Service> = Api::namespaced(client, svc_ns);
-        match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
-            Ok(Ok(found)) => crate::desired::observe(found.as_ref()),
-            Ok(Err(e)) => {
-                Observation::Unreachable(format!("cannot read Service {service}: {}", bounded(&e)))
+        let nodes = match self
+            .nodes(namespace, cluster, gateway, client.clone())
+            .await
+        {
+            Ok(nodes) => nodes,
+            Err(why) => return Observation::Unreachable(why),
+        };
+        let kind = spec.node_address_type.unwrap_or_default();
+        let seen = match spec.resolution_type {
+            ResolutionType::LoadBalancer => crate::desired::observe(found.as_deref()),
+            ResolutionType::NodePort => {
+                crate::desired::observe_node_port(found.as_deref(), &nodes, kind)
             }
-            Err(_) => Observation::Unreachable(format!("timed out reading Service {service}")),
+            ResolutionType::HostPort => {
+                let slices = match slices {
+                    Some(store) => store.state(),
+                    None => match self.list_slices(client, svc_ns, svc_name).await {
+                        Ok(slices) => slices,
+                        Err(why) => return Observation::Unreachable(why),
+                    },
+                };
+                let slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
+                crate::desired::observe_host_port(found.as_deref(), &slices, &nodes, kind)
+            }
+        };
+        if spec.node_names == Some(true) {
+            seen.with_nodes(crate::desired::named_nodes(&nodes, kind))
+        } else {
+            seen
+        }
+    }
+
+    /// The EndpointSlices of Service `svc_ns/svc_name`, read directly (before their watch
+    /// has listed).
+    async fn list_slices(
+        &self,
+        client: Client,
+        svc_ns: &str,
+        svc_name: &str,
+    ) -> Result<Vec<Arc<EndpointSlice>>, String> {
+        let api: Api<EndpointSlice> = Api::namespaced(client, svc_ns);
+        let params =
+            ListParams::default().labels(&format!("kubernetes.io/service-name={svc_name}"));
+        match tokio::time::timeout(CALL_TIMEOUT, api.list(&params)).await {
+            Ok(Ok(list)) => Ok(list.items.into_iter().map(Arc::new).collect()),
+            Ok(Err(e)) => Err(format!(
+                "cannot list the EndpointSlices of Service {svc_ns}/{svc_name}: {}",
+                bounded(&e)
+            )),
+            Err(_) => Err(format!(
+                "timed out listing the EndpointSlices of Service {svc_ns}/{svc_name}"
+            )),
         }
     }
 
@@ -123,13 +200,13 @@ impl Workloads {
             Api::namespaced(client.clone(), svc_ns),
             watcher::Config::default().fields(&format!("metadata.name={svc_name}")),
             format!("Service {svc_ns}/{svc_name} on cluster {cluster}"),
-            move || wake(),
+            move |_| wake(),
         );
         let endpoints = watch(
             Api::namespaced(client, svc_ns),
             watcher::Config::default().labels(&format!("kubernetes.io/service-name={svc_name}")),
             format!("EndpointSlices of Service {svc_ns}/{svc_name} on cluster {cluster}"),
-            move || wake_too(),
+            move |_| wake_too(),
         );
         ServiceWatch {
             service,
