@@ -220,6 +220,15 @@ impl ResolutionType {
     pub fn uses_nodes(self) -> bool {
         matches!(self, ResolutionType::NodePort | ResolutionType::HostPort)
     }
+
+    /// As the spec spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolutionType::LoadBalancer => "loadBalancer",
+            ResolutionType::NodePort => "nodePort",
+            ResolutionType::HostPort => "hostPort",
+        }
+    }
 }
 
 /// Which address of a node is published.

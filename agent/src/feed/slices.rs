@@ -527,6 +527,92 @@ mod tests {
         out
     }
 
+    fn port(
+        name: Option<&str>,
+        protocol: &str,
+        number: i32,
+    ) -> k8s_openapi::api::discovery::v1::EndpointPort {
+        k8s_openapi::api::discovery::v1::EndpointPort {
+            name: name.map(Into::into),
+            protocol: Some(protocol.into()),
+            port: Some(number),
+            app_protocol: None,
+        }
+    }
+
+    #[test]
+    fn named_slice_ports_are_srv_records_to_the_gateway_name() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let mut v4 = slice("a-gateway", Some(HOST), "IPv4", &["10.1.0.1", "10.1.0.2"]);
+        v4.ports = Some(vec![
+            port(Some("http"), "TCP", 30080),
+            port(Some("dns"), "UDP", 30053),
+            port(None, "TCP", 30081),
+        ]);
+        let mut v6 = slice("a-gateway-ipv6", Some(HOST), "IPv6", &["fd00::2"]);
+        v6.ports = v4.ports.clone();
+        index.apply(&v4).unwrap();
+        index.apply(&v6).unwrap();
+        let base = "gateway.cluster-a.dev-team.clusters.xcc.test.";
+        // Both slices say the same: one record.
+        assert_eq!(
+            answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV),
+            [format!("0 {SRV_WEIGHT} 30080 {base}")]
+        );
+        assert_eq!(
+            answers(&t, &format!("_dns._udp.{base}"), RecordType::SRV),
+            [format!("0 {SRV_WEIGHT} 30053 {base}")]
+        );
+        // The target answers the nodes, both families.
+        assert_eq!(answers(&t, base, RecordType::A), ["10.1.0.1", "10.1.0.2"]);
+        assert_eq!(answers(&t, base, RecordType::AAAA), ["fd00::2"]);
+        // Deleting the slices withdraws the records.
+        index.delete(&v4);
+        index.delete(&v6);
+        assert!(answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV).is_empty());
+        // An FQDN slice (a CNAME at the name) gives none: an SRV target is no alias.
+        let mut fqdn = slice("a-gateway-fqdn", Some(HOST), "FQDN", &["lb.example.com"]);
+        fqdn.ports = Some(vec![port(Some("http"), "TCP", 80)]);
+        index.apply(&fqdn).unwrap();
+        let srv = answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV);
+        assert!(!srv.iter().any(|a| a.starts_with("0 ")), "{srv:?}");
+    }
+
+    #[test]
+    fn an_endpoint_hostname_answers_below_the_name_alone() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let nodes = "nodes.cluster-a.dev-team.clusters.xcc.test";
+        let mut v4 = slice("a-nodes", Some(nodes), "IPv4", &[]);
+        v4.endpoints = vec![
+            Endpoint {
+                addresses: vec!["10.1.0.1".into()],
+                hostname: Some("node-1".into()),
+                ..Default::default()
+            },
+            Endpoint {
+                addresses: vec!["10.1.0.2".into()],
+                hostname: Some("node-2".into()),
+                ..Default::default()
+            },
+            Endpoint {
+                addresses: vec!["10.1.0.5".into()],
+                ..Default::default()
+            },
+        ];
+        index.apply(&v4).unwrap();
+        assert_eq!(
+            answers(&t, &format!("{nodes}."), RecordType::A),
+            ["10.1.0.1", "10.1.0.2", "10.1.0.5"]
+        );
+        assert_eq!(
+            answers(&t, &format!("node-2.{nodes}."), RecordType::A),
+            ["10.1.0.2"]
+        );
+        assert!(answers(&t, &format!("node-3.{nodes}."), RecordType::A).is_empty());
+    }
+
     #[test]
     fn wildcard_hostname_serves_the_gateway_and_everything_below() {
         let t = table();

@@ -27,6 +27,8 @@
 //! what the writes compare of a slice ([`print`]), and what one cluster is sent ([`writes`]).
 
 mod global;
+#[cfg(test)]
+mod node_tests;
 mod nodes;
 mod plan;
 mod print;

@@ -276,7 +276,6 @@ impl Planner<'_> {
         }
         let healthy = view.health == Some(GatewayHealth::Healthy);
         let service = &self.gateway.spec.service;
-        let resolution = self.gateway.spec.resolution_type;
         match observe(&cluster.name) {
             Observation::Addresses {
                 ips,
@@ -312,42 +311,53 @@ impl Planner<'_> {
                 status.state = GatewayState::ServiceNotFound;
                 status.message = format!("Service {service} not found on cluster {}", cluster.name);
             }
-            Observation::NotLoadBalancer(kind) => {
-                status.state = GatewayState::NotLoadBalancer;
-                status.message = format!(
-                    "Service {service} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
-                    cluster.name
-                );
-            }
-            Observation::NotNodePort(kind) => {
-                status.state = GatewayState::NotNodePort;
-                status.message = format!(
-                    "Service {service} on cluster {} is of type {kind}; resolutionType nodePort needs type NodePort or LoadBalancer",
-                    cluster.name
-                );
+            Observation::NotLoadBalancer(kind) | Observation::NotNodePort(kind) => {
+                (status.state, status.message) = self.wrong_type(&cluster.name, &kind);
             }
             Observation::NoAddress => {
                 status.state = GatewayState::NoAddress;
-                let kind = self.gateway.spec.node_address_type.unwrap_or_default();
-                status.message = match resolution {
-                    ResolutionType::LoadBalancer => format!(
-                        "Service {service} on cluster {} has no load-balancer address yet",
-                        cluster.name
-                    ),
-                    ResolutionType::NodePort => format!(
-                        "cluster {} has no node that is Ready, schedulable and has an {} address",
-                        cluster.name,
-                        kind.as_str()
-                    ),
-                    ResolutionType::HostPort => format!(
-                        "no node of cluster {} that is Ready, schedulable and has an {} address runs a ready endpoint of Service {service}",
-                        cluster.name,
-                        kind.as_str()
-                    ),
-                };
+                status.message = self.no_address(&cluster.name);
             }
         }
         status
+    }
+
+    /// The state and message of a gateway Service of type `kind` on `cluster`, which the
+    /// resolution type cannot use.
+    fn wrong_type(&self, cluster: &str, kind: &str) -> (GatewayState, String) {
+        let resolution = self.gateway.spec.resolution_type;
+        let (state, needs) = match resolution {
+            ResolutionType::NodePort => (GatewayState::NotNodePort, "NodePort or LoadBalancer"),
+            _ => (GatewayState::NotLoadBalancer, "LoadBalancer"),
+        };
+        let message = format!(
+            "Service {} on cluster {cluster} is of type {kind}; resolutionType {} needs type {needs}",
+            self.gateway.spec.service,
+            resolution.as_str()
+        );
+        (state, message)
+    }
+
+    /// Why `cluster` publishes nothing when its gateway has no address.
+    fn no_address(&self, cluster: &str) -> String {
+        let service = &self.gateway.spec.service;
+        let kind = self.gateway.spec.node_address_type.unwrap_or_default();
+        match self.gateway.spec.resolution_type {
+            ResolutionType::LoadBalancer => format!(
+                "Service {service} on cluster {} has no load-balancer address yet",
+                cluster
+            ),
+            ResolutionType::NodePort => format!(
+                "cluster {} has no node that is Ready, schedulable and has an {} address",
+                cluster,
+                kind.as_str()
+            ),
+            ResolutionType::HostPort => format!(
+                "no node of cluster {} that is Ready, schedulable and has an {} address runs a ready endpoint of Service {service}",
+                cluster,
+                kind.as_str()
+            ),
+        }
     }
 
     /// Publishes the addresses of the Service on `status`'s cluster.

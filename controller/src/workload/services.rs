@@ -10,14 +10,17 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
-    runtime::{reflector::ObjectRef, watcher},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 
 use xcc_kube::bounded;
 
 use super::{
     CALL_TIMEOUT, ClientError, Workloads,
-    watched::{Watched, watch},
+    watched::{WatchHealth, Watched, watch},
 };
 use crate::{
     desired::Observation,
@@ -97,27 +100,12 @@ impl Workloads {
                 slices,
             )
         };
-        let found = if health.healthy() {
-            store.state().into_iter().find(|s| s.name_any() == svc_name)
-        } else if let Some(error) = health.error() {
-            return Observation::Unreachable(error);
-        } else {
-            // The watch has not listed yet: ask directly.
-            let api: Api<Service> = Api::namespaced(client.clone(), svc_ns);
-            match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
-                Ok(Ok(found)) => found.map(Arc::new),
-                Ok(Err(e)) => {
-                    return Observation::Unreachable(format!(
-                        "cannot read Service {service}: {}",
-                        bounded(&e)
-                    ));
-                }
-                Err(_) => {
-                    return Observation::Unreachable(format!(
-                        "timed out reading Service {service}"
-                    ));
-                }
-            }
+        let found = match self
+            .read_service(&store, &health, client.clone(), svc_ns, svc_name)
+            .await
+        {
+            Ok(found) => found,
+            Err(unreachable) => return unreachable,
         };
         if !spec.needs_nodes() {
             return crate::desired::observe(found.as_deref());
@@ -151,6 +139,35 @@ impl Workloads {
             seen.with_nodes(crate::desired::named_nodes(&nodes, kind))
         } else {
             seen
+        }
+    }
+
+    /// The Service from its watch's store, or read directly before the watch has listed.
+    async fn read_service(
+        &self,
+        store: &Store<Service>,
+        health: &WatchHealth,
+        client: Client,
+        svc_ns: &str,
+        svc_name: &str,
+    ) -> Result<Option<Arc<Service>>, Observation> {
+        if health.healthy() {
+            return Ok(store.state().into_iter().find(|s| s.name_any() == svc_name));
+        }
+        if let Some(error) = health.error() {
+            return Err(Observation::Unreachable(error));
+        }
+        let service = format!("{svc_ns}/{svc_name}");
+        let api: Api<Service> = Api::namespaced(client, svc_ns);
+        match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(svc_name)).await {
+            Ok(Ok(found)) => Ok(found.map(Arc::new)),
+            Ok(Err(e)) => Err(Observation::Unreachable(format!(
+                "cannot read Service {service}: {}",
+                bounded(&e)
+            ))),
+            Err(_) => Err(Observation::Unreachable(format!(
+                "timed out reading Service {service}"
+            ))),
         }
     }
 

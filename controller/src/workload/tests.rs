@@ -135,3 +135,39 @@ async fn slices_of_a_cluster_without_a_client_entry_are_listed_and_not_from_a_st
     assert_eq!(workloads.slice_generation("dev-team", "a"), None);
     assert_eq!(workloads.ready_endpoints("dev-team", "a", "ns/svc"), None);
 }
+
+#[test]
+fn a_node_is_read_as_its_name_readiness_cordon_and_addresses_only() {
+    let node: nodes::NodeView = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "resourceVersion": "7", "labels": {"zone": "a"},
+                     "annotations": {"big": "x".repeat(1000)},
+                     "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+        "spec": {"unschedulable": true, "podCIDR": "10.244.0.0/24"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "10.1.0.1"},
+                          {"type": "InternalIP", "address": "fd00::1"},
+                          {"type": "Hostname", "address": "node-1"}],
+            "conditions": [{"type": "MemoryPressure", "status": "False"},
+                           {"type": "Ready", "status": "True",
+                            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "reason": "KubeletReady"}],
+            "images": [{"names": ["busybox"], "sizeBytes": 1}],
+        },
+    }))
+    .unwrap();
+    // Nothing else of the Node is kept.
+    let meta = kube::Resource::meta(&node);
+    assert!(meta.annotations.is_none() && meta.managed_fields.is_none());
+    assert_eq!(meta.resource_version.as_deref(), Some("7"));
+    let info = node.info();
+    assert_eq!(info.name, "node-1");
+    assert!(info.ready && info.unschedulable);
+    assert_eq!(
+        info.ips(crate::gatewaydns::NodeAddressType::InternalIP),
+        [
+            "10.1.0.1".parse::<std::net::IpAddr>().unwrap(),
+            "fd00::1".parse().unwrap()
+        ]
+    );
+    assert!(!info.serves(), "a cordoned node serves no gateway answer");
+}
