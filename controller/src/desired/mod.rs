@@ -43,7 +43,9 @@ use kube::ResourceExt;
 
 use crate::gatewaydns::{GatewayDNS, GatewayPort};
 
-pub use nodes::{NamedNode, NodeInfo, is_label, named_nodes, observe_host_port, observe_node_port};
+pub use nodes::{
+    NamedNode, NodeInfo, PodPorts, is_label, named_nodes, observe_host_port, observe_node_port,
+};
 pub use plan::{HealthView, Plan, plan_with_health};
 pub use print::{Print, Slices};
 pub use writes::{cluster_writes_in, readable_by, same_content};

@@ -243,6 +243,7 @@ fn host_port_publishes_only_the_nodes_with_a_ready_endpoint() {
             &[&slice],
             &nodes(),
             NodeAddressType::InternalIP,
+            None,
         )
     });
     let v4 = slice_named(&plan, "dev-team-cluster-a-gateway");
@@ -263,6 +264,7 @@ fn host_port_publishes_only_the_nodes_with_a_ready_endpoint() {
             &[&none],
             &nodes(),
             NodeAddressType::InternalIP,
+            None,
         )
     });
     assert!(plan.slices.is_empty());
@@ -272,6 +274,42 @@ fn host_port_publishes_only_the_nodes_with_a_ready_endpoint() {
         "{}",
         plan.clusters[0].message
     );
+}
+
+#[test]
+fn host_port_publishes_the_host_port_of_the_container_port_a_pod_declares() {
+    let slice = endpoints(&[("node-1", Some(true))]);
+    let observed = |pod: &PodPorts| {
+        observe_host_port(
+            Some(&service("ClusterIP")),
+            &[&slice],
+            &nodes(),
+            NodeAddressType::InternalIP,
+            Some(pod),
+        )
+    };
+    // Container port 8080 (port `http` of the slice) is open on the node at 80.
+    let pod = vec![
+        (8080, "TCP".to_string(), Some(80)),
+        (9090, "TCP".into(), None),
+    ];
+    let Observation::Addresses { ports, .. } = observed(&pod) else {
+        panic!()
+    };
+    assert_eq!(
+        ports,
+        [GatewayPort {
+            name: "http".into(),
+            protocol: "TCP".into(),
+            port: 80
+        }]
+    );
+    // A container port without a host port is not reachable on the node: no SRV record.
+    let pod = vec![(8080, "TCP".to_string(), None)];
+    let Observation::Addresses { ports, .. } = observed(&pod) else {
+        panic!()
+    };
+    assert!(ports.is_empty(), "{ports:?}");
 }
 
 #[test]

@@ -7,9 +7,11 @@
 //!   LoadBalancer; each named Service port is published with its `nodePort`.
 //! - `hostPort`: those of the nodes above that run a ready endpoint of the Service (the
 //!   `nodeName` of its EndpointSlices' endpoints whose `ready` is not false); each named Service
-//!   port is published with the port the EndpointSlices give for that name (the container
-//!   port): the rule is that the container's `hostPort` equals its `containerPort`, as the
-//!   usual DaemonSet gateway declares it.
+//!   port is published with the `hostPort` of the container port the EndpointSlices give for
+//!   that name, read from one pod of a ready endpoint (its `targetRef`; a port of that pod
+//!   without a `hostPort` is not published). Endpoints without a pod to read (a hand-written
+//!   EndpointSlice) publish the EndpointSlice's port itself: a host port equal to the container
+//!   port.
 //! - node names: every Ready node, cordoned or not (a cordoned node is still a node).
 
 use std::{collections::BTreeSet, net::IpAddr};
@@ -142,13 +144,18 @@ pub fn observe_node_port(
     Observation::addresses(ips, sorted(ports))
 }
 
+/// The container ports of a gateway pod: (containerPort, protocol, hostPort).
+pub type PodPorts = Vec<(i32, String, Option<i32>)>;
+
 /// The gateway of a `hostPort` GatewayDNS on a cluster with `nodes`, its Service `service` and
-/// that Service's EndpointSlices `slices`.
+/// that Service's EndpointSlices `slices`; `pod` the container ports of one of its pods, when
+/// its endpoints name one that could be read.
 pub fn observe_host_port(
     service: Option<&Service>,
     slices: &[&EndpointSlice],
     nodes: &[NodeInfo],
     kind: NodeAddressType,
+    pod: Option<&PodPorts>,
 ) -> Observation {
     let Some(service) = service else {
         return Observation::ServiceNotFound;
@@ -181,10 +188,18 @@ pub fn observe_host_port(
             let (_, _, port) = slice_ports
                 .iter()
                 .find(|(n, proto, _)| *n == name && *proto == protocol)?;
+            let port = match pod {
+                Some(pod) => {
+                    pod.iter()
+                        .find(|(container, proto, _)| container == port && *proto == protocol)?
+                        .2?
+                }
+                None => *port,
+            };
             Some(GatewayPort {
                 name,
                 protocol,
-                port: u16::try_from(*port).ok()?,
+                port: u16::try_from(port).ok()?,
             })
         })
         .collect();

@@ -6,7 +6,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Pod, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::ListParams,
@@ -23,7 +26,7 @@ use super::{
     watched::{WatchHealth, Watched, watch},
 };
 use crate::{
-    desired::Observation,
+    desired::{Observation, PodPorts},
     gatewaydns::{GatewayDNS, GatewayDNSSpec, ResolutionType},
 };
 
@@ -33,6 +36,8 @@ pub(super) struct ServiceWatch {
     service: Watched<Service>,
     endpoints: Watched<EndpointSlice>,
     pub(super) subscribers: Arc<Mutex<HashSet<ObjectRef<GatewayDNS>>>>,
+    /// (`hostPort`) The container ports of the last gateway pod read, by its uid.
+    pod_ports: Arc<Mutex<Option<(String, PodPorts)>>>,
 }
 
 /// Ready endpoints in `slices`; an endpoint whose `ready` is unset counts as ready, as the API
@@ -124,15 +129,16 @@ impl Workloads {
                 crate::desired::observe_node_port(found.as_deref(), &nodes, kind)
             }
             ResolutionType::HostPort => {
-                let slices = match slices {
-                    Some(store) => store.state(),
-                    None => match self.list_slices(client, svc_ns, svc_name).await {
-                        Ok(slices) => slices,
-                        Err(why) => return Observation::Unreachable(why),
-                    },
-                };
-                let slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
-                crate::desired::observe_host_port(found.as_deref(), &slices, &nodes, kind)
+                let at = (namespace, cluster, service.as_str());
+                let seen = self.host_ports(at, client, slices).await;
+                match seen {
+                    Ok((slices, pod)) => {
+                        let slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
+                        let (found, pod) = (found.as_deref(), pod.as_ref());
+                        crate::desired::observe_host_port(found, &slices, &nodes, kind, pod)
+                    }
+                    Err(why) => Observation::Unreachable(why),
+                }
             }
         };
         if spec.node_names == Some(true) {
@@ -140,6 +146,98 @@ impl Workloads {
         } else {
             seen
         }
+    }
+
+    /// The EndpointSlices of the gateway Service `service` (`ns/name`) on `cluster` of
+    /// `namespace` (from `store`, once its watch has listed), and the container ports of one of
+    /// its pods ([`Workloads::pod_ports`]).
+    async fn host_ports(
+        &self,
+        (namespace, cluster, service): (&str, &str, &str),
+        client: Client,
+        store: Option<Store<EndpointSlice>>,
+    ) -> Result<(Vec<Arc<EndpointSlice>>, Option<PodPorts>), String> {
+        let (svc_ns, svc_name) = service.split_once('/').unwrap_or_default();
+        let slices = match store {
+            Some(store) => store.state(),
+            None => self.list_slices(client.clone(), svc_ns, svc_name).await?,
+        };
+        let refs: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
+        let pod = self
+            .pod_ports(namespace, cluster, service, client, &refs)
+            .await?;
+        Ok((slices, pod))
+    }
+
+    /// The container ports of one pod behind the ready endpoints of `slices` (the pod read last
+    /// while it is still one of them, else the first by namespace and name): `None` when no
+    /// ready endpoint names a pod, or that pod is gone.
+    async fn pod_ports(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        service: &str,
+        client: Client,
+        slices: &[&EndpointSlice],
+    ) -> Result<Option<PodPorts>, String> {
+        let mut pods: Vec<(&str, &str, &str)> = slices
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .filter_map(|e| e.target_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .filter_map(|r| {
+                Some((
+                    r.namespace.as_deref()?,
+                    r.name.as_deref()?,
+                    r.uid.as_deref().unwrap_or_default(),
+                ))
+            })
+            .collect();
+        pods.sort_unstable();
+        let Some(&(pod_ns, pod_name, _)) = pods.first() else {
+            return Ok(None);
+        };
+        let cache = self
+            .clusters
+            .get(&(namespace.to_string(), cluster.to_string()))
+            .and_then(|entry| Some(entry.services.get(service)?.pod_ports.clone()));
+        if let Some(cache) = &cache
+            && let Some((uid, ports)) = &*cache.lock().unwrap_or_else(|e| e.into_inner())
+            && pods.iter().any(|(_, _, u)| u == uid)
+        {
+            return Ok(Some(ports.clone()));
+        }
+        let api: Api<Pod> = Api::namespaced(client, pod_ns);
+        let pod = match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(pod_name)).await {
+            Ok(Ok(Some(pod))) => pod,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "cannot read pod {pod_ns}/{pod_name} for its host ports: {}",
+                    bounded(&e)
+                ));
+            }
+            Err(_) => return Err(format!("timed out reading pod {pod_ns}/{pod_name}")),
+        };
+        let ports: PodPorts = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .flat_map(|c| c.ports.iter().flatten())
+            .map(|p| {
+                (
+                    p.container_port,
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    p.host_port,
+                )
+            })
+            .collect();
+        if let Some(cache) = cache {
+            *cache.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((pod.metadata.uid.unwrap_or_default(), ports.clone()));
+        }
+        Ok(Some(ports))
     }
 
     /// The Service from its watch's store, or read directly before the watch has listed.
@@ -229,6 +327,7 @@ impl Workloads {
             service,
             endpoints,
             subscribers,
+            pod_ports: Arc::default(),
         }
     }
 
