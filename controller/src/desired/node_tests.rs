@@ -477,3 +477,41 @@ fn more_than_a_hundred_nodes_spread_over_endpoints() {
     let sizes: Vec<usize> = v4.endpoints.iter().map(|e| e.addresses.len()).collect();
     assert_eq!(sizes, [100, 100, 50]);
 }
+
+#[test]
+fn a_cluster_without_an_agent_is_sent_only_the_ipv4_slices_the_original_reads() {
+    let g = node_gateway(ResolutionType::NodePort, true);
+    let plan = plan_of(&g, |_| {
+        observe_node_port(
+            Some(&service("NodePort")),
+            &nodes(),
+            NodeAddressType::InternalIP,
+        )
+        .with_nodes(named_nodes(&nodes(), NodeAddressType::InternalIP))
+    });
+    // The original dns-server reads IPv4 slices (their ports and endpoint host names it
+    // ignores: it answers A at the slice's name) and dies when an IPv6 one is deleted.
+    let writes = cluster_writes(&plan, &[], "dev-team/g", None);
+    let mut sent: Vec<String> = writes.apply.iter().map(|s| s.name_any()).collect();
+    sent.sort();
+    assert_eq!(
+        sent,
+        [
+            "dev-team-cluster-a-gateway",
+            "dev-team-cluster-a-nodes",
+            "dev-team-cluster-b-gateway",
+            "dev-team-cluster-b-nodes"
+        ]
+    );
+    let mut withheld = writes.withheld.clone();
+    withheld.sort();
+    assert_eq!(
+        withheld,
+        [
+            "dev-team-cluster-a-gateway-ipv6",
+            "dev-team-cluster-a-nodes-ipv6",
+            "dev-team-cluster-b-gateway-ipv6",
+            "dev-team-cluster-b-nodes-ipv6"
+        ]
+    );
+}
