@@ -52,7 +52,7 @@ async fn bed(binaries: &xcc_e2e::Binaries) -> Bed {
 }
 
 /// Node `name` on `cluster`, Ready or not, with `addresses` as (type, address).
-async fn node(cluster: &Cluster, name: &str, ready: bool, addresses: &[(&str, &str)]) {
+pub(crate) async fn node(cluster: &Cluster, name: &str, ready: bool, addresses: &[(&str, &str)]) {
     cluster
         .apply_yaml(&format!(
             "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{xcc.test/test: node-gateways}}}}\nspec: {{}}\n"
@@ -80,7 +80,7 @@ async fn node(cluster: &Cluster, name: &str, ready: bool, addresses: &[(&str, &s
 }
 
 /// Sets condition Ready of node `name`.
-async fn set_ready(cluster: &Cluster, name: &str, ready: bool) {
+pub(crate) async fn set_ready(cluster: &Cluster, name: &str, ready: bool) {
     let status = if ready { "True" } else { "False" };
     let patch = serde_json::json!({"status": {"conditions": [{
         "type": "Ready", "status": status, "reason": "ByTheTest",
