@@ -114,6 +114,11 @@ impl GatewayDNSSpec {
         out
     }
 
+    /// Whether this GatewayDNS reads the nodes of its clusters.
+    pub fn needs_nodes(&self) -> bool {
+        self.resolution_type.uses_nodes() || self.node_names == Some(true)
+    }
+
     /// Whether which namespaces resolve it depends on namespace labels.
     pub fn selects_namespaces(&self) -> bool {
         self.resolve_from
@@ -231,7 +236,9 @@ impl ResolutionType {
     }
 }
 
-/// Which address of a node is published.
+/// (xcc) Which node address `nodePort` and `hostPort` (and node names) publish: `InternalIP`
+/// (default) or `ExternalIP`, of the node's `status.addresses`. IPv4 addresses answer A
+/// queries, IPv6 ones AAAA.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
 pub enum NodeAddressType {
     /// `status.addresses` of type `InternalIP`.
@@ -248,13 +255,6 @@ impl NodeAddressType {
             NodeAddressType::InternalIP => "InternalIP",
             NodeAddressType::ExternalIP => "ExternalIP",
         }
-    }
-}
-
-impl GatewayDNSSpec {
-    /// Whether this GatewayDNS reads the nodes of its clusters.
-    pub fn needs_nodes(&self) -> bool {
-        self.resolution_type.uses_nodes() || self.node_names == Some(true)
     }
 }
 
