@@ -451,3 +451,73 @@ async fn host_port_answers_only_the_nodes_that_run_a_ready_endpoint() {
     let names = xcc_e2e::xcc::dig(dns, NODES, "A").await.unwrap();
     assert_eq!(names.status, "NXDOMAIN", "{names:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cluster_that_stops_answering_keeps_its_records_until_the_stale_record_policy_withdraws_them()
+ {
+    let Some(binaries) = require_testbed() else {
+        return;
+    };
+    let b = bed(&binaries).await;
+    let (mgmt, ca) = (b.bed.cluster("management"), b.bed.cluster("cluster-a"));
+    let dns = b.agent_b.dns;
+    node(ca, "node-1", true, &[("InternalIP", "10.30.0.1")]).await;
+    ca.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: projectcontour}\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {name: envoy, namespace: projectcontour}\n\
+         spec:\n  type: NodePort\n  ports: [{name: http, port: 80, nodePort: 30080}]\n",
+    )
+    .await
+    .unwrap();
+    gatewaydns(
+        mgmt,
+        "  resolutionType: nodePort\n  nodeNames: true\n  staleRecords: {withdrawAfter: 4s, readmitAfter: 1}\n",
+    )
+    .await;
+    wait_answer(dns, KUARD, "A", &["10.30.0.1"], FIRST).await;
+    wait_answer(dns, &format!("node-1.{NODES}"), "A", &["10.30.0.1"], FIRST).await;
+    let http = format!("_http._tcp.{GATEWAY}");
+    let record = format!("0 1 30080 {GATEWAY}.");
+    wait_srv(dns, &http, &[&record], FIRST).await;
+
+    // cluster-a's API server goes away: the controller says so, and the records stay.
+    ca.stop();
+    let started = Instant::now();
+    loop {
+        let a = entry(mgmt).await;
+        if a["state"] == "Unreachable" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Well within withdrawAfter (4 s) of the controller's noticing.
+    let kept = xcc_e2e::xcc::dig(dns, KUARD, "A").await.unwrap();
+    assert_eq!(kept.data, ["10.30.0.1"], "kept while unreachable");
+    assert_eq!(srv(dns, &http).await, [record.clone()]);
+    // withdrawAfter: every record of it goes, node names and SRV included.
+    wait_dig(dns, KUARD, "A", Duration::from_secs(30), |a| {
+        a.status == "NXDOMAIN"
+    })
+    .await
+    .unwrap();
+    assert_eq!(entry(mgmt).await["state"], "Withdrawn");
+    let names = xcc_e2e::xcc::dig(dns, &format!("node-1.{NODES}"), "A")
+        .await
+        .unwrap();
+    assert_eq!(names.status, "NXDOMAIN", "{names:?}");
+    assert!(srv(dns, &http).await.is_empty());
+
+    // Back, and readmitted after one good health check.
+    ca.restart().await.unwrap();
+    wait_answer(dns, KUARD, "A", &["10.30.0.1"], Duration::from_secs(60)).await;
+    wait_answer(
+        dns,
+        &format!("node-1.{NODES}"),
+        "A",
+        &["10.30.0.1"],
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_srv(dns, &http, &[&record], Duration::from_secs(10)).await;
+}
