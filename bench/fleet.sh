@@ -8,6 +8,7 @@
 #   bench/fleet.sh                 # N=6, 12, 24 real servers, then 6 servers + 100 and 1000 virtual
 #   bench/fleet.sh 6:0 12:0        # chosen sizes, each N:VIRTUAL
 #   PROFILE=debug bench/fleet.sh   # without the release build
+#   XCC_FLEET_RESOLUTION=nodePort bench/fleet.sh 24:0   # a nodePort GatewayDNS, each change a node's address
 #
 # Check `free -g` first: each API server of the bed takes a few hundred MB.
 set -euo pipefail

@@ -34,9 +34,21 @@ pub struct GatewayDNSSpec {
     /// The gateway Service on each selected cluster, as `namespace/name`.
     #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub service: String,
-    /// How the gateway is reached. Only `loadBalancer`: the Service's load-balancer ingress.
+    /// How the gateway is reached: `loadBalancer` (default), the Service's load-balancer
+    /// ingress; `nodePort`, the addresses of the cluster's Ready, schedulable nodes (the node
+    /// ports in SRV records); `hostPort`, those of the nodes that run a ready endpoint of the
+    /// Service (the host ports in SRV records).
     #[serde(default)]
     pub resolution_type: ResolutionType,
+    /// (xcc) Which node address `nodePort` and `hostPort` (and node names) publish:
+    /// `InternalIP` (default) or `ExternalIP`. IPv4 addresses answer A queries, IPv6 ones AAAA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_address_type: Option<NodeAddressType>,
+    /// (xcc) Also publish `nodes.<cluster>.<namespace>.clusters.<zone>` (every Ready node) and
+    /// `<node>.nodes.<cluster>.<namespace>.clusters.<zone>` (one node). Default false: nothing
+    /// about nodes is published unless asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<bool>,
     /// (xcc) How long the records of an unreachable cluster are still served, and how a cluster
     /// whose records were withdrawn comes back. Unset: withdrawn after 5 minutes, back after 3
     /// good health checks in a row.
@@ -100,6 +112,11 @@ impl GatewayDNSSpec {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Whether this GatewayDNS reads the nodes of its clusters.
+    pub fn needs_nodes(&self) -> bool {
+        self.resolution_type.uses_nodes() || self.node_names == Some(true)
     }
 
     /// Whether which namespaces resolve it depends on namespace labels.
@@ -193,6 +210,66 @@ pub enum ResolutionType {
     #[default]
     #[serde(rename = "loadBalancer")]
     LoadBalancer,
+    /// (xcc) The addresses of the cluster's Ready, schedulable nodes; the Service must be of
+    /// type NodePort or LoadBalancer, its named ports' node ports are published as SRV records.
+    #[serde(rename = "nodePort")]
+    NodePort,
+    /// (xcc) The addresses of the Ready, schedulable nodes that run a ready endpoint of the
+    /// Service; its named ports' host ports are published as SRV records.
+    #[serde(rename = "hostPort")]
+    HostPort,
+}
+
+impl ResolutionType {
+    /// Whether node addresses answer (`nodePort`, `hostPort`).
+    pub fn uses_nodes(self) -> bool {
+        matches!(self, ResolutionType::NodePort | ResolutionType::HostPort)
+    }
+
+    /// As the spec spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolutionType::LoadBalancer => "loadBalancer",
+            ResolutionType::NodePort => "nodePort",
+            ResolutionType::HostPort => "hostPort",
+        }
+    }
+}
+
+/// (xcc) Which node address `nodePort` and `hostPort` (and node names) publish: `InternalIP`
+/// (default) or `ExternalIP`, of the node's `status.addresses`. IPv4 addresses answer A
+/// queries, IPv6 ones AAAA.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+pub enum NodeAddressType {
+    /// `status.addresses` of type `InternalIP`.
+    #[default]
+    InternalIP,
+    /// `status.addresses` of type `ExternalIP`.
+    ExternalIP,
+}
+
+impl NodeAddressType {
+    /// As `status.addresses[].type` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeAddressType::InternalIP => "InternalIP",
+            NodeAddressType::ExternalIP => "ExternalIP",
+        }
+    }
+}
+
+/// One named port of the gateway Service, as its SRV record publishes it.
+#[derive(
+    Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayPort {
+    /// The Service port's name (`_<name>._<protocol>.gateway...`).
+    pub name: String,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The node port (`nodePort`) or host port (`hostPort`) the SRV record gives.
+    pub port: u16,
 }
 
 /// What the controller did with a GatewayDNS.
@@ -239,6 +316,8 @@ pub enum GatewayState {
     ServiceNotFound,
     /// The Service is not of type LoadBalancer.
     NotLoadBalancer,
+    /// (`nodePort`) The Service is neither of type NodePort nor LoadBalancer.
+    NotNodePort,
     /// The load balancer has no address yet.
     NoAddress,
     /// The cluster could not be asked; its last records are kept.
@@ -263,6 +342,7 @@ impl GatewayState {
             GatewayState::Published => "Published",
             GatewayState::ServiceNotFound => "ServiceNotFound",
             GatewayState::NotLoadBalancer => "NotLoadBalancer",
+            GatewayState::NotNodePort => "NotNodePort",
             GatewayState::NoAddress => "NoAddress",
             GatewayState::Unreachable => "Unreachable",
             GatewayState::KubeconfigRejected => "KubeconfigRejected",
@@ -309,6 +389,9 @@ pub struct ClusterGatewayStatus {
     /// Addresses or host names published.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    /// (`nodePort`, `hostPort`) The ports published as SRV records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<GatewayPort>,
     /// Details a person can act on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

@@ -415,7 +415,7 @@ async fn observe_selected(
         ctx.workloads.observe(
             &namespace,
             &cluster.name,
-            &gateway.spec.service,
+            &gateway.spec,
             &me,
             peer(peers, &cluster.name),
         )
@@ -423,11 +423,16 @@ async fn observe_selected(
     .await;
     let mut observations = HashMap::new();
     let mut used = BTreeSet::new();
+    let mut nodes_used = BTreeSet::new();
     for (cluster, seen) in selected.iter().zip(seen) {
         observations.insert(cluster.name.clone(), seen);
         used.insert((cluster.name.clone(), gateway.spec.service.clone()));
+        if gateway.spec.needs_nodes() {
+            nodes_used.insert(cluster.name.clone());
+        }
     }
     ctx.workloads.retain(&namespace, &me, &used);
+    ctx.workloads.retain_nodes(&namespace, &me, &nodes_used);
     observations
 }
 
@@ -689,6 +694,8 @@ async fn cleanup(gateway: &GatewayDNS, ctx: &Arc<Context>) -> Result<Action, Err
         .cluster_states(&reference, None::<std::iter::Empty<(&str, &str)>>);
     ctx.workloads
         .retain(&namespace, &ObjectRef::from_obj(gateway), &BTreeSet::new());
+    ctx.workloads
+        .retain_nodes(&namespace, &ObjectRef::from_obj(gateway), &BTreeSet::new());
     let clusters = match list_clusters(ctx, &namespace).await {
         Ok(clusters) => clusters,
         // Without Cluster API there is nothing we could have written.

@@ -242,7 +242,7 @@ fn entry<'n>(names: &'n mut BTreeMap<Name, HostRecords>, name: &Name) -> &'n mut
 }
 
 /// `labels` (each one label, first the lowest) prepended to `origin`.
-fn name_below(origin: &Name, labels: &[&str]) -> Option<Name> {
+pub(super) fn name_below(origin: &Name, labels: &[&str]) -> Option<Name> {
     let relative = Name::from_labels(labels.iter().map(|l| l.as_bytes())).ok()?;
     (relative.num_labels() as usize == labels.len())
         .then(|| relative.append_domain(origin).ok())

@@ -26,7 +26,7 @@ use kube::{
         watcher,
     },
 };
-use xcc_dns::{HostRecords, RecordTable, proto::rr::Name};
+use xcc_dns::{HostRecords, RecordTable, Srv, proto::rr::Name};
 use xcc_kube::announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION};
 use xcc_sync::sources::Schedule;
 
@@ -123,7 +123,9 @@ impl SliceError {
 /// The table entries a slice stands for; `None` when the slice is not ours (no annotation).
 ///
 /// `*.X` answers for the names below X *and* for X itself (the gateway's own name). Endpoints
-/// whose `ready` condition is explicitly false are left out.
+/// whose `ready` condition is explicitly false are left out. An address endpoint with a
+/// `hostname` also answers `<hostname>.X` alone (node names); each named port of an address
+/// slice is an SRV record `_<port>._<protocol>.X` → X ([`srv_records`]).
 pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords)>>, SliceError> {
     let Some(hostname) = slice.annotations().get(HOSTNAME_ANNOTATION) else {
         return Ok(None);
@@ -137,9 +139,14 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
     // is out of range is ignored: the zone's TTL is always a safe answer.
     records.ttl = ttl(slice, xcc_kube::announcement::TTL_ANNOTATION);
     let mut entries = vec![(name.clone(), records.clone())];
-    if name.is_wildcard() {
+    let base = if name.is_wildcard() {
         entries.push((name.base_name(), records.clone()));
-    }
+        name.base_name()
+    } else {
+        name.clone()
+    };
+    entries.extend(endpoint_names(slice, &base, records.ttl)?);
+    entries.extend(srv_records(slice, &base, records.ttl));
     // The global name this gateway also answers on this cluster (the controller sets it only
     // where the global answer includes it), with the TTL of its answers.
     if let Some(global) = slice.annotations().get(GLOBAL_HOSTNAME_ANNOTATION) {
@@ -152,6 +159,80 @@ pub fn records_of(slice: &EndpointSlice) -> Result<Option<Vec<(Name, HostRecords
         }
     }
     Ok(Some(entries))
+}
+
+/// The names of the slice's ready address endpoints that have a `hostname`: `<hostname>.<base>`,
+/// each with that endpoint's addresses.
+fn endpoint_names(
+    slice: &EndpointSlice,
+    base: &Name,
+    ttl: Option<u32>,
+) -> Result<Vec<(Name, HostRecords)>, SliceError> {
+    if slice.address_type == "FQDN" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for endpoint in &slice.endpoints {
+        let Some(hostname) = endpoint.hostname.as_deref() else {
+            continue;
+        };
+        if endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+            continue;
+        }
+        let Some(name) = super::mcs::name_below(base, &[hostname]) else {
+            continue;
+        };
+        let one = EndpointSlice {
+            endpoints: vec![endpoint.clone()],
+            ..slice.clone()
+        };
+        let mut records = ready_records(&one)?;
+        records.ttl = ttl;
+        if !records.addresses.is_empty() {
+            out.push((name, records));
+        }
+    }
+    Ok(out)
+}
+
+/// Weight of every SRV record of a slice: there is one record per named port, whose target
+/// name answers every address of the gateway, so the weight chooses nothing.
+pub const SRV_WEIGHT: u16 = 1;
+
+/// The SRV records of the named ports of an address slice: `_<name>._<protocol>.<base>` →
+/// priority 0, weight [`SRV_WEIGHT`], the port, target `<base>` (whose A/AAAA records the slice
+/// gives). An FQDN slice (a CNAME at `<base>`, which an SRV target must not be) gives none.
+fn srv_records(slice: &EndpointSlice, base: &Name, ttl: Option<u32>) -> Vec<(Name, HostRecords)> {
+    if slice.address_type == "FQDN" {
+        return Vec::new();
+    }
+    slice
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|port| {
+            let name = port.name.as_deref().filter(|n| !n.is_empty())?;
+            let number = u16::try_from(port.port?).ok().filter(|p| *p != 0)?;
+            let protocol = port
+                .protocol
+                .as_deref()
+                .unwrap_or("TCP")
+                .to_ascii_lowercase();
+            let owner =
+                super::mcs::name_below(base, &[&format!("_{name}"), &format!("_{protocol}")])?;
+            let records = HostRecords {
+                srv: vec![Srv {
+                    priority: 0,
+                    weight: SRV_WEIGHT,
+                    port: number,
+                    target: base.clone(),
+                }],
+                ttl,
+                ..Default::default()
+            };
+            Some((owner, records))
+        })
+        .collect()
 }
 
 /// A host name annotation as a fully qualified name with no empty label.
@@ -444,6 +525,92 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    fn port(
+        name: Option<&str>,
+        protocol: &str,
+        number: i32,
+    ) -> k8s_openapi::api::discovery::v1::EndpointPort {
+        k8s_openapi::api::discovery::v1::EndpointPort {
+            name: name.map(Into::into),
+            protocol: Some(protocol.into()),
+            port: Some(number),
+            app_protocol: None,
+        }
+    }
+
+    #[test]
+    fn named_slice_ports_are_srv_records_to_the_gateway_name() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let mut v4 = slice("a-gateway", Some(HOST), "IPv4", &["10.1.0.1", "10.1.0.2"]);
+        v4.ports = Some(vec![
+            port(Some("http"), "TCP", 30080),
+            port(Some("dns"), "UDP", 30053),
+            port(None, "TCP", 30081),
+        ]);
+        let mut v6 = slice("a-gateway-ipv6", Some(HOST), "IPv6", &["fd00::2"]);
+        v6.ports = v4.ports.clone();
+        index.apply(&v4).unwrap();
+        index.apply(&v6).unwrap();
+        let base = "gateway.cluster-a.dev-team.clusters.xcc.test.";
+        // Both slices say the same: one record.
+        assert_eq!(
+            answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV),
+            [format!("0 {SRV_WEIGHT} 30080 {base}")]
+        );
+        assert_eq!(
+            answers(&t, &format!("_dns._udp.{base}"), RecordType::SRV),
+            [format!("0 {SRV_WEIGHT} 30053 {base}")]
+        );
+        // The target answers the nodes, both families.
+        assert_eq!(answers(&t, base, RecordType::A), ["10.1.0.1", "10.1.0.2"]);
+        assert_eq!(answers(&t, base, RecordType::AAAA), ["fd00::2"]);
+        // Deleting the slices withdraws the records.
+        index.delete(&v4);
+        index.delete(&v6);
+        assert!(answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV).is_empty());
+        // An FQDN slice (a CNAME at the name) gives none: an SRV target is no alias.
+        let mut fqdn = slice("a-gateway-fqdn", Some(HOST), "FQDN", &["lb.example.com"]);
+        fqdn.ports = Some(vec![port(Some("http"), "TCP", 80)]);
+        index.apply(&fqdn).unwrap();
+        let srv = answers(&t, &format!("_http._tcp.{base}"), RecordType::SRV);
+        assert!(!srv.iter().any(|a| a.starts_with("0 ")), "{srv:?}");
+    }
+
+    #[test]
+    fn an_endpoint_hostname_answers_below_the_name_alone() {
+        let t = table();
+        let index = SliceIndex::new(t.clone());
+        let nodes = "nodes.cluster-a.dev-team.clusters.xcc.test";
+        let mut v4 = slice("a-nodes", Some(nodes), "IPv4", &[]);
+        v4.endpoints = vec![
+            Endpoint {
+                addresses: vec!["10.1.0.1".into()],
+                hostname: Some("node-1".into()),
+                ..Default::default()
+            },
+            Endpoint {
+                addresses: vec!["10.1.0.2".into()],
+                hostname: Some("node-2".into()),
+                ..Default::default()
+            },
+            Endpoint {
+                addresses: vec!["10.1.0.5".into()],
+                ..Default::default()
+            },
+        ];
+        index.apply(&v4).unwrap();
+        assert_eq!(
+            answers(&t, &format!("{nodes}."), RecordType::A),
+            ["10.1.0.1", "10.1.0.2", "10.1.0.5"]
+        );
+        assert_eq!(
+            answers(&t, &format!("node-2.{nodes}."), RecordType::A),
+            ["10.1.0.2"]
+        );
+        assert!(answers(&t, &format!("node-3.{nodes}."), RecordType::A).is_empty());
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //!   interoperates with the original), IPv6 → `<ns>-<c>-gateway-ipv6`, a host name →
 //!   `<ns>-<c>-gateway-fqdn` (a CNAME);
 //! - all three carry the annotations `dns-hostname: *.gateway.<c>.<ns>.clusters.<zone>` and
-//!   `gateway-dns-ref: <ns>/<name>`, and the label `kubernetes.io/service-name`.
+//!   `gateway-dns-ref: <ns>/<name>`, and the label `kubernetes.io/service-name`;
+//! - `nodePort` and `hostPort` ([`nodes`]) publish node addresses in the same slices, with the
+//!   Service's named ports in the slices' `ports` (the agent serves them as SRV records);
+//! - `spec.nodeNames` adds `<ns>-<c>-nodes` (and `-ipv6`), host name
+//!   `nodes.<c>.<ns>.clusters.<zone>`, one endpoint per Ready node whose `hostname` is the
+//!   node's name (`<node>.nodes...`; a node name that is not one DNS label has no hostname).
 //!
 //! What each cluster of the namespace is sent depends on what it reads ([`cluster_writes`]): a
 //! cluster whose xcc-agent announced `ipv6` gets every slice; any other cluster (perhaps still
@@ -22,6 +27,9 @@
 //! what the writes compare of a slice ([`print`]), and what one cluster is sent ([`writes`]).
 
 mod global;
+#[cfg(test)]
+mod node_tests;
+mod nodes;
 mod plan;
 mod print;
 #[cfg(test)]
@@ -33,8 +41,11 @@ use std::{collections::BTreeMap, net::IpAddr};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
-use crate::gatewaydns::GatewayDNS;
+use crate::gatewaydns::{GatewayDNS, GatewayPort};
 
+pub use nodes::{
+    NamedNode, NodeInfo, PodPorts, is_label, named_nodes, observe_host_port, observe_node_port,
+};
 pub use plan::{HealthView, Plan, plan_with_health};
 pub use print::{Print, Slices};
 pub use writes::{cluster_writes_in, readable_by, same_content};
@@ -53,9 +64,15 @@ pub enum Observation {
     Addresses {
         ips: Vec<IpAddr>,
         hostnames: Vec<String>,
+        /// The named ports published as SRV records (`nodePort`, `hostPort`).
+        ports: Vec<GatewayPort>,
+        /// The Ready nodes, for their names (`spec.nodeNames`; empty unless asked).
+        nodes: Vec<NamedNode>,
     },
     ServiceNotFound,
     NotLoadBalancer(String),
+    /// `nodePort`: the Service is of this type, neither NodePort nor LoadBalancer.
+    NotNodePort(String),
     NoAddress,
     /// The cluster could not be asked (no kubeconfig, API server down, forbidden, ...).
     Unreachable(String),
@@ -101,7 +118,33 @@ pub fn observe(service: Option<&Service>) -> Observation {
     if ips.is_empty() && hostnames.is_empty() {
         return Observation::NoAddress;
     }
-    Observation::Addresses { ips, hostnames }
+    Observation::Addresses {
+        ips,
+        hostnames,
+        ports: Vec::new(),
+        nodes: Vec::new(),
+    }
+}
+
+impl Observation {
+    /// Node addresses `ips` with `ports`.
+    pub fn addresses(ips: Vec<IpAddr>, ports: Vec<GatewayPort>) -> Observation {
+        Observation::Addresses {
+            ips,
+            hostnames: Vec::new(),
+            ports,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// The same, with `named` as the nodes its names publish (an observation that publishes
+    /// nothing stays as it is).
+    pub fn with_nodes(mut self, named: Vec<NamedNode>) -> Observation {
+        if let Observation::Addresses { nodes, .. } = &mut self {
+            *nodes = named;
+        }
+        self
+    }
 }
 
 /// A Cluster API Cluster as the controller needs it.
@@ -123,6 +166,17 @@ pub fn gateway_ref(gateway: &GatewayDNS) -> String {
 /// The host name published for cluster `cluster` of namespace `namespace`.
 pub fn hostname(cluster: &str, namespace: &str, zone: &str) -> String {
     format!("*.gateway.{cluster}.{namespace}.clusters.{zone}")
+}
+
+/// The name of a cluster's nodes (`nodes.<cluster>.<namespace>.clusters.<zone>`).
+pub fn nodes_hostname(cluster: &str, namespace: &str, zone: &str) -> String {
+    format!("nodes.{cluster}.{namespace}.clusters.{zone}")
+}
+
+/// The slices of a cluster's node names (IPv4, IPv6).
+pub fn node_slice_names(namespace: &str, cluster: &str) -> [String; 2] {
+    let base = format!("{namespace}-{cluster}-nodes");
+    [base.clone(), format!("{base}-ipv6")]
 }
 
 /// The three slice names a cluster's gateway may use.

@@ -8,18 +8,21 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::discovery::v1::{Endpoint, EndpointSlice},
+    api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice},
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{ResourceExt, api::ObjectMeta};
 
 use super::{
-    ClusterInfo, HOSTNAME_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observation, REF_ANNOTATION,
-    SERVICE_NAME_LABEL, SLICE_NAMESPACE, gateway_ref, global::plan_global, hostname, print::Print,
-    selects, slice_names,
+    ClusterInfo, HOSTNAME_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, NamedNode, Observation,
+    REF_ANNOTATION, SERVICE_NAME_LABEL, SLICE_NAMESPACE, gateway_ref, global::plan_global,
+    hostname, is_label, node_slice_names, nodes_hostname, print::Print, selects, slice_names,
 };
 use crate::{
-    gatewaydns::{ClusterGatewayStatus, GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayState},
+    gatewaydns::{
+        ClusterGatewayStatus, GatewayDNS, GatewayDNSStatus, GatewayHealth, GatewayPort,
+        GatewayState, ResolutionType,
+    },
     settings::Global,
 };
 
@@ -274,8 +277,17 @@ impl Planner<'_> {
         let healthy = view.health == Some(GatewayHealth::Healthy);
         let service = &self.gateway.spec.service;
         match observe(&cluster.name) {
-            Observation::Addresses { ips, hostnames } => {
+            Observation::Addresses {
+                ips,
+                hostnames,
+                ports,
+                nodes,
+            } => {
+                status.ports = ports;
                 self.publish(&mut status, healthy, &ips, &hostnames);
+                if self.gateway.spec.node_names == Some(true) {
+                    self.publish_nodes(&mut status, &nodes);
+                }
             }
             Observation::Unreachable(why) => {
                 // Its last addresses may still answer the global name when no cluster is
@@ -299,22 +311,53 @@ impl Planner<'_> {
                 status.state = GatewayState::ServiceNotFound;
                 status.message = format!("Service {service} not found on cluster {}", cluster.name);
             }
-            Observation::NotLoadBalancer(kind) => {
-                status.state = GatewayState::NotLoadBalancer;
-                status.message = format!(
-                    "Service {service} on cluster {} is of type {kind}; resolutionType loadBalancer needs type LoadBalancer",
-                    cluster.name
-                );
+            Observation::NotLoadBalancer(kind) | Observation::NotNodePort(kind) => {
+                (status.state, status.message) = self.wrong_type(&cluster.name, &kind);
             }
             Observation::NoAddress => {
                 status.state = GatewayState::NoAddress;
-                status.message = format!(
-                    "Service {service} on cluster {} has no load-balancer address yet",
-                    cluster.name
-                );
+                status.message = self.no_address(&cluster.name);
             }
         }
         status
+    }
+
+    /// The state and message of a gateway Service of type `kind` on `cluster`, which the
+    /// resolution type cannot use.
+    fn wrong_type(&self, cluster: &str, kind: &str) -> (GatewayState, String) {
+        let resolution = self.gateway.spec.resolution_type;
+        let (state, needs) = match resolution {
+            ResolutionType::NodePort => (GatewayState::NotNodePort, "NodePort or LoadBalancer"),
+            _ => (GatewayState::NotLoadBalancer, "LoadBalancer"),
+        };
+        let message = format!(
+            "Service {} on cluster {cluster} is of type {kind}; resolutionType {} needs type {needs}",
+            self.gateway.spec.service,
+            resolution.as_str()
+        );
+        (state, message)
+    }
+
+    /// Why `cluster` publishes nothing when its gateway has no address.
+    fn no_address(&self, cluster: &str) -> String {
+        let service = &self.gateway.spec.service;
+        let kind = self.gateway.spec.node_address_type.unwrap_or_default();
+        match self.gateway.spec.resolution_type {
+            ResolutionType::LoadBalancer => format!(
+                "Service {service} on cluster {} has no load-balancer address yet",
+                cluster
+            ),
+            ResolutionType::NodePort => format!(
+                "cluster {} has no node that is Ready, schedulable and has an {} address",
+                cluster,
+                kind.as_str()
+            ),
+            ResolutionType::HostPort => format!(
+                "no node of cluster {} that is Ready, schedulable and has an {} address runs a ready endpoint of Service {service}",
+                cluster,
+                kind.as_str()
+            ),
+        }
     }
 
     /// Publishes the addresses of the Service on `status`'s cluster.
@@ -341,7 +384,7 @@ impl Planner<'_> {
             &mut self.out,
             &slice_names(&self.namespace, &status.cluster),
             &addresses,
-            &status.hostname,
+            (&status.hostname, &status.ports),
             &self.reference,
             &status.cluster,
         );
@@ -369,20 +412,81 @@ impl Planner<'_> {
             .find(|c| c.cluster == status.cluster)
         {
             status.addresses = before.addresses.clone();
+            status.ports = before.ports.clone();
             let last = split(&before.addresses);
             push_slices(
                 &mut self.out,
                 &names,
                 &last,
-                &status.hostname,
+                (&status.hostname, &status.ports),
                 &self.reference,
                 &status.cluster,
             );
             self.candidates.push((status.cluster.clone(), false, last));
         }
         self.out.keep.extend(names);
+        // Node names are not in the status: their slices are left as they are.
+        if self.gateway.spec.node_names == Some(true) {
+            self.out
+                .keep
+                .extend(node_slice_names(&self.namespace, &status.cluster));
+        }
+    }
+
+    /// Publishes the names of the Ready `nodes` of `status`'s cluster: `nodes.<cluster>...`
+    /// every one, `<node>.nodes.<cluster>...` each whose name is one DNS label (the others are
+    /// named in the status message). Not a source of the global name.
+    fn publish_nodes(&mut self, status: &mut ClusterGatewayStatus, nodes: &[NamedNode]) {
+        let host = nodes_hostname(&status.cluster, &self.namespace, self.zone);
+        let names = node_slice_names(&self.namespace, &status.cluster);
+        let skipped: Vec<&str> = nodes
+            .iter()
+            .filter(|n| !is_label(&n.name))
+            .map(|n| n.name.as_str())
+            .collect();
+        for (name, (kind, v4)) in names.iter().zip([("IPv4", true), ("IPv6", false)]) {
+            let endpoints: Vec<Endpoint> = nodes
+                .iter()
+                .filter_map(|n| {
+                    let ips: Vec<String> = n
+                        .ips
+                        .iter()
+                        .filter(|ip| ip.is_ipv4() == v4)
+                        .map(ToString::to_string)
+                        .collect();
+                    (!ips.is_empty()).then(|| Endpoint {
+                        addresses: ips,
+                        hostname: is_label(&n.name).then(|| n.name.clone()),
+                        ..Default::default()
+                    })
+                })
+                .take(MAX_ENDPOINTS)
+                .collect();
+            if endpoints.is_empty() {
+                continue;
+            }
+            let mut slice = slice(name, kind, &[], &host, &self.reference);
+            slice.endpoints = endpoints;
+            self.out.slices.push(slice);
+        }
+        if !skipped.is_empty() {
+            let note = format!(
+                "node names that are not one DNS label answer only {host}, not <node>.{host}: {}",
+                skipped.join(", ")
+            );
+            status.message = if status.message.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", status.message)
+            };
+        }
     }
 }
+
+/// Most endpoints in one EndpointSlice (the API's limit).
+const MAX_ENDPOINTS: usize = 1000;
+/// Most addresses in one endpoint (the API's limit).
+const MAX_ADDRESSES: usize = 100;
 
 impl Plan {
     /// Computes [`Plan::prints`] and [`Plan::hash`].
@@ -417,21 +521,33 @@ impl Plan {
 }
 
 /// The per-cluster slices of `cluster` (names from [`slice_names`]) for its (v4, v6, host name)
-/// addresses.
+/// addresses, the address slices with `ports` (SRV records).
 fn push_slices(
     out: &mut Plan,
     names: &[String; 3],
     addresses: &[Vec<String>; 3],
-    host: &str,
+    (host, ports): (&str, &[GatewayPort]),
     reference: &str,
     cluster: &str,
 ) {
     for ((name, kind), addresses) in names.iter().zip(["IPv4", "IPv6", "FQDN"]).zip(addresses) {
         if !addresses.is_empty() {
-            out.slices
-                .push(slice(name, kind, addresses, host, reference));
+            let mut slice = slice(name, kind, addresses, host, reference);
+            if kind != "FQDN" && !ports.is_empty() {
+                slice.ports = Some(ports.iter().map(endpoint_port).collect());
+            }
+            out.slices.push(slice);
             out.sources.insert(name.clone(), cluster.to_string());
         }
+    }
+}
+
+fn endpoint_port(port: &GatewayPort) -> EndpointPort {
+    EndpointPort {
+        name: Some(port.name.clone()),
+        protocol: Some(port.protocol.clone()),
+        port: Some(i32::from(port.port)),
+        app_protocol: None,
     }
 }
 
@@ -476,10 +592,16 @@ pub(super) fn slice(
             ..Default::default()
         },
         address_type: address_type.to_string(),
-        endpoints: vec![Endpoint {
-            addresses: addresses.to_vec(),
-            ..Default::default()
-        }],
+        // One endpoint (XCC's layout), or as many as the API's limit per endpoint asks for (a
+        // cluster with more than 100 nodes).
+        endpoints: addresses
+            .chunks(MAX_ADDRESSES)
+            .take(MAX_ENDPOINTS)
+            .map(|chunk| Endpoint {
+                addresses: chunk.to_vec(),
+                ..Default::default()
+            })
+            .collect(),
         ports: None,
     }
 }

@@ -47,7 +47,8 @@ pub(super) fn hash_of(value: &str) -> u64 {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Print {
     pub address_type: AddressType,
-    /// Of the sorted addresses, when the slice has exactly one endpoint; 0 otherwise.
+    /// Of the sorted addresses (each with its endpoint's hostname) and the sorted ports, however
+    /// the addresses are spread over endpoints; 0 for a slice without an address.
     pub addresses: u64,
     pub keys: [u64; 8],
 }
@@ -85,16 +86,7 @@ impl AddressType {
 impl Print {
     pub fn of(slice: &EndpointSlice) -> Print {
         let address_type = AddressType::of(&slice.address_type);
-        let addresses = match slice.endpoints.as_slice() {
-            [one] => {
-                let mut sorted: Vec<&str> = one.addresses.iter().map(String::as_str).collect();
-                sorted.sort_unstable();
-                let mut hasher = std::hash::DefaultHasher::new();
-                sorted.hash(&mut hasher);
-                hasher.finish().max(1)
-            }
-            _ => 0,
-        };
+        let addresses = content_hash(slice);
         let (annotations, labels) = (slice.annotations(), slice.labels());
         let keys = KEYS.map(|(key, annotation)| {
             let value = if annotation {
@@ -141,6 +133,35 @@ impl Print {
         let global = (self.keys[GLOBAL_HOSTNAME_KEY], self.keys[GLOBAL_TTL_KEY]);
         (global != (0, 0)).then_some(global)
     }
+}
+
+/// A hash of what a slice answers: its addresses (with their endpoint's hostname) and its ports,
+/// each sorted; 0 when it has no address.
+fn content_hash(slice: &EndpointSlice) -> u64 {
+    let mut addresses: Vec<(&str, Option<&str>)> = slice
+        .endpoints
+        .iter()
+        .flat_map(|e| {
+            e.addresses
+                .iter()
+                .map(move |a| (a.as_str(), e.hostname.as_deref()))
+        })
+        .collect();
+    if addresses.is_empty() {
+        return 0;
+    }
+    addresses.sort_unstable();
+    let mut ports: Vec<(Option<&str>, Option<&str>, Option<i32>)> = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref(), p.protocol.as_deref(), p.port))
+        .collect();
+    ports.sort_unstable();
+    let mut hasher = std::hash::DefaultHasher::new();
+    addresses.hash(&mut hasher);
+    ports.hash(&mut hasher);
+    hasher.finish().max(1)
 }
 
 /// The slices in `xcc-dns` of one cluster, by name.

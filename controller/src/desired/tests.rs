@@ -19,7 +19,7 @@ use xcc_kube::{
     announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION, TTL_ANNOTATION},
 };
 
-fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
+pub(super) fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
     let mut g = GatewayDNS::new(
         name,
         GatewayDNSSpec {
@@ -34,6 +34,8 @@ fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
             },
             service: "projectcontour/envoy".into(),
             resolution_type: ResolutionType::LoadBalancer,
+            node_address_type: None,
+            node_names: None,
             stale_records: None,
             global: None,
             resolve_from: None,
@@ -83,7 +85,7 @@ fn lb(ips: &[&str], hostnames: &[&str]) -> Service {
     }
 }
 
-fn contour() -> Vec<ClusterInfo> {
+pub(super) fn contour() -> Vec<ClusterInfo> {
     vec![
         cluster("cluster-a", &[("hasContour", "true")]),
         cluster("cluster-b", &[("hasContour", "true")]),
@@ -316,7 +318,7 @@ fn names(slices: &[EndpointSlice]) -> Vec<String> {
     slices.iter().map(|s| s.name_any()).collect()
 }
 
-fn xcc_agent() -> Announcement {
+pub(super) fn xcc_agent() -> Announcement {
     Announcement::current("test")
 }
 

@@ -8,7 +8,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::workload::CALL_TIMEOUT;
 use crate::{
     desired::{self, Observation, SLICE_NAMESPACE},
-    gatewaydns::{ClusterGatewayStatus, GatewayState},
+    gatewaydns::{ClusterGatewayStatus, GatewayPort, GatewayState},
     workload::ClientError,
 };
 
@@ -66,11 +66,25 @@ fn entry_from_slices(
         .iter()
         .find_map(|s| s.annotations().get(desired::HOSTNAME_ANNOTATION).cloned())
         .unwrap_or_default();
+    let mut ports: Vec<GatewayPort> = ours
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| {
+            Some(GatewayPort {
+                name: p.name.clone()?,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                port: u16::try_from(p.port?).ok()?,
+            })
+        })
+        .collect();
+    ports.sort();
+    ports.dedup();
     Some(ClusterGatewayStatus {
         cluster: cluster.to_string(),
         hostname,
         state: GatewayState::Unreachable,
         addresses,
+        ports,
         ..Default::default()
     })
 }

@@ -142,6 +142,7 @@ impl Workloads {
                     peer: peer.clone(),
                     secret_version,
                     services: HashMap::new(),
+                    nodes: None,
                     slices: None,
                 });
             }

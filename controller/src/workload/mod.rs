@@ -2,10 +2,12 @@
 //! API kubeconfig Secret and rebuilt when that Secret changes ([`clients`]), what its xcc-agent
 //! announced ([`announcements`]), one watch per gateway Service, shared by every GatewayDNS that
 //! names it, which triggers their reconcile the moment the Service changes (the original polled
-//! every 30 s; [`services`]), and one watch of the records in `xcc-dns` ([`slices`]).
+//! every 30 s; [`services`]), one Node watch per cluster whose nodes some GatewayDNS publishes
+//! ([`nodes`]), and one watch of the records in `xcc-dns` ([`slices`]).
 
 mod announcements;
 mod clients;
+mod nodes;
 mod services;
 mod slices;
 #[cfg(test)]
@@ -26,6 +28,7 @@ pub use clients::ClientError;
 pub(crate) use slices::delete_slice;
 
 use announcements::CachedAnnouncement;
+use nodes::NodeWatch;
 use services::ServiceWatch;
 use slices::{SliceKey, SliceWatch};
 
@@ -41,6 +44,8 @@ struct ClusterEntry {
     /// shows that version, the client is used without reading the Secret again.
     secret_version: Option<String>,
     services: HashMap<String, ServiceWatch>,
+    /// Started by the first GatewayDNS that needs this cluster's nodes; stopped when none does.
+    nodes: Option<NodeWatch>,
     /// Started by the first write to this cluster.
     slices: Option<SliceWatch>,
 }

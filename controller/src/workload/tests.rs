@@ -3,6 +3,7 @@ use super::{
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
+use std::collections::BTreeSet;
 use xcc_kube::scenario::{self, Scenario};
 
 use crate::desired::{Observation, SLICE_NAMESPACE};
@@ -134,4 +135,109 @@ async fn slices_of_a_cluster_without_a_client_entry_are_listed_and_not_from_a_st
     assert_eq!(server.done().await.len(), 1);
     assert_eq!(workloads.slice_generation("dev-team", "a"), None);
     assert_eq!(workloads.ready_endpoints("dev-team", "a", "ns/svc"), None);
+}
+
+#[test]
+fn a_node_is_read_as_its_name_readiness_cordon_and_addresses_only() {
+    let node: nodes::NodeView = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "resourceVersion": "7", "labels": {"zone": "a"},
+                     "annotations": {"big": "x".repeat(1000)},
+                     "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+        "spec": {"unschedulable": true, "podCIDR": "10.244.0.0/24"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "10.1.0.1"},
+                          {"type": "InternalIP", "address": "fd00::1"},
+                          {"type": "Hostname", "address": "node-1"}],
+            "conditions": [{"type": "MemoryPressure", "status": "False"},
+                           {"type": "Ready", "status": "True",
+                            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "reason": "KubeletReady"}],
+            "images": [{"names": ["busybox"], "sizeBytes": 1}],
+        },
+    }))
+    .unwrap();
+    // Nothing else of the Node is kept.
+    let meta = kube::Resource::meta(&node);
+    assert!(meta.annotations.is_none() && meta.managed_fields.is_none());
+    assert_eq!(meta.resource_version.as_deref(), Some("7"));
+    let info = node.info();
+    assert_eq!(info.name, "node-1");
+    assert!(info.ready && info.unschedulable);
+    assert_eq!(
+        info.ips(crate::gatewaydns::NodeAddressType::InternalIP),
+        [
+            "10.1.0.1".parse::<std::net::IpAddr>().unwrap(),
+            "fd00::1".parse().unwrap()
+        ]
+    );
+    assert!(!info.serves(), "a cordoned node serves no gateway answer");
+}
+
+#[tokio::test]
+async fn one_node_watch_per_cluster_is_shared_and_stops_with_its_last_gateway() {
+    let (client, server) = Scenario::new()
+        .always("GET", "/api/v1/nodes")
+        .when(|r| r.is_watch())
+        .hang()
+        .always("GET", "/api/v1/nodes")
+        .reply((
+            200,
+            json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": "3"},
+                   "items": [{"metadata": {"name": "node-1", "resourceVersion": "2"},
+                              "status": {"addresses": [{"type": "InternalIP", "address": "10.1.0.1"}],
+                                         "conditions": [{"type": "Ready", "status": "True"}]}}]}),
+        ))
+        .run();
+    let workloads = workloads(client.clone(), Duration::ZERO);
+    for cluster in ["a", "b"] {
+        workloads.clusters.insert(
+            ("dev-team".into(), cluster.into()),
+            ClusterEntry {
+                peer: PeerClient {
+                    client: client.clone(),
+                    identity: format!("dev-team/{cluster}-kubeconfig@test"),
+                    server: "https://a.test".into(),
+                    tls: xcc_kube::PeerTls::Verified,
+                },
+                secret_version: None,
+                services: HashMap::new(),
+                nodes: None,
+                slices: None,
+            },
+        );
+    }
+    let (g1, g2) = (
+        ObjectRef::<GatewayDNS>::new("g1").within("dev-team"),
+        ObjectRef::<GatewayDNS>::new("g2").within("dev-team"),
+    );
+    for gateway in [&g1, &g2] {
+        let nodes = workloads
+            .nodes("dev-team", "a", gateway, client.clone())
+            .await
+            .unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert!(nodes[0].serves());
+    }
+    let watching = |cluster: &str| {
+        workloads
+            .clusters
+            .get(&("dev-team".to_string(), cluster.to_string()))
+            .unwrap()
+            .nodes
+            .as_ref()
+            .map(|w| w.subscribers.lock().unwrap().len())
+    };
+    assert_eq!(watching("a"), Some(2), "one watch, both subscribed");
+    assert_eq!(
+        watching("b"),
+        None,
+        "no GatewayDNS asked for cluster b's nodes"
+    );
+    // g1 still needs cluster a: kept; then neither does: the watch stops.
+    workloads.retain_nodes("dev-team", &g1, &["a".to_string()].into());
+    workloads.retain_nodes("dev-team", &g2, &BTreeSet::new());
+    assert_eq!(watching("a"), Some(1));
+    workloads.retain_nodes("dev-team", &g1, &BTreeSet::new());
+    assert_eq!(watching("a"), None);
+    server.close().await;
 }

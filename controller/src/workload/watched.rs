@@ -103,14 +103,14 @@ where
     }
 }
 
-/// Starts a reflector of `api` with `config`; `changed` is called with each object applied or
-/// deleted, when the watch lists (again) and when it first fails, so that whoever reads the
-/// store is told to look again.
+/// Starts a reflector of `api` with `config`; `changed` is called (with the store as it is
+/// then) after each object applied or deleted, when the watch lists (again) and when it first
+/// fails, so that whoever reads the store is told to look again.
 pub(super) fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     what: String,
-    changed: impl Fn() + Send + 'static,
+    changed: impl Fn(&Store<K>) + Send + 'static,
 ) -> Watched<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -125,6 +125,8 @@ where
     let health = Arc::new(WatchHealth::default());
     let stream = sources::watch(api, config, Schedule::Peer).reflect(writer);
     let task_health = health.clone();
+    let task_store = store.clone();
+    let changed = move || changed(&task_store);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {

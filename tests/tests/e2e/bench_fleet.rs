@@ -5,11 +5,15 @@
 //! every cluster of the namespace, each is sent every gateway's slice: they are the receivers
 //! that make a change N + V writes.
 //!
-//! `XCC_FLEET_N` (default 6) and `XCC_FLEET_VIRTUAL` (default 0) choose the size. Prints one
-//! `fleet` line per figure:
+//! `XCC_FLEET_N` (default 6) and `XCC_FLEET_VIRTUAL` (default 0) choose the size;
+//! `XCC_FLEET_RESOLUTION=nodePort` makes the GatewayDNS a `nodePort` one over one Node object per
+//! cluster, and each change a change of that node's address on one cluster (a node flapping
+//! there). Prints one `fleet` line per figure:
 //! - GatewayDNS applied → every agent answers every gateway;
 //! - one LB change → every agent answers, p50 / p99 (20 changes);
-//! - slice writes per change, and when the last one was made (from the controller's log);
+//! - slice writes per change, and when the last one was made (from the controller's log), and
+//!   the writes of the other clusters' slices meanwhile (none: a change in one cluster writes
+//!   only its own slice, to the clusters that resolve it);
 //! - controller CPU per change, CPU of a reconcile that finds nothing to change (a Cluster
 //!   relabelled without changing the selection), and the controller's RSS.
 
@@ -114,6 +118,7 @@ async fn fleet_benchmark() {
         return;
     };
     let n = env_usize("XCC_FLEET_N", 6).max(2);
+    let node_port = std::env::var("XCC_FLEET_RESOLUTION").as_deref() == Ok("nodePort");
     let virtual_clusters = env_usize("XCC_FLEET_VIRTUAL", 0);
     let names: Vec<String> = (0..n).map(|i| format!("c-{i:02}")).collect();
     let mut all: Vec<&str> = vec!["management"];
@@ -186,6 +191,11 @@ async fn fleet_benchmark() {
         let cluster = bed.cluster(c);
         agents.push(agent(cluster).await);
         envoy(cluster, &format!(r#"[{{"ip":"10.2.{i}.1"}}]"#)).await;
+        if node_port {
+            // Not the LB address: an answer with it is the node's.
+            let ip = format!("10.4.{i}.1");
+            crate::node_gateways::node(cluster, "node-0", true, &[("InternalIP", &ip)]).await;
+        }
     }
     let dns: Vec<SocketAddr> = agents.iter().map(|a| a.dns).collect();
     let kuard = |c: &str| format!("kuard.gateway.{c}.dev-team.clusters.xcc.test");
@@ -199,8 +209,23 @@ async fn fleet_benchmark() {
     ])
     .await
     .unwrap();
+    if node_port {
+        mgmt.kubectl(&[
+            "-n",
+            "dev-team",
+            "patch",
+            "gatewaydns",
+            "dev-team-gateway-dns",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"resolutionType":"nodePort"}}"#,
+        ])
+        .await
+        .unwrap();
+    }
     for (i, c) in names.iter().enumerate() {
-        let ip: IpAddr = format!("10.2.{i}.1").parse().unwrap();
+        let prefix = if node_port { "10.4" } else { "10.2" };
+        let ip: IpAddr = format!("{prefix}.{i}.1").parse().unwrap();
         all_answer(&dns, &kuard(c), ip, Duration::from_secs(600)).await;
     }
     let to_all = applied.elapsed();
@@ -210,23 +235,38 @@ async fn fleet_benchmark() {
     // assertion of absence).
     tokio::time::sleep(Duration::from_secs(2 + (virtual_clusters / 100) as u64)).await;
 
-    // One LB change on c-00 → every agent answers the new address.
+    // One change on c-00 (its LB address, or its node's) → every agent answers the new address.
     let slice = "dev-team-c-00-gateway";
     let mut took = Vec::new();
     let mut writes = Vec::new();
     let mut last_write = Vec::new();
     let services: Api<k8s_openapi::api::core::v1::Service> =
         Api::namespaced(bed.cluster(&names[0]).client.clone(), "projectcontour");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> =
+        Api::all(bed.cluster(&names[0]).client.clone());
+    let others: Vec<String> = names[1..]
+        .iter()
+        .map(|c| format!("dev-team-{c}-gateway"))
+        .collect();
+    let others_before: usize = others.iter().map(|s| writes_of(&log, s)).sum();
     let cpu_before = cpu(pid);
     for k in 0..CHANGES {
         let ip: IpAddr = format!("10.3.{}.{}", k / 200, 1 + k % 200).parse().unwrap();
         let before = writes_of(&log, slice);
-        let patch =
-            serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip.to_string()}]}}});
-        services
-            .patch_status("envoy", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        if node_port {
+            let patch = serde_json::json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": ip.to_string()}]}});
+            nodes
+                .patch_status("node-0", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        } else {
+            let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip.to_string()}]}}});
+            services
+                .patch_status("envoy", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
         // From the moment the API server accepted the change.
         let started = Instant::now();
         all_answer(&dns, &kuard(&names[0]), ip, Duration::from_secs(60)).await;
@@ -251,6 +291,7 @@ async fn fleet_benchmark() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let cpu_changes = cpu(pid).saturating_sub(cpu_before);
+    let others_written = others.iter().map(|s| writes_of(&log, s)).sum::<usize>() - others_before;
     took.sort();
     last_write.sort();
 
@@ -278,23 +319,31 @@ async fn fleet_benchmark() {
     let idle_cpu = cpu(pid).saturating_sub(idle_cpu_before);
     let rss = rss_mib(pid);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let label = if virtual_clusters > 0 {
+    let mut label = if virtual_clusters > 0 {
         format!("N={n} real + {virtual_clusters} virtual")
     } else {
         format!("N={n}")
+    };
+    if node_port {
+        label.push_str(" nodePort");
+    }
+    let change = if node_port {
+        "node change"
+    } else {
+        "LB change"
     };
     println!(
         "fleet {label}: GatewayDNS applied → every agent answers every gateway: {:.2} s",
         to_all.as_secs_f64()
     );
     println!(
-        "fleet {label}: one LB change → all agents answer: p50 {:.1} ms, p99 {:.1} ms ({CHANGES} changes)",
+        "fleet {label}: one {change} → all agents answer: p50 {:.1} ms, p99 {:.1} ms ({CHANGES} changes)",
         ms(percentile(&took, 50.0)),
         ms(percentile(&took, 99.0))
     );
     let writes_avg = writes.iter().sum::<usize>() as f64 / writes.len() as f64;
     println!(
-        "fleet {label}: slice writes per change: {writes_avg:.1} (clusters in the namespace: {}); last write after p50 {:.1} ms, p99 {:.1} ms",
+        "fleet {label}: slice writes per change: {writes_avg:.1} (clusters in the namespace: {}); last write after p50 {:.1} ms, p99 {:.1} ms; other clusters' slices written meanwhile: {others_written}",
         n + virtual_clusters,
         ms(percentile(&last_write, 50.0)),
         ms(percentile(&last_write, 99.0))

@@ -32,6 +32,7 @@ mod measure;
 mod metrics;
 mod mixed_fleet;
 mod moved_copies;
+mod node_gateways;
 mod nodes;
 mod original_peer;
 mod outage;
