@@ -241,3 +241,124 @@ async fn one_node_watch_per_cluster_is_shared_and_stops_with_its_last_gateway() 
     assert_eq!(watching("a"), None);
     server.close().await;
 }
+
+/// A Node as the API serves it, Ready or not, with a heartbeat time.
+fn node_json(ready: bool, heartbeat: &str, version: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": "node-1", "resourceVersion": version},
+           "status": {"addresses": [{"type": "InternalIP", "address": "10.1.0.1"}],
+                      "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                                      "lastHeartbeatTime": heartbeat}]}})
+}
+
+#[tokio::test]
+async fn a_node_change_wakes_the_gateways_of_its_cluster_and_a_heartbeat_wakes_nobody() {
+    let watch = |r: &xcc_kube::scenario::Request| r.is_watch();
+    let (client_a, server_a) = Scenario::new()
+        .always("GET", "/api/v1/nodes")
+        .when(|r| !r.is_watch())
+        .reply((
+            200,
+            json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": "3"},
+                   "items": [node_json(true, "2026-01-01T00:00:00Z", "3")]}),
+        ))
+        // A kubelet's heartbeat: nothing a GatewayDNS reads changed.
+        .expect("GET", "/api/v1/nodes")
+        .when(watch)
+        .reply((
+            200,
+            json!({"type": "MODIFIED", "object": node_json(true, "2026-01-01T00:00:10Z", "4")}),
+        ))
+        // Then the node turns NotReady.
+        .expect("GET", "/api/v1/nodes")
+        .when(watch)
+        .reply((
+            200,
+            json!({"type": "MODIFIED", "object": node_json(false, "2026-01-01T00:00:20Z", "5")}),
+        ))
+        .always("GET", "/api/v1/nodes")
+        .when(watch)
+        .hang()
+        .run();
+    let (client_b, server_b) = Scenario::new()
+        .always("GET", "/api/v1/nodes")
+        .when(watch)
+        .hang()
+        .always("GET", "/api/v1/nodes")
+        .reply((
+            200,
+            json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": "3"},
+                   "items": [node_json(true, "2026-01-01T00:00:00Z", "3")]}),
+        ))
+        .run();
+    let (trigger, mut woken) = tokio::sync::mpsc::unbounded_channel();
+    let workloads = Workloads::new(
+        client_a.clone(),
+        PeerClients::new(xcc_kube::PeerTrust::default()),
+        trigger,
+        Duration::ZERO,
+    );
+    for (cluster, client) in [("a", &client_a), ("b", &client_b)] {
+        workloads.clusters.insert(
+            ("dev-team".into(), cluster.into()),
+            ClusterEntry {
+                peer: PeerClient {
+                    client: client.clone(),
+                    identity: format!("dev-team/{cluster}-kubeconfig@test"),
+                    server: format!("https://{cluster}.test"),
+                    tls: xcc_kube::PeerTls::Verified,
+                },
+                secret_version: None,
+                services: HashMap::new(),
+                nodes: None,
+                slices: None,
+            },
+        );
+    }
+    let (on_a, on_b) = (
+        ObjectRef::<GatewayDNS>::new("on-a").within("dev-team"),
+        ObjectRef::<GatewayDNS>::new("on-b").within("dev-team"),
+    );
+    // Each subscribes to its cluster's nodes (read straight away: the watch has not listed).
+    workloads
+        .nodes("dev-team", "a", &on_a, client_a.clone())
+        .await
+        .unwrap();
+    workloads
+        .nodes("dev-team", "b", &on_b, client_b.clone())
+        .await
+        .unwrap();
+    // Once cluster a's watch asks a third time, it has handled both events (one at a time):
+    // on-a was woken by its first list and by the NotReady event, not by the heartbeat; on-b
+    // heard nothing of cluster a.
+    let started = std::time::Instant::now();
+    while server_a.count(xcc_kube::scenario::Request::is_watch) < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            server_a.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut wakes = Vec::new();
+    while let Ok(gateway) = woken.try_recv() {
+        wakes.push(gateway);
+    }
+    let count = |g: &ObjectRef<GatewayDNS>| wakes.iter().filter(|w| *w == g).count();
+    assert_eq!(
+        count(&on_a),
+        2,
+        "the list and the NotReady event: {wakes:?}"
+    );
+    assert!(
+        count(&on_b) <= 1,
+        "on-b only by its own cluster's list: {wakes:?}"
+    );
+    let nodes = workloads
+        .nodes("dev-team", "a", &on_a, client_a.clone())
+        .await
+        .unwrap();
+    assert!(!nodes[0].ready);
+    server_a.close().await;
+    server_b.close().await;
+}
