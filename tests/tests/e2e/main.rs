@@ -33,6 +33,7 @@ mod metrics;
 mod mixed_fleet;
 mod moved_copies;
 mod node_gateways;
+mod node_ports;
 mod nodes;
 mod original_peer;
 mod outage;
