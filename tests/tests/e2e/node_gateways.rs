@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use xcc_e2e::{
     Cluster, Testbed, require_testbed,
-    xcc::{Agent, wait_dig},
+    xcc::{Agent, dig, wait_dig},
 };
 
 use crate::xcc_dns::{KUARD, agent, controller, management, wait_answer};
@@ -129,36 +129,14 @@ async fn patch_gatewaydns(mgmt: &Cluster, patch: &str) {
 
 /// The SRV records `server` answers for `name` (`priority weight port target`), sorted.
 async fn srv(server: std::net::SocketAddr, name: &str) -> Vec<String> {
-    let out = tokio::process::Command::new("dig")
-        .arg(format!("@{}", server.ip()))
-        .args(["-p", &server.port().to_string(), "+time=1", "+tries=1"])
-        .args(["+short", name, "SRV"])
-        .output()
-        .await
-        .expect("dig runs");
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.sort();
-    lines
+    dig(server, name, "SRV").await.expect("dig runs").data
 }
 
 /// Waits until `server` answers `want` SRV records for `name`.
 async fn wait_srv(server: std::net::SocketAddr, name: &str, want: &[&str], timeout: Duration) {
-    let started = Instant::now();
-    loop {
-        let got = srv(server, name).await;
-        if got == want {
-            return;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{name} SRV: {got:?}, not {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_dig(server, name, "SRV", timeout, |answer| answer.data == want)
+        .await
+        .unwrap();
 }
 
 /// GatewayDNS `dev-team/nodes`'s status entry for cluster-a.
