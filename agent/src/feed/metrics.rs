@@ -246,6 +246,8 @@ pub struct Metrics {
     records: Option<RecordsMetrics>,
     /// The sync core's watches and reconcilers.
     pub sync: xcc_sync::metrics::SyncMetrics,
+    /// The gateway prober's series.
+    pub health: Arc<super::health::HealthMetrics>,
 }
 
 impl Metrics {
@@ -360,9 +362,11 @@ impl Metrics {
             }
         });
         let sync = xcc_sync::metrics::SyncMetrics::register(xcc);
+        let health = Arc::new(super::health::HealthMetrics::register(xcc));
 
         let zone_count = zone_labels.len();
         let metrics = Metrics {
+            health,
             registry,
             server: server.to_string(),
             request_slots: Slots::new(zone_count * PROTOS.len() * FAMILIES.len() * TYPE_COUNT),

@@ -22,6 +22,7 @@
 //! what the writes compare of a slice ([`print`]), and what one cluster is sent ([`writes`]).
 
 mod global;
+mod health;
 mod plan;
 mod print;
 #[cfg(test)]
@@ -53,6 +54,8 @@ pub enum Observation {
     Addresses {
         ips: Vec<IpAddr>,
         hostnames: Vec<String>,
+        /// The Service's first port (what `spec.healthCheck` probes unless it names a port).
+        port: Option<u16>,
     },
     ServiceNotFound,
     NotLoadBalancer(String),
@@ -101,7 +104,17 @@ pub fn observe(service: Option<&Service>) -> Observation {
     if ips.is_empty() && hostnames.is_empty() {
         return Observation::NoAddress;
     }
-    Observation::Addresses { ips, hostnames }
+    let port = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .and_then(|p| u16::try_from(p.port).ok());
+    Observation::Addresses {
+        ips,
+        hostnames,
+        port,
+    }
 }
 
 /// A Cluster API Cluster as the controller needs it.

@@ -192,6 +192,7 @@ pub fn plan_with_health(
         old_status: gateway.status.clone().unwrap_or_default(),
         out: Plan::default(),
         candidates: Vec::new(),
+        ports: BTreeMap::new(),
     };
     let mut selected: Vec<&ClusterInfo> = clusters
         .iter()
@@ -207,9 +208,13 @@ pub fn plan_with_health(
         reference,
         mut out,
         candidates,
+        ports,
         ..
     } = planner;
     plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    if let Some(check) = &gateway.spec.health_check {
+        super::health::annotate(&mut out, check, &ports);
+    }
     out.released = all
         .iter()
         .filter(|g| g.metadata.deletion_timestamp.is_some() && gateway_ref(g) != reference)
@@ -233,6 +238,8 @@ struct Planner<'a> {
     old_status: GatewayDNSStatus,
     out: Plan,
     candidates: Vec<Candidate>,
+    /// The gateway Service's first port, per cluster where it was read.
+    ports: BTreeMap<String, u16>,
 }
 
 impl Planner<'_> {
@@ -274,8 +281,15 @@ impl Planner<'_> {
         let healthy = view.health == Some(GatewayHealth::Healthy);
         let service = &self.gateway.spec.service;
         match observe(&cluster.name) {
-            Observation::Addresses { ips, hostnames } => {
+            Observation::Addresses {
+                ips,
+                hostnames,
+                port,
+            } => {
                 self.publish(&mut status, healthy, &ips, &hostnames);
+                if let Some(port) = port {
+                    self.ports.insert(cluster.name.clone(), port);
+                }
             }
             Observation::Unreachable(why) => {
                 // Its last addresses may still answer the global name when no cluster is

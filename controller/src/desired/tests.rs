@@ -37,6 +37,7 @@ fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> GatewayDNS {
             stale_records: None,
             global: None,
             resolve_from: None,
+            health_check: None,
         },
     );
     g.metadata.namespace = Some("dev-team".into());
