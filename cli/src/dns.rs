@@ -313,10 +313,15 @@ mod tests {
         .unwrap();
         let text = render(&out);
         assert!(
-            text.contains("http://10.0.0.1:80/healthz   down    no          12       connection refused"),
+            text.contains(
+                "http://10.0.0.1:80/healthz   down    no          12       connection refused"
+            ),
             "{text}"
         );
-        assert!(text.contains("http://10.0.0.2:80/healthz   up      yes"), "{text}");
+        assert!(
+            text.contains("http://10.0.0.2:80/healthz   up      yes"),
+            "{text}"
+        );
         assert!(!text.contains("fail-open"), "{text}");
     }
 }
