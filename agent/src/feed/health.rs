@@ -559,6 +559,13 @@ impl HealthMetrics {
             .set(i64::from(up));
     }
 
+    /// A series in every per-target family (for the generated reference).
+    #[cfg(test)]
+    pub fn touch_every_family(&self) {
+        self.observe("tcp://192.0.2.1:443", None, Duration::ZERO);
+        self.set_up("tcp://192.0.2.1:443", true);
+    }
+
     fn forget(&self, target: &str) {
         let labels = TargetLabels {
             target: target.to_string(),

@@ -657,6 +657,7 @@ mod tests {
     fn metrics_reference() {
         let metrics = Metrics::default();
         metrics.sync.touch_every_family();
+        metrics.health.touch_every_family();
         let section = xcc_kube::metrics::reference_section(&metrics.encode()).unwrap();
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
         xcc_kube::metrics::check_generated_section(path, "xcc-agent", &section).unwrap();
