@@ -31,10 +31,39 @@ pub const CONCURRENCY: usize = 64;
 /// Most bytes of an HTTP answer read (its status line is all that counts).
 pub const MAX_RESPONSE: usize = 1024;
 
-/// Probes every target of `health` until `stop`.
-pub async fn run(health: Arc<Health>, stop: CancellationToken) {
+/// How probes connect: TLS for `https`, from `source` (any port) when set.
+#[derive(Clone)]
+pub struct Connector {
+    tls: tokio_rustls::TlsConnector,
+    source: Option<IpAddr>,
+}
+
+impl Connector {
+    /// Probes sent from `source` (default: the address the routing table picks).
+    pub fn new(source: Option<IpAddr>) -> Connector {
+        Connector {
+            tls: tls_connector(),
+            source,
+        }
+    }
+
+    async fn connect(&self, address: SocketAddr) -> std::io::Result<TcpStream> {
+        let Some(source) = self.source else {
+            return TcpStream::connect(address).await;
+        };
+        let socket = match address {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(SocketAddr::new(source, 0))?;
+        socket.connect(address).await
+    }
+}
+
+/// Probes every target of `health` from `source` (when set) until `stop`.
+pub async fn run(health: Arc<Health>, source: Option<IpAddr>, stop: CancellationToken) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
-    let tls = tls_connector();
+    let tls = Connector::new(source);
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut running: HashMap<Target, tokio::task::AbortHandle> = HashMap::new();
     loop {
@@ -75,12 +104,7 @@ fn random_fraction() -> f64 {
     (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-async fn probe_loop(
-    health: Arc<Health>,
-    target: Target,
-    permits: Arc<Semaphore>,
-    tls: tokio_rustls::TlsConnector,
-) {
+async fn probe_loop(health: Arc<Health>, target: Target, permits: Arc<Semaphore>, tls: Connector) {
     let interval = Duration::from_millis(u64::from(target.check.interval_ms));
     tokio::time::sleep(interval.mul_f64(random_fraction())).await;
     loop {
@@ -100,21 +124,19 @@ async fn probe_loop(
 }
 
 /// One probe of `target`, within its check's timeout.
-pub async fn probe(target: &Target, tls: &tokio_rustls::TlsConnector) -> Result<(), ProbeError> {
+pub async fn probe(target: &Target, tls: &Connector) -> Result<(), ProbeError> {
     let timeout = Duration::from_millis(u64::from(target.check.timeout_ms));
     tokio::time::timeout(timeout, probe_once(target, tls))
         .await
         .unwrap_or(Err(ProbeError::Timeout))
 }
 
-async fn probe_once(target: &Target, tls: &tokio_rustls::TlsConnector) -> Result<(), ProbeError> {
+async fn probe_once(target: &Target, tls: &Connector) -> Result<(), ProbeError> {
     let address = SocketAddr::new(target.address, target.check.port);
-    let stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => ProbeError::Refused,
-            _ => ProbeError::Other(format!("connect: {e}")),
-        })?;
+    let stream = tls.connect(address).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => ProbeError::Refused,
+        _ => ProbeError::Other(format!("connect: {e}")),
+    })?;
     let check = &target.check;
     let host = check
         .host
@@ -126,6 +148,7 @@ async fn probe_once(target: &Target, tls: &tokio_rustls::TlsConnector) -> Result
         ProbeKind::Https => {
             let name = server_name(check.host.as_deref(), target.address)?;
             let stream = tls
+                .tls
                 .connect(name, stream)
                 .await
                 .map_err(|e| ProbeError::Other(format!("TLS: {e}")))?;
@@ -302,7 +325,7 @@ mod tests {
 
     #[tokio::test]
     async fn probes_say_what_they_found() {
-        let tls = tls_connector();
+        let tls = Connector::new(None);
         let ok = http_server(204).await;
         let bad = http_server(503).await;
         assert_eq!(probe(&target(ProbeKind::Tcp, ok, None), &tls).await, Ok(()));
@@ -330,6 +353,20 @@ mod tests {
             probe(&target(ProbeKind::Http, port, Some("/")), &tls).await,
             Err(ProbeError::Timeout)
         );
+    }
+
+    #[tokio::test]
+    async fn probes_go_from_the_source_address_when_one_is_set() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        let accepted = tokio::spawn(async move { listener.accept().await.unwrap().1 });
+        let (probed, connector) = (
+            target(ProbeKind::Tcp, port, None),
+            Connector::new(Some(source)),
+        );
+        assert_eq!(probe(&probed, &connector).await, Ok(()));
+        assert_eq!(accepted.await.unwrap().ip(), source);
     }
 
     #[test]

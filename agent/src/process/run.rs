@@ -134,7 +134,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let admin_addr = admin_listener.local_addr()?;
 
     let tasks = CoreTasks::default();
-    let (slice_index, health) = start_prober(&feed, &table, &metrics, &tasks, &stop);
+    let (slice_index, health) = start_prober(&args, &feed, &table, &metrics, &tasks, &stop);
     let (dns, admin) = serve(
         &args,
         sockets,
@@ -194,6 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// The slice index and, fed by EndpointSlices, the health of the gateways it probes from
 /// here (the prober started, until `stop`).
 fn start_prober(
+    args: &Args,
     feed: &Feed,
     table: &Arc<RecordTable>,
     metrics: &Arc<Metrics>,
@@ -205,7 +206,8 @@ fn start_prober(
     };
     let health = Health::new(table.clone(), metrics.health.clone());
     let alive = tasks.watch("gateway prober");
-    let prober = crate::feed::prober::run(health.clone(), stop.clone());
+    let prober =
+        crate::feed::prober::run(health.clone(), args.kube.probe_source_address, stop.clone());
     tokio::spawn(async move {
         let _alive = alive;
         prober.await;

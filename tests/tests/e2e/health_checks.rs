@@ -26,7 +26,7 @@ use crate::{
     bench_propagation::ask,
     failover::{GLOBAL, per_cluster, set_ready},
     measure::percentile,
-    xcc_dns::{agent, controller, envoy, management},
+    xcc_dns::{controller, envoy, management, manifest},
 };
 
 const TRIALS: usize = 20;
@@ -35,11 +35,13 @@ const TRIALS: usize = 20;
 /// successes in a row) takes 250 to 550 ms.
 const BAR: Duration = Duration::from_secs(1);
 
-/// An HTTP gateway on `addr` answering `200` to everything, counting connections; stopped (its
-/// socket closed: connections refused) and started again on the same address.
+/// An HTTP gateway on `addr` answering `200` to everything (`503` to connections from the
+/// address in `refused`), counting connections; stopped (its socket closed: connections
+/// refused) and started again on the same address.
 struct Gateway {
     addr: SocketAddr,
     accepted: Arc<AtomicU64>,
+    refused: Arc<std::sync::Mutex<Option<IpAddr>>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -48,6 +50,7 @@ impl Gateway {
         let mut gateway = Gateway {
             addr,
             accepted: Arc::default(),
+            refused: Arc::default(),
             task: None,
         };
         gateway.start();
@@ -59,18 +62,22 @@ impl Gateway {
         socket.set_reuseaddr(true).unwrap();
         socket.bind(self.addr).unwrap();
         let listener = socket.listen(64).unwrap();
-        let accepted = self.accepted.clone();
+        let (accepted, refused) = (self.accepted.clone(), self.refused.clone());
         self.task = Some(tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
+            while let Ok((mut stream, peer)) = listener.accept().await {
                 accepted.fetch_add(1, Ordering::Relaxed);
+                let status = if *refused.lock().unwrap() == Some(peer.ip()) {
+                    "503 Service Unavailable"
+                } else {
+                    "200 OK"
+                };
                 tokio::spawn(async move {
                     let mut buffer = [0u8; 1024];
                     let _ = stream.read(&mut buffer).await;
-                    let _ = stream
-                        .write_all(
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                        )
-                        .await;
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
                 });
             }
         }));
@@ -82,6 +89,11 @@ impl Gateway {
             task.abort();
             let _ = task.await;
         }
+    }
+
+    /// Answers 503 to the probes from `source` (none: to nobody).
+    fn refuse(&self, source: Option<IpAddr>) {
+        *self.refused.lock().unwrap() = source;
     }
 
     fn accepted(&self) -> u64 {
@@ -183,6 +195,28 @@ async fn until_metric(agent: &Agent, name: &str, check: impl Fn(f64) -> bool) ->
     }
 }
 
+/// Our agent on `cluster`, under the manifests' ServiceAccount, sending its probes from
+/// `source`.
+async fn agent_probing_from(cluster: &xcc_e2e::Cluster, source: IpAddr) -> Agent {
+    cluster
+        .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
+        .await
+        .unwrap();
+    let kubeconfig = cluster
+        .mint_kubeconfig("xcc-dns", "xcc-agent")
+        .await
+        .unwrap();
+    let source = format!("--probe-source-address={source}");
+    let mut agent = Agent::start(
+        &kubeconfig.path,
+        &cluster.dir().join("xcc-agent.log"),
+        &[&source],
+    )
+    .unwrap();
+    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
+    agent
+}
+
 async fn apply_gateway_dns(bed: &Testbed, extra: &str) {
     bed.cluster("management")
         .apply_yaml(&format!(
@@ -231,9 +265,13 @@ async fn a_gateway_that_stops_answering_leaves_each_agents_answers_within_a_seco
     let port = free_port();
     let mut gateways = Vec::new();
     let mut agents = Vec::new();
-    for (name, last) in [("cluster-a", 11), ("cluster-b", 12)] {
+    // Each cluster's agent probes from an address of its own (198.18.38.1, .2).
+    for (i, (name, last)) in [("cluster-a", 11), ("cluster-b", 12)]
+        .into_iter()
+        .enumerate()
+    {
         let cluster = bed.cluster(name);
-        agents.push(agent(cluster).await);
+        agents.push(agent_probing_from(cluster, ip(i as u8 + 1)).await);
         gateways.push(Gateway::new(SocketAddr::new(ip(last), port)));
         envoy(cluster, &format!(r#"[{{"ip":"{}"}}]"#, ip(last))).await;
         set_ready(cluster, true).await;
@@ -294,6 +332,44 @@ async fn a_gateway_that_stops_answering_leaves_each_agents_answers_within_a_seco
     assert!(text.contains(&format!(
         "xcc_agent_gateway_probe_duration_seconds_count{{target=\"{target_a}\"}}"
     )));
+
+    // cluster-a's gateway fails for cluster-b's probes only (a partition): out of cluster-b's
+    // answers, while cluster-a's agent keeps answering with it, every answer.
+    gateways[0].refuse(Some(ip(2)));
+    let partitioned = Instant::now();
+    until_answer(agent_b.dns, GLOBAL, &[ip(12)], Duration::from_secs(10)).await;
+    let seen_by_b = partitioned.elapsed();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let global = Name::from_ascii(format!("{GLOBAL}.")).unwrap();
+    let mut lost = 0;
+    for id in 0..200u16 {
+        let mut got = ask(&socket, agent_a.dns, &global, id).await;
+        got.sort();
+        lost += usize::from(got != both);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!(
+        "partition: out of cluster-b's answers after {:.0} ms; cluster-a's agent lost {lost} of 200 answers",
+        seen_by_b.as_secs_f64() * 1000.0
+    );
+    assert_eq!(
+        lost, 0,
+        "cluster-a's agent still reaches cluster-a's gateway"
+    );
+    let b_explained: serde_json::Value =
+        serde_json::from_str(&admin_get(agent_b, &format!("/explain?name={GLOBAL}&type=A")).await)
+            .unwrap();
+    let a_in_b = b_explained["probed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["address"] == ip(11).to_string().as_str())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(a_in_b["state"], "down", "{b_explained}");
+    assert_eq!(a_in_b["lastError"], "HTTP status 503", "{b_explained}");
+    gateways[0].refuse(None);
+    until_answer(agent_b.dns, GLOBAL, &both, Duration::from_secs(10)).await;
 
     // Both fail: the global name keeps its last healthy set (cluster-b's), said by the metric
     // and /explain.
