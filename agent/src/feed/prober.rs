@@ -90,8 +90,20 @@ pub async fn run(health: Arc<Health>, source: Option<IpAddr>, stop: Cancellation
         tokio::select! {
             () = health.targets_changed() => {}
             () = stop.cancelled() => break,
-            // Reap finished (aborted) tasks.
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            // Reap finished tasks: aborted ones, and one that panicked, which is started
+            // again on the next turn while its target is wanted.
+            Some(ended) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let id = match &ended {
+                    Ok((id, ())) => *id,
+                    Err(error) => {
+                        if error.is_panic() {
+                            tracing::error!("a gateway probe task panicked; starting it again");
+                        }
+                        error.id()
+                    }
+                };
+                running.retain(|_, handle| handle.id() != id);
+            }
         }
     }
     tasks.abort_all();
