@@ -22,6 +22,10 @@ pub struct Explanation {
     pub answers: Vec<Answer>,
     #[serde(default)]
     pub sources: Vec<serde_json::Value>,
+    /// The probed gateway addresses of the name (`spec.healthCheck`), in or out of this
+    /// cluster's answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probed: Vec<serde_json::Value>,
     #[serde(default)]
     pub truncated: bool,
 }
@@ -117,10 +121,43 @@ pub fn render(out: &Explanation) -> String {
         text.push('\n');
         text.push_str(&sources.render());
     }
+    if !out.probed.is_empty() {
+        text.push('\n');
+        text.push_str(&render_probed(&out.probed));
+    }
     if out.truncated {
         text.push_str("(cut at the agent's bound)\n");
     }
     text
+}
+
+/// Why each probed gateway address is in or out of this cluster's answer.
+fn render_probed(probed: &[serde_json::Value]) -> String {
+    let mut table = Table::new(&["PROBED", "STATE", "IN ANSWER", "PROBES", "LAST ERROR"]);
+    let mut fail_open = false;
+    for p in probed {
+        let text = |key: &str| p[key].as_str().unwrap_or("").to_string();
+        fail_open |= p["failOpen"].as_bool() == Some(true);
+        let in_answer = match (p["inAnswer"].as_bool(), p["failOpen"].as_bool()) {
+            (Some(true), Some(true)) => "yes (fail-open)",
+            (Some(true), _) => "yes",
+            _ => "no",
+        };
+        table.push(vec![
+            text("target"),
+            text("state"),
+            in_answer.to_string(),
+            p["probes"].as_u64().unwrap_or(0).to_string(),
+            text("lastError"),
+        ]);
+    }
+    let mut out = table.render();
+    if fail_open {
+        out.push_str(
+            "every probed gateway of this name fails from this cluster: it answers with the last healthy set\n",
+        );
+    }
+    out
 }
 
 pub async fn run(args: DnsArgs) -> Result<(), Error> {
@@ -255,5 +292,36 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("30    10.0.0.1"), "{text}");
+        assert!(!text.contains("PROBED"), "no check, no probe table: {text}");
+    }
+
+    #[test]
+    fn probed_gateways_say_why_they_are_in_or_out() {
+        let out: Explanation = serde_json::from_value(serde_json::json!({
+            "name": "kuard.gateway.dev-team.global.xcc.test.",
+            "type": "A", "rcode": "NOERROR",
+            "answers": [],
+            "probed": [
+                {"source": "xcc-dns/a", "owner": "*.gateway.dev-team.global.xcc.test.",
+                 "address": "10.0.0.1", "target": "http://10.0.0.1:80/healthz", "inAnswer": false,
+                 "state": "down", "failOpen": false, "probes": 12, "lastError": "connection refused"},
+                {"source": "xcc-dns/b", "owner": "*.gateway.dev-team.global.xcc.test.",
+                 "address": "10.0.0.2", "target": "http://10.0.0.2:80/healthz", "inAnswer": true,
+                 "state": "up", "failOpen": false, "probes": 12}
+            ]
+        }))
+        .unwrap();
+        let text = render(&out);
+        assert!(
+            text.contains(
+                "http://10.0.0.1:80/healthz   down    no          12       connection refused"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("http://10.0.0.2:80/healthz   up      yes"),
+            "{text}"
+        );
+        assert!(!text.contains("fail-open"), "{text}");
     }
 }

@@ -63,6 +63,11 @@ pub struct GatewayDNSSpec {
     /// GatewayDNS's names. Unset: only the clusters of its own namespace (which always may).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_from: Option<ResolveFrom>,
+    /// (xcc) How every xcc-agent probes the gateways' addresses from its own cluster: a gateway
+    /// that fails there leaves that cluster's answers (per-cluster and global names) until it
+    /// passes again. Unset: no probing (the control plane's view only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 /// Who, beyond the GatewayDNS's own namespace, may resolve its names.
@@ -413,4 +418,135 @@ pub struct ClusterGatewayStatus {
     /// may run there, cannot read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub withheld_from: Vec<String>,
+}
+
+// --- Data-path health checks (spec.healthCheck) ---
+
+/// Default probe interval, timeout and thresholds: a gateway that stops answering leaves the
+/// answers within interval × failureThreshold + timeout (700 ms), well under a second.
+pub const HEALTH_CHECK_DEFAULTS: HealthCheckDefaults = HealthCheckDefaults {
+    interval_ms: 250,
+    timeout_ms: 200,
+    failure_threshold: 2,
+    success_threshold: 2,
+    expected_status: (200, 399),
+};
+
+/// The values of [`HEALTH_CHECK_DEFAULTS`].
+#[derive(Clone, Copy, Debug)]
+pub struct HealthCheckDefaults {
+    pub interval_ms: u32,
+    pub timeout_ms: u32,
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub expected_status: (u16, u16),
+}
+
+/// How each xcc-agent probes the gateways it answers for, from its own cluster.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.timeoutMilliseconds) ? self.timeoutMilliseconds : 200) < (has(self.intervalMilliseconds) ? self.intervalMilliseconds : 250)",
+        "message": "spec.healthCheck.timeoutMilliseconds (default 200) must be less than intervalMilliseconds (default 250)",
+        "fieldPath": ".timeoutMilliseconds"
+    },
+    {
+        "rule": "!(has(self.path) || has(self.expectedStatus) || has(self.host)) || (has(self.type) && (self.type == 'http' || self.type == 'https'))",
+        "message": "spec.healthCheck.path, expectedStatus and host apply only to type http or https"
+    }
+]))]
+pub struct HealthCheck {
+    /// `tcp` (default): a TCP connection to the address and port. `http` / `https`: `GET path`,
+    /// whose status must be in `expectedStatus`. `none`: no probing (as if unset).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<HealthCheckType>,
+    /// Port probed on each load-balancer address. Default: the gateway Service's first port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<u16>,
+    /// HTTP(S): the path asked for. Default `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/[^\s]*$"), length(max = 256))]
+    pub path: Option<String>,
+    /// HTTP(S): the statuses that pass, `200` or a range `200-399` (default `200-399`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$"))]
+    pub expected_status: Option<String>,
+    /// HTTP(S): the `Host` header and TLS server name (SNI). Default: the address probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = r"^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?(:[0-9]{1,5})?$"),
+        length(max = 253)
+    )]
+    pub host: Option<String>,
+    /// Time between two probes of one address, in milliseconds (default 250).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 50, max = 60000))]
+    pub interval_milliseconds: Option<u32>,
+    /// How long one probe may take, in milliseconds (default 200; less than the interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 59999))]
+    pub timeout_milliseconds: Option<u32>,
+    /// Failed probes in a row that take an address out of the answers (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: Option<u32>,
+    /// Passed probes in a row that bring a failed address back (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: Option<u32>,
+}
+
+/// How a gateway is probed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthCheckType {
+    /// A TCP connection.
+    #[default]
+    Tcp,
+    /// An HTTP GET.
+    Http,
+    /// An HTTPS GET (the certificate is not verified).
+    Https,
+    /// No probing.
+    None,
+}
+
+impl HealthCheck {
+    /// The check the agents are sent for a gateway whose Service's first port is
+    /// `service_port`: every default applied. `None` for type `none`, or when no port is known.
+    pub fn resolve(
+        &self,
+        service_port: Option<u16>,
+    ) -> Option<xcc_kube::health_check::HealthCheck> {
+        use xcc_kube::health_check::ProbeKind;
+        let kind = match self.kind.unwrap_or_default() {
+            HealthCheckType::Tcp => ProbeKind::Tcp,
+            HealthCheckType::Http => ProbeKind::Http,
+            HealthCheckType::Https => ProbeKind::Https,
+            HealthCheckType::None => return None,
+        };
+        let d = HEALTH_CHECK_DEFAULTS;
+        let expected_status = self
+            .expected_status
+            .as_deref()
+            .and_then(|s| match s.split_once('-') {
+                Some((low, high)) => Some((low.parse().ok()?, high.parse().ok()?)),
+                None => s.parse().ok().map(|one| (one, one)),
+            })
+            .unwrap_or(d.expected_status);
+        let http = kind != ProbeKind::Tcp;
+        Some(xcc_kube::health_check::HealthCheck {
+            kind,
+            port: self.port.or(service_port)?,
+            path: http.then(|| self.path.clone().unwrap_or_else(|| "/".into())),
+            host: self.host.clone().filter(|_| http),
+            expected_status,
+            interval_ms: self.interval_milliseconds.unwrap_or(d.interval_ms),
+            timeout_ms: self.timeout_milliseconds.unwrap_or(d.timeout_ms),
+            failure_threshold: self.failure_threshold.unwrap_or(d.failure_threshold),
+            success_threshold: self.success_threshold.unwrap_or(d.success_threshold),
+        })
+    }
 }

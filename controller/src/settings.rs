@@ -107,7 +107,37 @@ pub fn read(spec: &GatewayDNSSpec) -> Result<Settings, InvalidField> {
             ttl,
         };
     }
+    check_health_check(spec)?;
     Ok(settings)
+}
+
+/// `spec.healthCheck`, resolved with any port, passes the agents' checks (`expectedStatus`
+/// as a range, the timeout below the interval, ...), or the field that does not.
+fn check_health_check(spec: &GatewayDNSSpec) -> Result<(), InvalidField> {
+    let Some(check) = &spec.health_check else {
+        return Ok(());
+    };
+    if let Some(status) = &check.expected_status {
+        let parts: Vec<Option<u16>> = status.split('-').map(|p| p.parse().ok()).collect();
+        let ordered = match parts.as_slice() {
+            [Some(_)] => true,
+            [Some(low), Some(high)] => low <= high,
+            _ => false,
+        };
+        if !ordered {
+            return Err(InvalidField {
+                field: "spec.healthCheck.expectedStatus",
+                message: format!("{status:?} is not a status (200) or a range (200-399)"),
+            });
+        }
+    }
+    match check.resolve(Some(1)).map(|c| c.validate()) {
+        Some(Err(message)) => Err(InvalidField {
+            field: "spec.healthCheck",
+            message,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn is_dns_label(name: &str) -> bool {
@@ -163,6 +193,25 @@ mod tests {
         assert_eq!(
             read(&s).unwrap_err().field,
             "spec.staleRecords.readmitAfter"
+        );
+    }
+
+    #[test]
+    fn a_health_check_the_agents_would_refuse_names_its_field() {
+        let good = spec(
+            "service: a/b\nhealthCheck: {type: http, path: /healthz, expectedStatus: 200-299}\n",
+        );
+        assert_eq!(read(&good), Ok(Settings::default()));
+        let bad = spec("service: a/b\nhealthCheck: {type: http, expectedStatus: 399-200}\n");
+        assert_eq!(
+            read(&bad).unwrap_err().field,
+            "spec.healthCheck.expectedStatus"
+        );
+        let bad = spec("service: a/b\nhealthCheck: {intervalMilliseconds: 100}\n");
+        let error = read(&bad).unwrap_err();
+        assert!(
+            error.to_string().contains("less than intervalMs"),
+            "{error}"
         );
     }
 }

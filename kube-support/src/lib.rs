@@ -21,6 +21,7 @@ mod conditions;
 pub mod finalizers;
 pub mod flags;
 pub mod h2;
+pub mod health_check;
 mod kubeconfig;
 pub mod logging;
 pub mod metrics;

@@ -48,6 +48,10 @@ pub struct Explanation {
     pub rcode: String,
     pub answers: Vec<Answer>,
     pub sources: Vec<Source>,
+    /// The probed gateway addresses that answer for the name (`spec.healthCheck`): in or out
+    /// of this cluster's answer, and why (probe state, last error). Empty without a check.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probed: Vec<super::health::ProbedAddress>,
     /// Whether answers or sources were cut at their bound.
     pub truncated: bool,
 }
@@ -138,6 +142,22 @@ pub fn parse_query(query: Option<&str>) -> Result<(Name, RecordType), ExplainErr
     Ok((parsed, qtype))
 }
 
+/// The answer to `name`/`qtype` and where it came from, with the probe state of the gateway
+/// addresses `health` probes for it.
+pub fn explain_probed(
+    table: &RecordTable,
+    origins: &SliceOrigins,
+    health: Option<&super::health::Health>,
+    name: &Name,
+    qtype: RecordType,
+) -> Explanation {
+    let mut out = explain(table, origins, name, qtype);
+    if let Some(health) = health {
+        out.probed = health.explain(name, MAX_SOURCES);
+    }
+    out
+}
+
 /// The answer to `name`/`qtype` and where it came from.
 pub fn explain(
     table: &RecordTable,
@@ -210,6 +230,7 @@ pub fn explain(
         },
         answers,
         sources,
+        probed: Vec::new(),
         truncated,
     }
 }

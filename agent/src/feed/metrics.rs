@@ -246,6 +246,8 @@ pub struct Metrics {
     records: Option<RecordsMetrics>,
     /// The sync core's watches and reconcilers.
     pub sync: xcc_sync::metrics::SyncMetrics,
+    /// The gateway prober's series.
+    pub health: Arc<super::health::HealthMetrics>,
 }
 
 impl Metrics {
@@ -360,9 +362,11 @@ impl Metrics {
             }
         });
         let sync = xcc_sync::metrics::SyncMetrics::register(xcc);
+        let health = Arc::new(super::health::HealthMetrics::register(xcc));
 
         let zone_count = zone_labels.len();
         let metrics = Metrics {
+            health,
             registry,
             server: server.to_string(),
             request_slots: Slots::new(zone_count * PROTOS.len() * FAMILIES.len() * TYPE_COUNT),
@@ -653,6 +657,7 @@ mod tests {
     fn metrics_reference() {
         let metrics = Metrics::default();
         metrics.sync.touch_every_family();
+        metrics.health.touch_every_family();
         let section = xcc_kube::metrics::reference_section(&metrics.encode()).unwrap();
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
         xcc_kube::metrics::check_generated_section(path, "xcc-agent", &section).unwrap();

@@ -6,7 +6,9 @@
 
 pub mod announce;
 pub mod explain;
+pub mod health;
 pub mod mcs;
 pub mod metrics;
+pub mod prober;
 pub mod records;
 pub mod slices;

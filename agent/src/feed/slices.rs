@@ -30,7 +30,10 @@ use xcc_dns::{HostRecords, RecordTable, Srv, proto::rr::Name};
 use xcc_kube::announcement::{GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION};
 use xcc_sync::sources::Schedule;
 
-use super::metrics::Metrics;
+use super::{
+    health::{HEALTH_CHECK_ANNOTATION, Health, HealthCheck, HealthCheckError},
+    metrics::Metrics,
+};
 
 /// Annotation naming the host name a slice answers for (`*.gateway.<cluster>.<ns>.clusters.<zone>`).
 pub const HOSTNAME_ANNOTATION: &str = "connectivity.tanzu.vmware.com/dns-hostname";
@@ -105,6 +108,9 @@ pub enum SliceError {
     SeveralHostnames(Vec<String>),
     #[error("{0}")]
     Table(String),
+    /// The records are served, without probing.
+    #[error("{0}; its records are served without probing")]
+    HealthCheck(HealthCheckError),
 }
 
 impl SliceError {
@@ -116,6 +122,7 @@ impl SliceError {
             SliceError::UnknownAddressType(_) => "UnsupportedAddressType",
             SliceError::SeveralHostnames(_) => "InvalidAddress",
             SliceError::Table(_) => "OutsideZone",
+            SliceError::HealthCheck(_) => "InvalidHealthCheck",
         }
     }
 }
@@ -302,6 +309,20 @@ fn ready_records(slice: &EndpointSlice) -> Result<HostRecords, SliceError> {
     Ok(records)
 }
 
+/// The slice's health check: `None` without the annotation (or when it does not pass: the
+/// error, and the records served unprobed).
+fn check_of(slice: &EndpointSlice) -> (Option<HealthCheck>, Option<SliceError>) {
+    match slice
+        .annotations()
+        .get(HEALTH_CHECK_ANNOTATION)
+        .map(|v| HealthCheck::parse(v))
+    {
+        None => (None, None),
+        Some(Ok(check)) => (Some(check), None),
+        Some(Err(error)) => (None, Some(SliceError::HealthCheck(error))),
+    }
+}
+
 fn source_of(slice: &EndpointSlice) -> String {
     format!(
         "{}/{}",
@@ -315,6 +336,8 @@ fn source_of(slice: &EndpointSlice) -> String {
 pub struct SliceIndex {
     table: Arc<RecordTable>,
     origins: SliceOrigins,
+    /// Where the records of slices with a health check go (filtered) instead of the table.
+    health: Option<Arc<Health>>,
 }
 
 impl SliceIndex {
@@ -322,7 +345,38 @@ impl SliceIndex {
         SliceIndex {
             table,
             origins: SliceOrigins::default(),
+            health: None,
         }
+    }
+
+    /// An index whose slices with a health check are served through `health`.
+    pub fn with_health(table: Arc<RecordTable>, health: Arc<Health>) -> Self {
+        SliceIndex {
+            health: Some(health),
+            ..SliceIndex::new(table)
+        }
+    }
+
+    /// Writes `source`'s entries into `batch`, and hands them to the health filter (which
+    /// rewrites them) when the slice has a check.
+    fn write(
+        &self,
+        batch: &mut xcc_dns::Batch<'_>,
+        source: &str,
+        check: Option<HealthCheck>,
+        entries: Vec<(Name, HostRecords)>,
+    ) -> Result<(), xcc_dns::Error> {
+        let Some(health) = &self.health else {
+            return batch.set_source(source, entries);
+        };
+        batch.set_source(source, entries.clone())?;
+        match check {
+            Some(check) => health.track(source, check, entries),
+            None => {
+                health.forget(source);
+            }
+        }
+        Ok(())
     }
 
     /// The table this index writes.
@@ -338,18 +392,24 @@ impl SliceIndex {
     /// A slice was added or changed.
     pub fn apply(&self, slice: &EndpointSlice) -> Result<(), SliceError> {
         let source = source_of(slice);
+        let (check, check_error) = check_of(slice);
         match records_of(slice)? {
             Some(entries) => {
                 self.table
-                    .set_source(&source, entries)
+                    .update(|batch| {
+                        self.write(batch, &source, check, entries)?;
+                        if let Some(health) = &self.health {
+                            health.write(batch);
+                        }
+                        Ok(())
+                    })
                     .map_err(|e| SliceError::Table(e.to_string()))?;
                 self.origins.set(source, SliceOrigin::of(slice));
-                Ok(())
+                check_error.map_or(Ok(()), Err)
             }
             // The annotation was removed: the slice no longer speaks for any name.
             None => {
-                self.table.remove_source(&source);
-                self.origins.set(source, None);
+                self.forget(&source);
                 Ok(())
             }
         }
@@ -357,9 +417,16 @@ impl SliceIndex {
 
     /// A slice was deleted.
     pub fn delete(&self, slice: &EndpointSlice) {
-        let source = source_of(slice);
-        self.table.remove_source(&source);
-        self.origins.set(source, None);
+        self.forget(&source_of(slice));
+    }
+
+    fn forget(&self, source: &str) {
+        let tracked = self.health.as_ref().is_some_and(|h| h.forget(source));
+        self.table.remove_source(source);
+        if let (true, Some(health)) = (tracked, &self.health) {
+            health.refresh();
+        }
+        self.origins.set(source.to_string(), None);
     }
 
     /// A full relist: exactly these slices exist. Returns the slices that could not be served.
@@ -367,22 +434,35 @@ impl SliceIndex {
         let mut problems = Vec::new();
         let present: HashSet<String> = slices.iter().map(source_of).collect();
         self.origins.retain(|s| present.contains(s));
+        if let Some(health) = &self.health {
+            health.retain(|s| present.contains(s));
+        }
         let _ = self.table.update(|batch| {
             // The clusterset names are another feed's.
             batch.retain_sources(|s| present.contains(s) || super::mcs::is_clusterset_source(s));
             for (i, slice) in slices.iter().enumerate() {
                 let source = source_of(slice);
+                let (check, check_error) = check_of(slice);
                 match records_of(slice) {
-                    Ok(Some(entries)) => match batch.set_source(&source, entries) {
-                        Ok(()) => self.origins.set(source, SliceOrigin::of(slice)),
+                    Ok(Some(entries)) => match self.write(batch, &source, check, entries) {
+                        Ok(()) => {
+                            self.origins.set(source, SliceOrigin::of(slice));
+                            problems.extend(check_error.map(|e| (i, e)));
+                        }
                         Err(e) => problems.push((i, SliceError::Table(e.to_string()))),
                     },
                     Ok(None) => {
                         batch.remove_source(&source);
+                        if let Some(health) = &self.health {
+                            health.forget(&source);
+                        }
                         self.origins.set(source, None);
                     }
                     Err(e) => problems.push((i, e)),
                 }
+            }
+            if let Some(health) = &self.health {
+                health.write(batch);
             }
             Ok(())
         });
@@ -457,13 +537,21 @@ fn publish_metrics(index: &SliceIndex, metrics: &Metrics) {
 
 async fn report(recorder: &Recorder, slice: &EndpointSlice, error: &SliceError) {
     let slice_name = source_of(slice);
-    tracing::warn!(slice = %slice_name, error = %xcc_kube::bounded(&error), "EndpointSlice not served; keeping its last good records");
+    let unprobed = matches!(error, SliceError::HealthCheck(_));
+    if unprobed {
+        tracing::warn!(slice = %slice_name, error = %xcc_kube::bounded(&error), "EndpointSlice served without probing its addresses");
+    } else {
+        tracing::warn!(slice = %slice_name, error = %xcc_kube::bounded(&error), "EndpointSlice not served; keeping its last good records");
+    }
+    let note = if unprobed {
+        format!("xcc-agent serves this EndpointSlice without probing: {error}")
+    } else {
+        format!("xcc-agent cannot serve this EndpointSlice: {error}")
+    };
     let event = KubeEvent {
         type_: EventType::Warning,
         reason: error.reason().to_string(),
-        note: Some(format!(
-            "xcc-agent cannot serve this EndpointSlice: {error}"
-        )),
+        note: Some(note),
         action: "Serve".into(),
         secondary: None,
     };

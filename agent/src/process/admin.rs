@@ -31,6 +31,8 @@ pub struct AdminState {
     /// The table DNS answers from, and where its slice sources came from (`/explain`).
     pub table: Arc<RecordTable>,
     pub origins: SliceOrigins,
+    /// The probed gateways' health (`None`: standalone, nothing probed).
+    pub health: Option<Arc<crate::feed::health::Health>>,
 }
 
 /// The tasks the process cannot work without (the DNS server, the record feed, the sync
@@ -133,7 +135,13 @@ async fn explain_name(
 ) -> impl IntoResponse {
     let (status, body) = match explain::parse_query(query.as_deref()) {
         Ok((name, qtype)) => {
-            let out = explain::explain(&state.table, &state.origins, &name, qtype);
+            let out = explain::explain_probed(
+                &state.table,
+                &state.origins,
+                state.health.as_deref(),
+                &name,
+                qtype,
+            );
             match serde_json::to_string(&out) {
                 Ok(body) => (StatusCode::OK, body),
                 Err(e) => (
@@ -181,6 +189,7 @@ mod tests {
             tasks: CoreTasks::default(),
             table: table(),
             origins: SliceOrigins::default(),
+            health: None,
         }
     }
 

@@ -362,6 +362,12 @@ pub struct KubeArgs {
         value_name = "BOOL"
     )]
     pub announce: bool,
+
+    /// Local address the gateway health checks (GatewayDNS `spec.healthCheck`) are sent from,
+    /// on a node with several networks: the one this cluster's clients reach the gateways
+    /// through. Default: the one the routing table picks.
+    #[arg(long, env = "XCC_PROBE_SOURCE_ADDRESS", value_name = "IP")]
+    pub probe_source_address: Option<std::net::IpAddr>,
 }
 
 /// The commands of `xcc-agent` besides serving.

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::{
     feed::{
+        health::Health,
         mcs::{self, ClustersetZone, McsIndex},
         metrics::Metrics,
         records::{Loader, RecordsFeed},
@@ -133,7 +134,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let admin_addr = admin_listener.local_addr()?;
 
     let tasks = CoreTasks::default();
-    let slice_index = SliceIndex::new(table.clone());
+    let (slice_index, health) = start_prober(&args, &feed, &table, &metrics, &tasks, &stop);
     let (dns, admin) = serve(
         &args,
         sockets,
@@ -144,6 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tasks: tasks.clone(),
             table: table.clone(),
             origins: slice_index.origins(),
+            health,
         },
         &stop,
     );
@@ -187,6 +189,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
     finish(dns, admin, watcher).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The slice index and, fed by EndpointSlices, the health of the gateways it probes from
+/// here (the prober started, until `stop`).
+fn start_prober(
+    args: &Args,
+    feed: &Feed,
+    table: &Arc<RecordTable>,
+    metrics: &Arc<Metrics>,
+    tasks: &CoreTasks,
+    stop: &CancellationToken,
+) -> (SliceIndex, Option<Arc<Health>>) {
+    let Feed::Slices(_) = feed else {
+        return (SliceIndex::new(table.clone()), None);
+    };
+    let health = Health::new(table.clone(), metrics.health.clone());
+    let alive = tasks.watch("gateway prober");
+    let prober =
+        crate::feed::prober::run(health.clone(), args.kube.probe_source_address, stop.clone());
+    tokio::spawn(async move {
+        let _alive = alive;
+        prober.await;
+    });
+    (
+        SliceIndex::with_health(table.clone(), health.clone()),
+        Some(health),
+    )
 }
 
 type Served<E> = tokio::task::JoinHandle<Result<(), E>>;

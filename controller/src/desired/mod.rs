@@ -27,6 +27,7 @@
 //! what the writes compare of a slice ([`print`]), and what one cluster is sent ([`writes`]).
 
 mod global;
+mod health;
 #[cfg(test)]
 mod node_tests;
 mod nodes;
@@ -68,6 +69,8 @@ pub enum Observation {
         ports: Vec<GatewayPort>,
         /// The Ready nodes, for their names (`spec.nodeNames`; empty unless asked).
         nodes: Vec<NamedNode>,
+        /// The Service's first port (what `spec.healthCheck` probes unless it names a port).
+        port: Option<u16>,
     },
     ServiceNotFound,
     NotLoadBalancer(String),
@@ -118,20 +121,29 @@ pub fn observe(service: Option<&Service>) -> Observation {
     if ips.is_empty() && hostnames.is_empty() {
         return Observation::NoAddress;
     }
+    let port = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .and_then(|p| u16::try_from(p.port).ok());
     Observation::Addresses {
         ips,
         hostnames,
+        port,
         ports: Vec::new(),
         nodes: Vec::new(),
     }
 }
 
 impl Observation {
-    /// Node addresses `ips` with `ports`.
+    /// Node addresses `ips` with `ports` (the first one's port is what `spec.healthCheck` probes
+    /// unless it names a port).
     pub fn addresses(ips: Vec<IpAddr>, ports: Vec<GatewayPort>) -> Observation {
         Observation::Addresses {
             ips,
             hostnames: Vec::new(),
+            port: ports.first().map(|p| p.port),
             ports,
             nodes: Vec::new(),
         }

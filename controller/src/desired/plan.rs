@@ -195,6 +195,7 @@ pub fn plan_with_health(
         old_status: gateway.status.clone().unwrap_or_default(),
         out: Plan::default(),
         candidates: Vec::new(),
+        ports: BTreeMap::new(),
     };
     let mut selected: Vec<&ClusterInfo> = clusters
         .iter()
@@ -210,9 +211,13 @@ pub fn plan_with_health(
         reference,
         mut out,
         candidates,
+        ports,
         ..
     } = planner;
     plan_global(&mut out, &namespace, &reference, zone, global, &candidates);
+    if let Some(check) = &gateway.spec.health_check {
+        super::health::annotate(&mut out, check, &ports);
+    }
     out.released = all
         .iter()
         .filter(|g| g.metadata.deletion_timestamp.is_some() && gateway_ref(g) != reference)
@@ -236,6 +241,8 @@ struct Planner<'a> {
     old_status: GatewayDNSStatus,
     out: Plan,
     candidates: Vec<Candidate>,
+    /// The gateway Service's first port, per cluster where it was read.
+    ports: BTreeMap<String, u16>,
 }
 
 impl Planner<'_> {
@@ -282,9 +289,13 @@ impl Planner<'_> {
                 hostnames,
                 ports,
                 nodes,
+                port,
             } => {
                 status.ports = ports;
                 self.publish(&mut status, healthy, &ips, &hostnames);
+                if let Some(port) = port {
+                    self.ports.insert(cluster.name.clone(), port);
+                }
                 if self.gateway.spec.node_names == Some(true) {
                     self.publish_nodes(&mut status, &nodes);
                 }

@@ -9,8 +9,11 @@ use std::{
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
-use xcc_kube::announcement::{
-    GLOBAL_ANNOTATION, GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION, TTL_ANNOTATION,
+use xcc_kube::{
+    announcement::{
+        GLOBAL_ANNOTATION, GLOBAL_HOSTNAME_ANNOTATION, GLOBAL_TTL_ANNOTATION, TTL_ANNOTATION,
+    },
+    health_check::HEALTH_CHECK_ANNOTATION,
 };
 
 use super::{
@@ -18,7 +21,7 @@ use super::{
 };
 
 /// The annotations and labels the writes compare, in [`Print::keys`] order.
-const KEYS: [(&str, bool); 8] = [
+const KEYS: [(&str, bool); 9] = [
     (HOSTNAME_ANNOTATION, true),
     (REF_ANNOTATION, true),
     (TTL_ANNOTATION, true),
@@ -27,12 +30,15 @@ const KEYS: [(&str, bool); 8] = [
     (GLOBAL_TTL_ANNOTATION, true),
     (SERVICE_NAME_LABEL, false),
     (MANAGED_BY_LABEL, false),
+    (HEALTH_CHECK_ANNOTATION, true),
 ];
 /// Positions in [`KEYS`].
 const HOSTNAME_KEY: usize = 0;
 const REF_KEY: usize = 1;
 const GLOBAL_HOSTNAME_KEY: usize = 4;
 const GLOBAL_TTL_KEY: usize = 5;
+/// Compared exactly, as the global name: a check removed from the spec is removed from the slice.
+const HEALTH_KEY: usize = 8;
 
 pub(super) fn hash_of(value: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
@@ -50,7 +56,7 @@ pub struct Print {
     /// Of the sorted addresses (each with its endpoint's hostname) and the sorted ports, however
     /// the addresses are spread over endpoints; 0 for a slice without an address.
     pub addresses: u64,
-    pub keys: [u64; 8],
+    pub keys: [u64; 9],
 }
 
 /// An EndpointSlice's `addressType`.
@@ -113,12 +119,13 @@ impl Print {
             && self.addresses == desired.addresses
             && self.keys[GLOBAL_HOSTNAME_KEY] == host
             && self.keys[GLOBAL_TTL_KEY] == ttl
+            && self.keys[HEALTH_KEY] == desired.keys[HEALTH_KEY]
             && self
                 .keys
                 .iter()
                 .zip(desired.keys)
                 .enumerate()
-                .filter(|(i, _)| *i != GLOBAL_HOSTNAME_KEY && *i != GLOBAL_TTL_KEY)
+                .filter(|(i, _)| ![GLOBAL_HOSTNAME_KEY, GLOBAL_TTL_KEY, HEALTH_KEY].contains(i))
                 .all(|(_, (have, want))| want == 0 || *have == want)
     }
 

@@ -39,6 +39,7 @@ pub(super) fn gateway(name: &str, age_secs: i64, selector: &[(&str, &str)]) -> G
             stale_records: None,
             global: None,
             resolve_from: None,
+            health_check: None,
         },
     );
     g.metadata.namespace = Some("dev-team".into());

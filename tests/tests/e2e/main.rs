@@ -21,6 +21,7 @@ mod cluster_group;
 mod failover;
 mod gatewaydns_names;
 mod group_churn;
+mod health_checks;
 mod https;
 mod install;
 mod isolation;
