@@ -53,6 +53,8 @@ where
 {
     reader: Store<K>,
     writer: reflector::store::Writer<K>,
+    /// A label selector: only the objects it selects are watched.
+    labels: Option<String>,
 }
 
 impl<K: TypedKind> Default for Typed<K> {
@@ -65,7 +67,21 @@ impl<K: TypedKind> Typed<K> {
     /// A watch not yet running, with an empty store and no subscriber.
     pub fn new() -> Typed<K> {
         let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
-        Typed { reader, writer }
+        Typed {
+            reader,
+            writer,
+            labels: None,
+        }
+    }
+
+    /// A watch of only the objects `selector` selects (a label selector: what a reconciler
+    /// labels as its own), rather than every object of the kind.
+    #[must_use]
+    pub fn labelled(selector: &str) -> Typed<K> {
+        Typed {
+            labels: Some(selector.to_string()),
+            ..Typed::new()
+        }
     }
 
     /// The store every subscriber reads.
@@ -88,7 +104,11 @@ impl<K: TypedKind> Typed<K> {
             kind: K::kind(&K::DynamicType::default()).to_string(),
             metrics: Some(metrics),
         };
-        let (events, _) = watch_reported(api, watcher::Config::default(), Schedule::Local, report);
+        let mut config = watcher::Config::default();
+        if let Some(labels) = &self.labels {
+            config = config.labels(labels);
+        }
+        let (events, _) = watch_reported(api, config, Schedule::Local, report);
         let mut events = std::pin::pin!(events.reflect_shared(self.writer));
         while events.next().await.is_some() {}
     }

@@ -4,6 +4,13 @@
 //! A process keeps one list of its reconcilers (the agent: `agent/src/reconcilers.rs`); its flags,
 //! `crds` output, the check whether any sync runs, the start-up log and the spawns all read that
 //! list, so adding a reconciler is its module plus one line there.
+//!
+//! Inside a reconciler, each kind it reconciles runs one [`Loop`]: the controller loop, its
+//! backoff, shutdown, span, metrics and result lines, the same for every reconciler.
+
+mod controller;
+
+pub use controller::Loop;
 
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
