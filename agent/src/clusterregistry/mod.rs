@@ -129,6 +129,19 @@ pub struct Settings {
     pub reader: grants::Reader,
 }
 
+/// Says when the cluster-registry CRDs are not installed: resource sync waits for them.
+async fn warn_if_no_crds(client: &Client) {
+    if let Err(kube::Error::Api(s)) = Api::<Cluster>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        && s.code == 404
+    {
+        tracing::warn!(
+            "the cluster-registry CRDs are not installed (manifests/crds); resource sync waits for them"
+        );
+    }
+}
+
 /// Runs the Cluster reconciler and the resource sync engine until `stop` is cancelled.
 pub async fn run(core: xcc_sync::Core, settings: Settings, stop: CancellationToken) {
     let Settings {
@@ -140,15 +153,7 @@ pub async fn run(core: xcc_sync::Core, settings: Settings, stop: CancellationTok
     let Some(local_id) = local_cluster_id(&client, &stop).await else {
         return;
     };
-    if let Err(kube::Error::Api(s)) = Api::<Cluster>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-        && s.code == 404
-    {
-        tracing::warn!(
-            "the cluster-registry CRDs are not installed (manifests/crds); resource sync waits for them"
-        );
-    }
+    warn_if_no_crds(&client).await;
     let recorder = core.recorder();
     let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
     // Clusters are read from the one local watch of the kind, which group sync reads too.
