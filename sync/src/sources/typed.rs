@@ -147,4 +147,30 @@ mod tests {
         run.abort();
         drain.abort();
     }
+
+    #[tokio::test]
+    async fn a_labelled_typed_watch_lists_and_watches_only_what_its_selector_selects() {
+        let (client, server) = mock();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let metrics = SyncMetrics::register(&mut registry);
+        let typed = Typed::<Secret>::labelled("replication.xcc.test/secretexport=true");
+        let store = typed.store();
+        let run = tokio::spawn(typed.run(Api::all(client), metrics));
+        wait_until("the labelled watch lists and watches", || {
+            count(&server, "list full") >= 1 && count(&server, "watch full") >= 1
+        })
+        .await;
+        let seen = server.seen();
+        assert!(
+            seen.iter()
+                .all(|r| r.param("labelSelector")
+                    == Some("replication.xcc.test%2Fsecretexport%3Dtrue")),
+            "{:?}",
+            seen.iter()
+                .map(xcc_kube::scenario::Request::uri)
+                .collect::<Vec<_>>()
+        );
+        wait_until("the store holds the list", || store.state().len() == 1).await;
+        run.abort();
+    }
 }
