@@ -140,7 +140,8 @@ pub async fn run<E>(
     drop((secrets_watch, prober));
 }
 
-/// A `watch` flag raised when `stop` is cancelled, for reconcilers that wait on one.
+/// A `watch` flag raised when `stop` is cancelled, for what still waits on one (the agent's
+/// record feed); everything else takes the token itself.
 pub fn stop_flag(stop: &CancellationToken) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(stop.is_cancelled());
     let stop = stop.clone();
