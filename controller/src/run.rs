@@ -108,17 +108,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             client,
             config,
             Arc::new(AtomicBool::new(false)),
-            xcc_sync::kit::stop_flag(&shutdown),
-            move |stop| {
+            shutdown.clone(),
+            move |stop: CancellationToken| {
                 let token = CancellationToken::new();
                 let running = work(token.clone());
                 async move {
                     // Cancelled however this ends, aborted included.
                     let _cancel = token.clone().drop_guard();
-                    let mut stop = stop;
                     tokio::select! {
                         () = running => {}
-                        _ = stop.wait_for(|stop| *stop) => token.cancel(),
+                        () = stop.cancelled() => token.cancel(),
                     }
                 }
             },

@@ -4,6 +4,13 @@
 //! A process keeps one list of its reconcilers (the agent: `agent/src/reconcilers.rs`); its flags,
 //! `crds` output, the check whether any sync runs, the start-up log and the spawns all read that
 //! list, so adding a reconciler is its module plus one line there.
+//!
+//! Inside a reconciler, each kind it reconciles runs one [`Loop`]: the controller loop, its
+//! backoff, shutdown, span, metrics and result lines, the same for every reconciler.
+
+mod controller;
+
+pub use controller::Loop;
 
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -133,7 +140,8 @@ pub async fn run<E>(
     drop((secrets_watch, prober));
 }
 
-/// A `watch` flag raised when `stop` is cancelled, for reconcilers that wait on one.
+/// A `watch` flag raised when `stop` is cancelled, for what still waits on one (the agent's
+/// record feed); everything else takes the token itself.
 pub fn stop_flag(stop: &CancellationToken) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(stop.is_cancelled());
     let stop = stop.clone();

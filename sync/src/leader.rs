@@ -38,7 +38,7 @@ use crate::{
     sources::{self, Schedule},
 };
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Leader election's flags, as kube-controller-manager names them: `--leader-elect` (alone, or
 /// `=true`/`=false`), `--leader-elect-lease-duration`, `--leader-elect-renew-deadline`,
@@ -189,14 +189,14 @@ impl LeaseConfig {
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Longest wait for the Lease to be released on shutdown.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_millis(700);
-/// The longest [`run_while_leading`] takes to return once `shutdown` is raised: the work's
+/// The longest [`run_while_leading`] takes to return once `shutdown` is cancelled: the work's
 /// stop, then the Lease's release, each bounded (an API server that does not answer holds up
 /// neither).
 pub const SHUTDOWN_BOUND: Duration = Duration::from_millis(1200);
 
-/// Runs `work` whenever this replica holds the Lease, until `shutdown` is raised. `work` gets a
-/// stop flag it must honour (raised when the Lease is lost or at shutdown) and is awaited before
-/// anything else happens, so two replicas never work at once. `leading` tells the admin server
+/// Runs `work` whenever this replica holds the Lease, until `shutdown` is cancelled. `work` gets
+/// a token it must honour (a child of `shutdown`, cancelled when the Lease is lost or at
+/// shutdown) and is awaited before anything else happens, so two replicas never work at once. `leading` tells the admin server
 /// (and metrics) whether this replica leads; readiness must not depend on it.
 ///
 /// Returns within [`SHUTDOWN_BOUND`] of `shutdown`, whatever the API server does. An API server
@@ -205,10 +205,10 @@ pub async fn run_while_leading<W, F>(
     client: Client,
     config: LeaseConfig,
     leading: Arc<AtomicBool>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
     work: W,
 ) where
-    W: Fn(watch::Receiver<bool>) -> F,
+    W: Fn(CancellationToken) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
     let released = released_notices(client.clone(), &config);
@@ -226,7 +226,7 @@ pub async fn run_while_leading<W, F>(
     loop {
         let manager = tokio::select! {
             built = manager(&client, &config) => built,
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.cancelled() => return,
         };
         let manager = match manager {
             Ok(manager) => {
@@ -236,7 +236,7 @@ pub async fn run_while_leading<W, F>(
             Err(error) => {
                 outage.failed(&error);
                 let delay = failures.next().unwrap_or(xcc_kube::Backoff::LOCAL_MAX);
-                if sleep_or_shutdown(delay, &mut shutdown).await {
+                if sleep_or_shutdown(delay, &shutdown).await {
                     return;
                 }
                 continue;
@@ -257,7 +257,7 @@ pub async fn run_while_leading<W, F>(
                 },
                 // Released by its holder: a new manager reads the Lease afresh and takes it.
                 Some(()) = released.next() => break Ok(false),
-                _ = shutdown.wait_for(|stop| *stop) => return,
+                () = shutdown.cancelled() => return,
             }
         };
         let delay = match acquired {
@@ -270,7 +270,7 @@ pub async fn run_while_leading<W, F>(
             }
         };
         if let Some(delay) = delay {
-            if sleep_or_shutdown(delay, &mut shutdown).await {
+            if sleep_or_shutdown(delay, &shutdown).await {
                 return;
             }
             continue;
@@ -278,7 +278,7 @@ pub async fn run_while_leading<W, F>(
         outage.recovered();
         failures = xcc_kube::Backoff::local();
         said_waiting = false;
-        let (shut_down, lost) = lead(&manager, &config, &leading, &mut shutdown, &work).await;
+        let (shut_down, lost) = lead(&manager, &config, &leading, &shutdown, &work).await;
         if shut_down {
             return;
         }
@@ -288,16 +288,16 @@ pub async fn run_while_leading<W, F>(
     }
 }
 
-/// Sleeps `delay`; whether `shutdown` was raised meanwhile.
-async fn sleep_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+/// Sleeps `delay`; whether `shutdown` was cancelled meanwhile.
+async fn sleep_or_shutdown(delay: Duration, shutdown: &CancellationToken) -> bool {
     let stopped = tokio::select! {
         () = tokio::time::sleep(delay) => false,
-        _ = shutdown.wait_for(|stop| *stop) => true,
+        () = shutdown.cancelled() => true,
     };
-    stopped || *shutdown.borrow()
+    stopped || shutdown.is_cancelled()
 }
 
-/// Leads until the Lease is lost or `shutdown` is raised: `work` runs meanwhile, and is stopped
+/// Leads until the Lease is lost or `shutdown` is cancelled: `work` runs meanwhile, and is stopped
 /// (aborted after [`STOP_GRACE`]) before this returns; on shutdown the Lease is released too
 /// (given up after [`RELEASE_TIMEOUT`]). Returns whether it was the shutdown, and the error
 /// that lost the Lease, if one did.
@@ -305,17 +305,17 @@ async fn lead<W, F>(
     manager: &LeaseManager,
     config: &LeaseConfig,
     leading: &AtomicBool,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &CancellationToken,
     work: &W,
 ) -> (bool, Option<kube_lease_manager::LeaseManagerError>)
 where
-    W: Fn(watch::Receiver<bool>) -> F,
+    W: Fn(CancellationToken) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
     tracing::info!(identity = %config.identity, lease = %config.name, "leading: the work starts");
     leading.store(true, Ordering::Release);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut task = tokio::spawn(work(stop_rx));
+    let stop = shutdown.child_token();
+    let mut task = tokio::spawn(work(stop.clone()));
     let (shut_down, lost) = loop {
         tokio::select! {
             changed = manager.changed() => match changed {
@@ -323,11 +323,11 @@ where
                 Ok(false) => break (false, None),
                 Err(error) => break (false, Some(error)),
             },
-            _ = shutdown.wait_for(|stop| *stop) => break (true, None),
+            () = shutdown.cancelled() => break (true, None),
         }
     };
     // The work stops before anyone else can start it: first here, then the Lease goes.
-    let _ = stop_tx.send(true);
+    stop.cancel();
     // A reconciler that does not stop in time (a write to a server that does not answer) must
     // not hold up the handover or the exit: it is aborted, and the Lease goes all the same.
     match tokio::time::timeout(STOP_GRACE, &mut task).await {

@@ -18,6 +18,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind},
 };
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::api::{ClusterFeature, GROUP};
 use crate::{
@@ -50,13 +51,13 @@ fn needs_write(current: Option<&Value>) -> bool {
     current.is_none_or(|current| !sink::up_to_date(current, &desired()))
 }
 
-/// Keeps the ClusterFeature on this cluster until `stop` is raised: written at start when
+/// Keeps the ClusterFeature on this cluster until `stop` is cancelled: written at start when
 /// missing, and again whenever the local watch sees it deleted or changed.
 pub async fn publish(
     client: Client,
     sources: Sources,
     counted: sink::Counted,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     let gvk = GroupVersionKind::gvk(GROUP, "v1alpha1", "ClusterFeature");
     let resource = ApiResource::erase::<ClusterFeature>(&());
@@ -82,7 +83,7 @@ pub async fn publish(
             }
         };
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            () = stop.cancelled() => return,
             change = changes.next() => if change.is_none() { return },
             () = wait => {}
         }

@@ -30,6 +30,7 @@ use kube::{
     core::GroupVersionKind as KubeGvk,
     runtime::reflector::Store,
 };
+use tokio_util::sync::CancellationToken;
 
 use super::{
     DEFAULT_SECRET_NAMESPACE,
@@ -244,13 +245,13 @@ fn say_conflicts(pass: &Pass, said: &mut Option<String>) {
     }
 }
 
-/// Keeps the reader's Secret grants matching the rules and Clusters until `stop` is raised.
+/// Keeps the reader's Secret grants matching the rules and Clusters until `stop` is cancelled.
 pub async fn run(
     core: xcc_sync::Core,
     reader: Reader,
     clusters: Store<Cluster>,
     group_sync: bool,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     let view = |gvk: KubeGvk, resource: ApiResource| {
         core.sources.view(
@@ -283,7 +284,7 @@ pub async fn run(
     );
     loop {
         let ticked = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            () = stop.cancelled() => return,
             change = changes.next() => {
                 if change.is_none() {
                     return;

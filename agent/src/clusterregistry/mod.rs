@@ -30,13 +30,13 @@ mod template;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, CustomResourceExt, ResourceExt,
     api::{ApiResource, GroupVersionKind},
-    runtime::{Controller, reflector::ObjectRef},
 };
+use tokio_util::sync::CancellationToken;
+use xcc_sync::kit::Loop;
 
 use api::{Cluster, ClusterFeature, ResourceSyncRule};
 use xcc_kube::PeerClient;
@@ -92,10 +92,7 @@ pub struct PeerState {
 pub type PeerTable = BTreeMap<String, PeerState>;
 
 /// The UID of this cluster's kube-system namespace; retried until the API server answers.
-pub(crate) async fn local_cluster_id(
-    client: &Client,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Option<String> {
+pub(crate) async fn local_cluster_id(client: &Client, stop: &CancellationToken) -> Option<String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut backoff = xcc_kube::Backoff::local();
     let mut outage = xcc_sync::outage::Outage::new(
@@ -113,7 +110,7 @@ pub(crate) async fn local_cluster_id(
                 outage.failed(&error);
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
-                    _ = stop.wait_for(|s| *s) => return None,
+                    () = stop.cancelled() => return None,
                 }
             }
         }
@@ -132,21 +129,8 @@ pub struct Settings {
     pub reader: grants::Reader,
 }
 
-/// Runs the Cluster reconciler and the resource sync engine until `stop` is raised.
-pub async fn run(
-    core: xcc_sync::Core,
-    settings: Settings,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let Settings {
-        group_sync,
-        core_resources_source,
-        reader,
-    } = settings;
-    let client = core.client.clone();
-    let Some(local_id) = local_cluster_id(&client, &mut stop).await else {
-        return;
-    };
+/// Says when the cluster-registry CRDs are not installed: resource sync waits for them.
+async fn warn_if_no_crds(client: &Client) {
     if let Err(kube::Error::Api(s)) = Api::<Cluster>::all(client.clone())
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
@@ -156,6 +140,20 @@ pub async fn run(
             "the cluster-registry CRDs are not installed (manifests/crds); resource sync waits for them"
         );
     }
+}
+
+/// Runs the Cluster reconciler and the resource sync engine until `stop` is cancelled.
+pub async fn run(core: xcc_sync::Core, settings: Settings, stop: CancellationToken) {
+    let Settings {
+        group_sync,
+        core_resources_source,
+        reader,
+    } = settings;
+    let client = core.client.clone();
+    let Some(local_id) = local_cluster_id(&client, &stop).await else {
+        return;
+    };
+    warn_if_no_crds(&client).await;
     let recorder = core.recorder();
     let (table_tx, table_rx) = tokio::sync::watch::channel(PeerTable::new());
     // Clusters are read from the one local watch of the kind, which group sync reads too.
@@ -167,7 +165,6 @@ pub async fn run(
     );
     let (clusters_store, clusters_changes, clusters_feed) = view.typed::<Cluster>();
     let clusters_feed = xcc_sync::task::spawn_owned(clusters_feed);
-    let controller = Controller::for_shared_stream(clusters_changes, clusters_store.clone());
     let secrets = clusters::secret_triggers(&core.local_secrets, clusters_store.clone());
     let ctx = Arc::new(clusters::Context {
         client: client.clone(),
@@ -182,7 +179,17 @@ pub async fn run(
             reconciler: "clusters",
         },
     });
-    let clusters = run_clusters(controller, secrets, ctx, core.metrics.clone(), stop.clone());
+    // A live agent checks every peer every few seconds: each reconcile is counted (the count
+    // shows it is working even when nothing is written) and logged at TRACE.
+    let clusters = Loop::new(&ctx.counted, clusters_changes, clusters_store.clone())
+        .wake_on(secrets)
+        .routine()
+        .run(
+            clusters::reconcile,
+            clusters::error_policy,
+            ctx,
+            stop.clone(),
+        );
     let grants = xcc_sync::task::spawn_owned(grants::run(
         core.clone(),
         reader,
@@ -218,50 +225,4 @@ pub async fn run(
         let _ = published.await;
     }
     clusters_feed.abort();
-}
-
-/// The Cluster reconciler, woken by `secrets` too, until `stop` is raised. Its reconciles are
-/// counted like the engine's: a live agent checks every peer every few seconds, so the count
-/// shows it is working even when nothing is written.
-async fn run_clusters(
-    controller: Controller<Cluster>,
-    secrets: impl futures::Stream<Item = ObjectRef<Cluster>> + Send + 'static,
-    ctx: Arc<clusters::Context>,
-    metrics: xcc_sync::metrics::SyncMetrics,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let stopped = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    controller
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(secrets)
-        .graceful_shutdown_on(stopped)
-        .run(
-            move |cluster, ctx| {
-                let metrics = metrics.clone();
-                async move {
-                    let started = std::time::Instant::now();
-                    let result = clusters::reconcile(cluster, ctx).await;
-                    metrics.reconciled("clusters", result.is_ok(), started.elapsed());
-                    if let Err(error) = &result {
-                        use xcc_sync::kit::ReconcileError as _;
-                        metrics.reconcile_failed("clusters", error.metric_label());
-                    }
-                    result
-                }
-            },
-            clusters::error_policy,
-            ctx,
-        )
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::trace!(cluster = %object.name, "reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(cluster = %object.name, error = %xcc_kube::bounded(&error), "reconcile failed; retrying")
-                }
-                Err(error) => tracing::debug!(%error, "Cluster controller"),
-            }
-        })
-        .await;
 }

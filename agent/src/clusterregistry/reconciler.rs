@@ -3,10 +3,7 @@
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio_util::sync::CancellationToken;
-use xcc_sync::{
-    Core,
-    kit::{Reconciler, stop_flag},
-};
+use xcc_sync::{Core, kit::Reconciler};
 
 use crate::reconcilers::Env;
 
@@ -102,6 +99,6 @@ impl Reconciler for ResourceSync {
                 name: self.cluster_reader.clone(),
             },
         };
-        Box::pin(super::run(core, settings, stop_flag(&stop)))
+        Box::pin(super::run(core, settings, stop))
     }
 }

@@ -65,6 +65,7 @@ use kube::{
     CustomResourceExt as _, ResourceExt as _,
     api::{ApiResource, DynamicObject, GroupVersionKind},
 };
+use tokio_util::sync::CancellationToken;
 
 use crate::sources::Detail;
 use api::{LABEL_SERVICE_NAME, ServiceExport, ServiceImport};
@@ -276,13 +277,9 @@ struct Mcs {
     echoes: std::sync::Mutex<HashMap<String, pass::Echo>>,
 }
 
-/// Runs the MCS reconciler until `stop` is raised.
-pub async fn run(
-    core: xcc_sync::Core,
-    settings: Settings,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let Some(uid) = crate::clusterregistry::local_cluster_id(&core.client, &mut stop).await else {
+/// Runs the MCS reconciler until `stop` is cancelled.
+pub async fn run(core: xcc_sync::Core, settings: Settings, stop: CancellationToken) {
+    let Some(uid) = crate::clusterregistry::local_cluster_id(&core.client, &stop).await else {
         return;
     };
     let pending = Arc::new(Pending::default());
@@ -291,7 +288,7 @@ pub async fn run(
         metrics: core.metrics.clone(),
         reconciler: NAME,
     };
-    let Some(id) = own_id(&core, &local, &uid, &settings, &counted, &mut stop).await else {
+    let Some(id) = own_id(&core, &local, &uid, &settings, &counted, &stop).await else {
         return;
     };
     tracing::info!(cluster_id = %id, clusterset = %settings.clusterset, "multi-cluster services running");
@@ -317,7 +314,7 @@ pub async fn run(
         tokio::select! {
             () = mcs.pending.notified() => {},
             () = tokio::time::sleep(TICK) => {},
-            _ = stop.wait_for(|s| *s) => break,
+            () = stop.cancelled() => break,
         }
         mcs.discover().await;
         let stale = mcs.settings.stale_after;
@@ -366,7 +363,7 @@ async fn own_id(
     uid: &str,
     settings: &Settings,
     counted: &xcc_sync::sink::Counted,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> Option<String> {
     let mut backoff = xcc_kube::Backoff::local();
     let mut outage = xcc_sync::outage::Outage::new(
@@ -390,7 +387,7 @@ async fn own_id(
                 let delay = backoff.next().unwrap_or(Duration::from_secs(5));
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
-                    _ = stop.wait_for(|s| *s) => return None,
+                    () = stop.cancelled() => return None,
                 }
             }
         }

@@ -6,10 +6,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
 use tokio_util::sync::CancellationToken;
-use xcc_sync::{
-    Core,
-    kit::{Reconciler, stop_flag},
-};
+use xcc_sync::{Core, kit::Reconciler};
 
 use crate::reconcilers::Env;
 
@@ -115,6 +112,6 @@ impl Reconciler for Mcs {
             stale_after: self.stale_after,
             data_plane: self.data_plane,
         };
-        Box::pin(super::run(core, settings, stop_flag(&stop)))
+        Box::pin(super::run(core, settings, stop))
     }
 }

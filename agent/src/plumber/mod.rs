@@ -27,14 +27,11 @@ pub mod replicator;
 
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-use kube::{
-    Api, CustomResourceExt,
-    runtime::{Controller, reflector::ObjectRef},
-};
+use kube::{Api, CustomResourceExt, runtime::reflector::ObjectRef};
+use tokio_util::sync::CancellationToken;
 use xcc_kube::PeerClient;
 
-use xcc_sync::Core;
+use xcc_sync::{Core, kit::Loop};
 
 use crate::{sink::Counted, sources::Typed};
 use api::{ClusterDetector, Replicator};
@@ -160,11 +157,8 @@ impl Registry {
     }
 }
 
-/// Runs the ClusterDetector loop and the Replicator controller until `stop` is raised.
-pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiver<bool>) {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
+/// Runs the ClusterDetector loop and the Replicator controller until `stop` is cancelled.
+pub async fn run(core: Core, namespace: String, stop: CancellationToken) {
     let registry = Registry::default();
     let detector = detector::Detector::new(
         core.client.clone(),
@@ -177,16 +171,20 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
         },
     );
     let detecting = xcc_sync::task::spawn_owned(
-        detector.run(core.local_secrets.clone(), stopped(stop.clone())),
+        detector.run(core.local_secrets.clone(), stop.clone().cancelled_owned()),
     );
 
     let kind = Typed::<Replicator>::new();
-    let controller = Controller::for_shared_stream(kind.subscribe(), kind.store());
+    let counted = Counted {
+        metrics: core.metrics.clone(),
+        reconciler: "plumber-replicator",
+    };
+    let replicators = Loop::of(&counted, &kind).concurrency(32);
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
     let waking = xcc_sync::task::spawn_owned(wake_all(
         registry.clone(),
         core.peers.clone(),
-        controller.store(),
+        replicators.store(),
         wake_tx.clone(),
     ));
     let recorder = core.recorder();
@@ -196,24 +194,12 @@ pub async fn run(core: Core, namespace: String, stop: tokio::sync::watch::Receiv
         recorder,
         wake_tx,
     ));
-    let replicators = controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(32))
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(futures::stream::poll_fn({
+    let replicators = replicators
+        .wake_on(futures::stream::poll_fn({
             let mut rx = wake_rx;
             move |cx| rx.poll_recv(cx)
         }))
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(replicator::reconcile, replicator::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object, "Replicator reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(object = %object, error = %xcc_kube::bounded(&error), "Replicator reconcile failed; retrying")
-                }
-                Err(error) => tracing::debug!(%error, "Replicator controller"),
-            }
-        });
+        .run(replicator::reconcile, replicator::error_policy, ctx, stop);
     let watch =
         xcc_sync::task::spawn_owned(kind.run(Api::all(core.client.clone()), core.metrics.clone()));
     tracing::info!("plumber running (ClusterDetector, Replicator)");

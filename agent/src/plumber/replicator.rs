@@ -138,8 +138,7 @@ pub async fn reconcile(replicator: Arc<Replicator>, ctx: Arc<Context>) -> Result
     xcc_kube::finalizers::finalized(result).map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-pub fn error_policy(replicator: Arc<Replicator>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(replicator: Arc<Replicator>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(replicator = %replicator.name_any(), error = %xcc_kube::bounded(&error), "Replicator reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -403,7 +403,7 @@ fn start_sync(
             client.clone(),
             config,
             leading.clone(),
-            kit::stop_flag(sync_stop),
+            sync_stop.clone(),
             move |stop| reconcilers.clone().run(stop),
         );
         tokio::spawn(async move {
@@ -413,7 +413,7 @@ fn start_sync(
     } else {
         leading.store(true, std::sync::atomic::Ordering::Release);
         let alive = tasks.watch("sync reconcilers");
-        let running = reconcilers.run(kit::stop_flag(sync_stop));
+        let running = reconcilers.run(sync_stop.clone());
         tokio::spawn(async move {
             let _alive = alive;
             running.await
@@ -536,19 +536,13 @@ struct Sync {
 }
 
 impl Sync {
-    /// Runs every enabled reconciler until `stop` is raised, on the sources they share.
-    async fn run(self, stop: tokio::sync::watch::Receiver<bool>) {
-        let token = CancellationToken::new();
+    /// Runs every enabled reconciler until `stop` is cancelled, on the sources they share.
+    async fn run(self, stop: CancellationToken) {
+        let stop = stop.child_token();
         // Cancelled however this ends, aborted included.
-        let _cancel = token.clone().drop_guard();
+        let _cancel = stop.clone().drop_guard();
         let reconcilers = self.reconcilers.all();
-        let running = kit::run(&self.parts, &self.env, &reconcilers, token.clone());
-        tokio::pin!(running);
-        tokio::select! {
-            () = &mut running => return,
-            () = stopped(stop) => token.cancel(),
-        }
-        running.await;
+        kit::run(&self.parts, &self.env, &reconcilers, stop).await;
     }
 }
 
@@ -564,11 +558,6 @@ async fn kube_client(args: &KubeArgs) -> anyhow::Result<(kube::Client, String)> 
         .cluster()
         .await
         .context("no cluster to read records from; for standalone mode give --records FILE")
-}
-
-/// Resolves once the shutdown flag is raised.
-async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 /// SIGTERM and SIGINT, from the start of the process to its end: `first` is cancelled at the

@@ -69,12 +69,7 @@ pub async fn reconcile(
     Ok(Action::requeue(requeue))
 }
 
-pub fn error_policy(
-    binding: Arc<APIExportRoleBinding>,
-    error: &Error,
-    ctx: Arc<Context>,
-) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(binding: Arc<APIExportRoleBinding>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(binding = %binding.name_any(), error = %xcc_kube::bounded(&error), "APIExportRoleBinding reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -131,8 +131,7 @@ pub async fn reconcile(
     Ok(Action::requeue(report.requeue))
 }
 
-pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(link: Arc<DownstreamClusterLink>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(
         namespace = %link.namespace().unwrap_or_default(),
         link = %link.name_any(),

@@ -109,9 +109,8 @@ pub async fn reconcile_group(
 pub fn error_policy_group(
     import: Arc<ClusterAPIGroupImport>,
     error: &Error,
-    ctx: Arc<Context>,
+    _: Arc<Context>,
 ) -> Action {
-    ctx.counted.failed(error);
     tracing::warn!(import = %import.name_any(), error = %xcc_kube::bounded(&error), "ClusterAPIGroupImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -230,9 +229,8 @@ pub async fn reconcile_resources(
 pub fn error_policy_resources(
     import: Arc<APIResourceImport>,
     error: &Error,
-    ctx: Arc<Context>,
+    _: Arc<Context>,
 ) -> Action {
-    ctx.counted.failed(error);
     tracing::warn!(import = %import.name_any(), error = %xcc_kube::bounded(&error), "APIResourceImport reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -112,8 +112,7 @@ pub async fn reconcile(link: Arc<UpstreamClusterLink>, ctx: Arc<Context>) -> Res
     Ok(Action::requeue(outcome.requeue))
 }
 
-pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(link: Arc<UpstreamClusterLink>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(
         namespace = %link.namespace().unwrap_or_default(),
         link = %link.name_any(),

@@ -40,7 +40,7 @@ use kube::{
     Api, CustomResourceExt, Resource, ResourceExt,
     api::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
+        WatchStreamExt,
         events::{Event as KubeEvent, EventType, Recorder},
         reflector::{self, ObjectRef},
         watcher,
@@ -48,7 +48,8 @@ use kube::{
 };
 pub use xcc_kube::status::{Verdict, reason_of};
 
-use xcc_sync::Core;
+use tokio_util::sync::CancellationToken;
+use xcc_sync::{Core, kit::Loop};
 
 use crate::{
     sink::Counted,
@@ -145,8 +146,8 @@ pub struct Settings {
     pub proxy_account: (String, String),
 }
 
-/// Runs the controllers of both sides, and the aggregated API server, until `stop` is raised.
-pub async fn run(core: Core, settings: Settings, stop: tokio::sync::watch::Receiver<bool>) {
+/// Runs the controllers of both sides, and the aggregated API server, until `stop` is cancelled.
+pub async fn run(core: Core, settings: Settings, stop: CancellationToken) {
     let workload = xcc_sync::task::spawn_owned(run_workload_side(
         core.clone(),
         settings.clone(),
@@ -159,36 +160,9 @@ pub async fn run(core: Core, settings: Settings, stop: tokio::sync::watch::Recei
 }
 
 /// Logs the outcome of one reconcile of `kind`.
-fn log_result<K: Resource, E: std::fmt::Display>(
-    kind: &'static str,
-    result: Result<
-        (ObjectRef<K>, kube::runtime::controller::Action),
-        kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
-    >,
-) where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    match result {
-        Ok((object, _)) => tracing::debug!(object = %object, "{kind} reconciled"),
-        Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-            tracing::warn!(object = %object, error = %xcc_kube::bounded(&error), "{kind} reconcile failed; retrying")
-        }
-        Err(error) => tracing::debug!(%error, "{kind} controller"),
-    }
-}
-
-/// Resolves once `stop` is raised.
-async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
-}
-
 /// The workload-cluster side: DownstreamClusterLink, ClusterAPIGroupImport, APIResourceImport
 /// and the aggregated API server that serves the imports.
-async fn run_workload_side(
-    core: Core,
-    settings: Settings,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
+async fn run_workload_side(core: Core, settings: Settings, stop: CancellationToken) {
     let links = Typed::<DownstreamClusterLink>::new();
     let groups = Typed::<ClusterAPIGroupImport>::new();
     let resources = Typed::<APIResourceImport>::new();
@@ -247,7 +221,7 @@ async fn run_workload_side(
 async fn proxy_identity(
     core: &Core,
     settings: &Settings,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> (
     Arc<proxy::identity::Identity>,
     Option<xcc_sync::task::Owned<()>>,
@@ -266,7 +240,7 @@ async fn proxy_identity(
         xcc_sync::task::spawn_owned(identity.clone().renew_forever(
             first,
             backoff,
-            stopped(stop.clone()),
+            stop.clone().cancelled_owned(),
         ))
     });
     (identity, renewer)
@@ -302,13 +276,15 @@ fn watch_namespaces(
 async fn serve_proxy(
     proxy: &Arc<proxy::Proxy>,
     listen: std::net::SocketAddr,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> Option<xcc_sync::task::Owned<()>> {
     match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => {
             tracing::info!(%listen, "aggregated API server listening");
             Some(xcc_sync::task::spawn_owned(
-                proxy.clone().serve(listener, stopped(stop.clone())),
+                proxy
+                    .clone()
+                    .serve(listener, stop.clone().cancelled_owned()),
             ))
         }
         Err(error) => {
@@ -325,7 +301,7 @@ fn downstream_controller(
     settings: &Settings,
     links: &Typed<DownstreamClusterLink>,
     proxy: &Arc<proxy::Proxy>,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let link_ctx = Arc::new(downstream::Context {
         client: core.client.clone(),
@@ -361,12 +337,14 @@ fn downstream_controller(
                 .map(|l| ObjectRef::from_obj(l.as_ref()))
         }
     });
-    Controller::for_shared_stream(links.subscribe(), links.store())
-        .reconcile_on(secret_wakes)
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(downstream::reconcile, downstream::error_policy, link_ctx)
-        .for_each(|result| async move { log_result("DownstreamClusterLink", result) })
+    Loop::of(&link_ctx.counted, links)
+        .wake_on(secret_wakes)
+        .run(
+            downstream::reconcile,
+            downstream::error_policy,
+            link_ctx,
+            stop.clone(),
+        )
 }
 
 /// The ClusterAPIGroupImport controller, woken also by a change of the link an import names.
@@ -374,12 +352,12 @@ fn group_controller(
     links: &Typed<DownstreamClusterLink>,
     groups: &Typed<ClusterAPIGroupImport>,
     import_ctx: Arc<import::Context>,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
-    let group_controller = Controller::for_shared_stream(groups.subscribe(), groups.store());
-    let group_store = group_controller.store();
-    group_controller
-        .watches_shared_stream(
+    let group_loop = Loop::of(&import_ctx.counted, groups);
+    let group_store = group_loop.store();
+    group_loop
+        .wake_by(
             links.subscribe(),
             move |link: Arc<DownstreamClusterLink>| {
                 let namespace = link.namespace().unwrap_or_default();
@@ -395,14 +373,12 @@ fn group_controller(
                     .collect::<Vec<_>>()
             },
         )
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop.clone()))
         .run(
             import::reconcile_group,
             import::error_policy_group,
             import_ctx,
+            stop.clone(),
         )
-        .for_each(|result| async move { log_result("ClusterAPIGroupImport", result) })
 }
 
 /// The APIResourceImport controller, woken also by a change of the group import it belongs to.
@@ -410,13 +386,12 @@ fn resource_controller(
     groups: &Typed<ClusterAPIGroupImport>,
     resources: &Typed<APIResourceImport>,
     import_ctx: Arc<import::Context>,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
-    let resource_controller =
-        Controller::for_shared_stream(resources.subscribe(), resources.store());
-    let resource_store = resource_controller.store();
-    resource_controller
-        .watches_shared_stream(
+    let resource_loop = Loop::of(&import_ctx.counted, resources);
+    let resource_store = resource_loop.store();
+    resource_loop
+        .wake_by(
             groups.subscribe(),
             move |group: Arc<ClusterAPIGroupImport>| {
                 let name = group.name_any();
@@ -428,22 +403,16 @@ fn resource_controller(
                     .collect::<Vec<_>>()
             },
         )
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop.clone()))
         .run(
             import::reconcile_resources,
             import::error_policy_resources,
             import_ctx,
+            stop.clone(),
         )
-        .for_each(|result| async move { log_result("APIResourceImport", result) })
 }
 
 /// The service-cluster side: UpstreamClusterLink and APIExportRoleBinding.
-async fn run_service_side(
-    core: Core,
-    advertise_url: String,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
+async fn run_service_side(core: Core, advertise_url: String, stop: CancellationToken) {
     let links = Typed::<UpstreamClusterLink>::new();
     let bindings = Typed::<APIExportRoleBinding>::new();
     let link_controller = upstream_controller(&core, advertise_url, &links, &stop);
@@ -465,7 +434,7 @@ fn upstream_controller(
     core: &Core,
     advertise_url: String,
     links: &Typed<UpstreamClusterLink>,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let link_ctx = Arc::new(link::Context {
         client: core.client.clone(),
@@ -492,12 +461,9 @@ fn upstream_controller(
                 SecretChange::Listed | SecretChange::Missed => None,
             }
         });
-    Controller::for_shared_stream(links.subscribe(), links.store())
-        .reconcile_on(secret_wakes)
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(link::reconcile, link::error_policy, link_ctx)
-        .for_each(|result| async move { log_result("UpstreamClusterLink", result) })
+    Loop::of(&link_ctx.counted, links)
+        .wake_on(secret_wakes)
+        .run(link::reconcile, link::error_policy, link_ctx, stop.clone())
 }
 
 /// The APIExportRoleBinding controller, woken also by a change of the link a binding names.
@@ -505,7 +471,7 @@ fn binding_controller(
     core: &Core,
     links: &Typed<UpstreamClusterLink>,
     bindings: &Typed<APIExportRoleBinding>,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let binding_ctx = Arc::new(binding::Context {
         client: core.client.clone(),
@@ -515,10 +481,10 @@ fn binding_controller(
             reconciler: "projection-binding",
         },
     });
-    let binding_controller = Controller::for_shared_stream(bindings.subscribe(), bindings.store());
-    let binding_store = binding_controller.store();
-    binding_controller
-        .watches_shared_stream(links.subscribe(), move |link: Arc<UpstreamClusterLink>| {
+    let binding_loop = Loop::of(&binding_ctx.counted, bindings);
+    let binding_store = binding_loop.store();
+    binding_loop
+        .wake_by(links.subscribe(), move |link: Arc<UpstreamClusterLink>| {
             let namespace = link.namespace().unwrap_or_default();
             let name = link.name_any();
             binding_store
@@ -531,10 +497,12 @@ fn binding_controller(
                 .map(|b| ObjectRef::from_obj(b.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(binding::reconcile, binding::error_policy, binding_ctx)
-        .for_each(|result| async move { log_result("APIExportRoleBinding", result) })
+        .run(
+            binding::reconcile,
+            binding::error_policy,
+            binding_ctx,
+            stop.clone(),
+        )
 }
 
 /// What the reconcilers' unit tests read of the requests a

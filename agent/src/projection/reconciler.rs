@@ -6,10 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio_util::sync::CancellationToken;
-use xcc_sync::{
-    Core,
-    kit::{Reconciler, stop_flag},
-};
+use xcc_sync::{Core, kit::Reconciler};
 
 use crate::reconcilers::Env;
 
@@ -114,6 +111,6 @@ impl Reconciler for ApiProjection {
                 self.projection_proxy_service_account.clone(),
             ),
         };
-        Box::pin(super::run(core, settings, stop_flag(&stop)))
+        Box::pin(super::run(core, settings, stop))
     }
 }

@@ -33,6 +33,13 @@ pub struct Context {
     pub counted: sink::Counted,
 }
 
+/// Label on the Role and RoleBinding of every export: the export reconciler watches only the
+/// objects with it ([`EXPORT_SELECTOR`]), not every Role and RoleBinding of the cluster.
+pub const EXPORT_LABEL: (&str, &str) = ("replication.xcc.test/secretexport", "true");
+
+/// The label selector of [`EXPORT_LABEL`].
+pub const EXPORT_SELECTOR: &str = "replication.xcc.test/secretexport=true";
+
 /// Name of the Role and RoleBinding of export `export`.
 pub fn rbac_name(export: &str) -> String {
     format!("xcc-secretexport-{export}")
@@ -44,10 +51,13 @@ fn metadata(export: &SecretExport) -> ObjectMeta {
         namespace: export.namespace(),
         owner_references: export.controller_owner_ref(&()).map(|o| vec![o]),
         labels: Some(
-            [(
-                "app.kubernetes.io/managed-by".to_string(),
-                "xcc-agent".to_string(),
-            )]
+            [
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "xcc-agent".to_string(),
+                ),
+                (EXPORT_LABEL.0.to_string(), EXPORT_LABEL.1.to_string()),
+            ]
             .into(),
         ),
         ..Default::default()
@@ -105,8 +115,7 @@ pub async fn reconcile(export: Arc<SecretExport>, ctx: Arc<Context>) -> Result<A
     )
 }
 
-pub fn error_policy(export: Arc<SecretExport>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(export: Arc<SecretExport>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(
         namespace = %export.namespace().unwrap_or_default(),
         export = %export.name_any(),

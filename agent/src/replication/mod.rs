@@ -28,13 +28,13 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{
     Api, CustomResourceExt, Resource, ResourceExt,
     runtime::{
-        Controller,
         events::{Recorder, Reporter},
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+use xcc_sync::kit::Loop;
 
 use crate::sources::{SecretChange, Typed};
 use api::{Reason, ReplicationStatus, SecretExport, SecretImport};
@@ -183,8 +183,8 @@ where
     Ok(ready_reason(old) != Some(&*verdict.reason))
 }
 
-/// Runs both reconcilers until `stop` resolves.
-pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>) {
+/// Runs both reconcilers until `stop` is cancelled.
+pub async fn run(core: xcc_sync::Core, stop: CancellationToken) {
     let xcc_sync::Core {
         client,
         instance,
@@ -193,18 +193,29 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
         metrics,
         ..
     } = core;
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     warn_if_no_crds(&client).await;
     let (import_tx, import_rx) = tokio::sync::mpsc::unbounded_channel();
     let (export_tx, export_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (import_ctx, export_ctx) = contexts(
+        &client,
+        peers.clone(),
+        instance,
+        &local_secrets,
+        &metrics,
+        import_tx.clone(),
+    );
 
-    // One watch of each kind, shared with the monitors that generate them.
+    // One watch of each kind, shared with the monitors that generate them; the Roles and
+    // RoleBindings of exports (only those: by their label) wake the export that owns them.
     let import_kind = Typed::<SecretImport>::new();
     let export_kind = Typed::<SecretExport>::new();
-    let imports = Controller::for_shared_stream(import_kind.subscribe(), import_kind.store());
-    let exports = export_controller(&export_kind, &client);
+    let roles = Typed::<Role>::labelled(export::EXPORT_SELECTOR);
+    let role_bindings = Typed::<RoleBinding>::labelled(export::EXPORT_SELECTOR);
+    let imports = Loop::of(&import_ctx.counted, &import_kind).concurrency(CONCURRENT_RECONCILES);
+    let exports = Loop::of(&export_ctx.counted, &export_kind)
+        .concurrency(CONCURRENT_RECONCILES)
+        .owned(roles.subscribe())
+        .owned(role_bindings.subscribe());
     let secret_wakes = xcc_sync::task::spawn_owned(local_secret_triggers(
         local_secrets.changes(),
         imports.store(),
@@ -212,34 +223,20 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
         import_tx.clone(),
         export_tx,
     ));
-
-    let reach_wakes = xcc_sync::task::spawn_owned(reach_triggers(
-        peers.clone(),
-        imports.store(),
-        import_tx.clone(),
-    ));
-    let (import_ctx, export_ctx) = contexts(
-        &client,
-        peers,
-        instance,
-        &local_secrets,
-        &metrics,
-        import_tx,
+    let reach_wakes =
+        xcc_sync::task::spawn_owned(reach_triggers(peers, imports.store(), import_tx));
+    let imports = imports.wake_on(channel_stream(import_rx)).run(
+        import::reconcile,
+        import::error_policy,
+        import_ctx,
+        stop.clone(),
     );
-    let imports = imports
-        .with_config(controller_config())
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(channel_stream(import_rx))
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(import::reconcile, import::error_policy, import_ctx)
-        .for_each(|result| async move { log_result("SecretImport", result) });
-    let exports = exports
-        .with_config(controller_config())
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(channel_stream(export_rx))
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(export::reconcile, export::error_policy, export_ctx)
-        .for_each(|result| async move { log_result("SecretExport", result) });
+    let exports = exports.wake_on(channel_stream(export_rx)).run(
+        export::reconcile,
+        export::error_policy,
+        export_ctx,
+        stop.clone(),
+    );
     let import_monitors = monitors::run::<monitors::Import>(
         client.clone(),
         import_kind.subscribe(),
@@ -250,12 +247,14 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
         client.clone(),
         export_kind.subscribe(),
         metrics.clone(),
-        stop.clone(),
+        stop,
     );
     // Every subscriber is taken: the watches may start.
     let watches = [
         xcc_sync::task::spawn_owned(import_kind.run(Api::all(client.clone()), metrics.clone())),
-        xcc_sync::task::spawn_owned(export_kind.run(Api::all(client), metrics)),
+        xcc_sync::task::spawn_owned(export_kind.run(Api::all(client.clone()), metrics.clone())),
+        xcc_sync::task::spawn_owned(roles.run(Api::all(client.clone()), metrics.clone())),
+        xcc_sync::task::spawn_owned(role_bindings.run(Api::all(client), metrics)),
     ];
     tracing::info!("secret replication running (SecretExport, SecretImport, monitors)");
     futures::join!(imports, exports, import_monitors, export_monitors);
@@ -264,20 +263,6 @@ pub async fn run(core: xcc_sync::Core, stop: tokio::sync::watch::Receiver<bool>)
     }
     secret_wakes.abort();
     reach_wakes.abort();
-}
-
-/// The SecretExport controller, on the shared watch of the kind, woken by the Roles and
-/// RoleBindings it owns too.
-fn export_controller(
-    kind: &Typed<SecretExport>,
-    client: &kube::Client,
-) -> Controller<SecretExport> {
-    Controller::for_shared_stream(kind.subscribe(), kind.store())
-        .owns(Api::<Role>::all(client.clone()), watcher::Config::default())
-        .owns(
-            Api::<RoleBinding>::all(client.clone()),
-            watcher::Config::default(),
-        )
 }
 
 /// Says when the replication CRDs are not installed: the reconcilers wait for them.
@@ -368,29 +353,6 @@ async fn reach_triggers(
 /// imports open a thousand connections to each API server at once (one per request in flight),
 /// and the TLS handshakes cost more than the requests; a few dozen keep the connections reused.
 const CONCURRENT_RECONCILES: u16 = 32;
-
-fn controller_config() -> kube::runtime::controller::Config {
-    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
-}
-
-fn log_result<K, E1: std::fmt::Display, E2: std::fmt::Display>(
-    kind: &str,
-    result: Result<
-        (ObjectRef<K>, kube::runtime::controller::Action),
-        kube::runtime::controller::Error<E1, E2>,
-    >,
-) where
-    K: Resource,
-    K::DynamicType: std::fmt::Debug + Clone + Eq + std::hash::Hash,
-{
-    match result {
-        Ok((object, _)) => tracing::debug!(kind, object = %object, "reconciled"),
-        Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-            tracing::warn!(kind, object = %object, error = %xcc_kube::bounded(&error), "reconcile failed; retrying")
-        }
-        Err(error) => tracing::debug!(kind, %error, "controller"),
-    }
-}
 
 fn channel_stream<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,

@@ -11,7 +11,6 @@
 
 use std::{collections::BTreeMap, fmt::Debug, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use jsonpath_rust::{
     parser::{model::JpQuery, parse_json_path},
     query::js_path_process,
@@ -21,7 +20,6 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
     runtime::{
-        Controller,
         controller::Action,
         finalizer::{Event as FinalizerEvent, finalizer},
         reflector::ObjectRef,
@@ -30,6 +28,8 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use xcc_sync::kit::Loop;
 
 use super::{
     Error, FINALIZER, Reason, Verdict,
@@ -369,9 +369,8 @@ pub async fn reconcile_binding<D: Direction>(
 pub fn error_policy<D: Direction>(
     binding: Arc<D::Binding>,
     error: &Error,
-    ctx: Arc<Context<D>>,
+    _: Arc<Context<D>>,
 ) -> Action {
-    ctx.counted.failed(error);
     tracing::warn!(
         kind = %D::Binding::kind(&()),
         namespace = %binding.namespace().unwrap_or_default(),
@@ -629,7 +628,7 @@ pub fn monitor_error_policy<D: Direction>(
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the monitor and binding controllers of direction `D` until `stop` resolves.
+/// Runs the monitor and binding controllers of direction `D` until `stop` is cancelled.
 /// `generated` is the shared watch of the kind they generate (the replication reconcilers read
 /// it too); the monitors themselves are watched once for both controllers, the bindings once
 /// (both on the core's typed watches).
@@ -637,19 +636,19 @@ pub async fn run<D: Direction>(
     client: Client,
     generated: ReflectHandle<D::Generated>,
     metrics: SyncMetrics,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let monitor_kind = Typed::<D::Monitor>::new();
     let binding_kind = Typed::<D::Binding>::new();
-    let bindings = Controller::for_shared_stream(binding_kind.subscribe(), binding_kind.store())
-        .owns_shared_stream(generated);
+    let counted = Counted {
+        metrics: metrics.clone(),
+        reconciler: D::RECONCILER,
+    };
+    let bindings = Loop::of(&counted, &binding_kind).owned(generated);
     let store = bindings.store();
     let bindings = bindings
-        .watches_shared_stream(monitor_kind.subscribe(), move |monitor| {
+        .wake_by(monitor_kind.subscribe(), move |monitor| {
             let name = monitor.name_any();
             store
                 .state()
@@ -658,37 +657,26 @@ pub async fn run<D: Direction>(
                 .map(|b| ObjectRef::from_obj(b.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .reconcile_on(super::channel_stream(rx))
-        .graceful_shutdown_on(stopped(stop.clone()))
+        .wake_on(super::channel_stream(rx))
         .run(
             reconcile_binding::<D>,
             error_policy::<D>,
             Arc::new(Context {
                 client: client.clone(),
                 instances: Wakers::new(tx),
-                counted: Counted {
-                    metrics: metrics.clone(),
-                    reconciler: D::RECONCILER,
-                },
+                counted: counted.clone(),
             }),
-        )
-        .for_each(|result| async move { super::log_result(&D::Binding::kind(&()), result) });
-    let monitors = Controller::for_shared_stream(monitor_kind.subscribe(), monitor_kind.store())
-        .trigger_backoff(xcc_kube::Backoff::local())
-        .graceful_shutdown_on(stopped(stop))
-        .run(
-            reconcile_monitor::<D>,
-            monitor_error_policy::<D>,
-            Arc::new(MonitorContext {
-                client: client.clone(),
-                counted: Counted {
-                    metrics: metrics.clone(),
-                    reconciler: D::RECONCILER,
-                },
-            }),
-        )
-        .for_each(|result| async move { super::log_result(&D::Monitor::kind(&()), result) });
+            stop.clone(),
+        );
+    let monitors = Loop::of(&counted, &monitor_kind).run(
+        reconcile_monitor::<D>,
+        monitor_error_policy::<D>,
+        Arc::new(MonitorContext {
+            client: client.clone(),
+            counted: counted.clone(),
+        }),
+        stop,
+    );
     let watches = [
         xcc_sync::task::spawn_owned(binding_kind.run(Api::all(client.clone()), metrics.clone())),
         xcc_sync::task::spawn_owned(monitor_kind.run(Api::all(client.clone()), metrics)),

@@ -3,10 +3,7 @@
 use futures::future::BoxFuture;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio_util::sync::CancellationToken;
-use xcc_sync::{
-    Core,
-    kit::{Reconciler, stop_flag},
-};
+use xcc_sync::{Core, kit::Reconciler};
 
 use crate::reconcilers::Env;
 
@@ -48,6 +45,6 @@ impl Reconciler for SecretReplication {
     }
 
     fn start(&self, core: Core, _: &Env, stop: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(super::run(core, stop_flag(&stop)))
+        Box::pin(super::run(core, stop))
     }
 }

@@ -53,6 +53,8 @@ where
 {
     reader: Store<K>,
     writer: reflector::store::Writer<K>,
+    /// A label selector: only the objects it selects are watched.
+    labels: Option<String>,
 }
 
 impl<K: TypedKind> Default for Typed<K> {
@@ -65,7 +67,21 @@ impl<K: TypedKind> Typed<K> {
     /// A watch not yet running, with an empty store and no subscriber.
     pub fn new() -> Typed<K> {
         let (reader, writer) = reflector::store_shared(TYPED_BUFFER);
-        Typed { reader, writer }
+        Typed {
+            reader,
+            writer,
+            labels: None,
+        }
+    }
+
+    /// A watch of only the objects `selector` selects (a label selector: what a reconciler
+    /// labels as its own), rather than every object of the kind.
+    #[must_use]
+    pub fn labelled(selector: &str) -> Typed<K> {
+        Typed {
+            labels: Some(selector.to_string()),
+            ..Typed::new()
+        }
     }
 
     /// The store every subscriber reads.
@@ -88,7 +104,11 @@ impl<K: TypedKind> Typed<K> {
             kind: K::kind(&K::DynamicType::default()).to_string(),
             metrics: Some(metrics),
         };
-        let (events, _) = watch_reported(api, watcher::Config::default(), Schedule::Local, report);
+        let mut config = watcher::Config::default();
+        if let Some(labels) = &self.labels {
+            config = config.labels(labels);
+        }
+        let (events, _) = watch_reported(api, config, Schedule::Local, report);
         let mut events = std::pin::pin!(events.reflect_shared(self.writer));
         while events.next().await.is_some() {}
     }
@@ -126,5 +146,31 @@ mod tests {
         assert_eq!(store.state().len(), 1);
         run.abort();
         drain.abort();
+    }
+
+    #[tokio::test]
+    async fn a_labelled_typed_watch_lists_and_watches_only_what_its_selector_selects() {
+        let (client, server) = mock();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("xcc");
+        let metrics = SyncMetrics::register(&mut registry);
+        let typed = Typed::<Secret>::labelled("replication.xcc.test/secretexport=true");
+        let store = typed.store();
+        let run = tokio::spawn(typed.run(Api::all(client), metrics));
+        wait_until("the labelled watch lists and watches", || {
+            count(&server, "list full") >= 1 && count(&server, "watch full") >= 1
+        })
+        .await;
+        let seen = server.seen();
+        assert!(
+            seen.iter()
+                .all(|r| r.param("labelSelector")
+                    == Some("replication.xcc.test%2Fsecretexport%3Dtrue")),
+            "{:?}",
+            seen.iter()
+                .map(xcc_kube::scenario::Request::uri)
+                .collect::<Vec<_>>()
+        );
+        wait_until("the store holds the list", || store.state().len() == 1).await;
+        run.abort();
     }
 }

@@ -38,6 +38,7 @@ use kube::{
     runtime::{events::Recorder, reflector::Store},
 };
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     PeerTable,
@@ -170,7 +171,7 @@ impl Engine {
         }
     }
 
-    pub async fn run(mut self, mut stop: tokio::sync::watch::Receiver<bool>) {
+    pub async fn run(mut self, stop: CancellationToken) {
         // The rules come from the same shared source as the built-in rule that copies them.
         let rule_view = self.io.registry.view(
             SourceId::local(KubeGvk::gvk(
@@ -189,7 +190,7 @@ impl Engine {
         let mut table = self.group.table.clone();
         loop {
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
+                () = stop.cancelled() => break,
                 change = rule_events.next() => match change {
                     Some(_) => self.queue.push(Wake::Topology),
                     None => break,

@@ -132,8 +132,7 @@ pub async fn reconcile(import: Arc<SecretImport>, ctx: Arc<Context>) -> Result<A
     )
 }
 
-pub fn error_policy(import: Arc<SecretImport>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.counted.failed(error);
+pub fn error_policy(import: Arc<SecretImport>, error: &Error, _: Arc<Context>) -> Action {
     tracing::warn!(
         namespace = %import.namespace().unwrap_or_default(),
         import = %import.name_any(),
