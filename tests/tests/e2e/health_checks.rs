@@ -26,7 +26,7 @@ use crate::{
     bench_propagation::ask,
     failover::{GLOBAL, per_cluster, set_ready},
     measure::percentile,
-    xcc_dns::{controller, envoy, management, manifest},
+    xcc_dns::{controller, envoy, management},
 };
 
 const TRIALS: usize = 20;
@@ -198,23 +198,7 @@ async fn until_metric(agent: &Agent, name: &str, check: impl Fn(f64) -> bool) ->
 /// Our agent on `cluster`, under the manifests' ServiceAccount, sending its probes from
 /// `source`.
 async fn agent_probing_from(cluster: &xcc_e2e::Cluster, source: IpAddr) -> Agent {
-    cluster
-        .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
-        .await
-        .unwrap();
-    let kubeconfig = cluster
-        .mint_kubeconfig("xcc-dns", "xcc-agent")
-        .await
-        .unwrap();
-    let source = format!("--probe-source-address={source}");
-    let mut agent = Agent::start(
-        &kubeconfig.path,
-        &cluster.dir().join("xcc-agent.log"),
-        &[&source],
-    )
-    .unwrap();
-    agent.wait_ready(Duration::from_secs(30)).await.unwrap();
-    agent
+    crate::xcc_dns::agent_with(cluster, &[&format!("--probe-source-address={source}")]).await
 }
 
 async fn apply_gateway_dns(bed: &Testbed, extra: &str) {

@@ -139,6 +139,13 @@ async fn wait_srv(server: std::net::SocketAddr, name: &str, want: &[&str], timeo
         .unwrap();
 }
 
+/// Waits until `server` answers the gateway's one SRV record for `service` (`_http._tcp`) with
+/// `port`.
+async fn wait_port(server: std::net::SocketAddr, service: &str, port: u16) {
+    let name = format!("{service}.{GATEWAY}");
+    wait_srv(server, &name, &[&format!("0 1 {port} {GATEWAY}.")], FIRST).await;
+}
+
 /// GatewayDNS `dev-team/nodes`'s status entry for cluster-a.
 async fn entry(mgmt: &Cluster) -> Value {
     let json = mgmt
@@ -204,20 +211,8 @@ async fn node_port_answers_the_ready_schedulable_nodes_with_srv_and_node_churn_l
     // The Ready nodes (node-3 is not), A for IPv4 and AAAA for IPv6; the node ports in SRV.
     wait_answer(dns, KUARD, "A", &["10.10.0.1", "10.10.0.2"], FIRST).await;
     wait_answer(dns, KUARD, "AAAA", &["fd00:10::2"], FIRST).await;
-    wait_srv(
-        dns,
-        &format!("_http._tcp.{GATEWAY}"),
-        &[&format!("0 1 30080 {GATEWAY}.")],
-        FIRST,
-    )
-    .await;
-    wait_srv(
-        dns,
-        &format!("_dns._udp.{GATEWAY}"),
-        &[&format!("0 1 30053 {GATEWAY}.")],
-        FIRST,
-    )
-    .await;
+    wait_port(dns, "_http._tcp", 30080).await;
+    wait_port(dns, "_dns._udp", 30053).await;
     let a = entry(mgmt).await;
     assert_eq!(a["state"], "Published", "{a}");
     assert_eq!(
@@ -398,13 +393,7 @@ async fn host_port_answers_only_the_nodes_that_run_a_ready_endpoint() {
     .unwrap();
     gatewaydns(mgmt, "  resolutionType: hostPort\n").await;
     wait_answer(dns, KUARD, "A", &["10.20.0.1"], FIRST).await;
-    wait_srv(
-        dns,
-        &format!("_http._tcp.{GATEWAY}"),
-        &[&format!("0 1 8080 {GATEWAY}.")],
-        FIRST,
-    )
-    .await;
+    wait_port(dns, "_http._tcp", 8080).await;
     // The pod on node-2 turns ready: node-2 joins.
     measured(
         dns,

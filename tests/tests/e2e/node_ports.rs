@@ -19,12 +19,13 @@ use std::{
 };
 
 use xcc_e2e::{
-    BedOptions, Cluster, NetworkMode, Testbed, images, require_node_testbed,
+    BedOptions, Cluster, NetworkMode, Testbed, require_node_testbed,
     xcc::{DigAnswer, wait_dig},
 };
 
 use crate::{
-    pods::{client_pod, install_workload},
+    nodes::httpd as web,
+    pods::{client_pod, fetch, install_workload, nslookup as nslookup_a, until},
     xcc_dns::{controller, management},
 };
 
@@ -39,59 +40,6 @@ const CHURN_BOUND: Duration = Duration::from_secs(2);
 /// The host ports of the hostPort gateways.
 const DAEMONSET_PORT: u16 = 18080;
 const DEPLOYMENT_PORT: u16 = 18081;
-
-/// A busybox httpd answering `page` on `port`, as a Deployment or DaemonSet `name` (pods
-/// labelled `app: name`), with `hostPort` when given, behind a Service `name` of `service_type`
-/// whose port is named `http`.
-fn web(
-    kind: &str,
-    name: &str,
-    page: &str,
-    port: u16,
-    host_port: Option<u16>,
-    service_type: &str,
-) -> String {
-    let replicas = if kind == "Deployment" {
-        "\n  replicas: 1"
-    } else {
-        ""
-    };
-    let host_port = host_port.map_or(String::new(), |p| format!("\n          hostPort: {p}"));
-    format!(
-        "apiVersion: apps/v1
-kind: {kind}
-metadata: {{name: {name}, namespace: default}}
-spec:{replicas}
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-      - name: httpd
-        image: {image}
-        imagePullPolicy: Never
-        command: [sh, -c, 'mkdir -p /www && echo {page} > /www/index.html && exec httpd -f -p {port} -h /www']
-        ports:
-        - containerPort: {port}{host_port}
-        readinessProbe:
-          tcpSocket: {{port: {port}}}
-          periodSeconds: 1
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: default}}
-spec:
-  type: {service_type}
-  selector: {{app: {name}}}
-  ports:
-  - {{name: http, port: {port}, targetPort: {port}}}
-",
-        image = images::BUSYBOX
-    )
-}
 
 /// The GatewayDNS of namespace dev-team, selecting cluster-a only.
 fn gateway_dns(resolution: &str, service: &str) -> String {
@@ -150,22 +98,6 @@ async fn nslookup(c: &Cluster, qtype: &str, name: &str) -> (bool, String) {
     }
 }
 
-/// The addresses a pod's A lookup of `name` gives (the answer part of busybox's output).
-async fn pod_addresses(c: &Cluster, name: &str) -> Result<Vec<String>, String> {
-    let (ok, out) = nslookup(c, "a", name).await;
-    let answer = out.split("\n\n").skip(1).collect::<Vec<_>>().join("\n");
-    let ips: Vec<String> = answer
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("Address:"))
-        .map(|a| a.trim().to_string())
-        .collect();
-    if ok && !ips.is_empty() {
-        Ok(ips)
-    } else {
-        Err(out)
-    }
-}
-
 /// The port of the SRV record a pod's lookup of `name` gives (`... service = 0 W PORT target`).
 async fn pod_srv_port(c: &Cluster, name: &str) -> Result<u16, String> {
     let (ok, out) = nslookup(c, "srv", name).await;
@@ -176,33 +108,6 @@ async fn pod_srv_port(c: &Cluster, name: &str) -> Result<u16, String> {
     match port {
         Some(port) if ok => Ok(port),
         _ => Err(out),
-    }
-}
-
-/// `wget -qO- url` in cluster's client pod (busybox's `-T` crashes: `timeout` bounds it).
-async fn fetch(c: &Cluster, url: &str) -> Result<String, String> {
-    c.exec("default", "client", &["timeout", "5", "wget", "-qO-", url])
-        .await
-        .map(|s| s.trim().to_string())
-        .map_err(|e| e.to_string())
-}
-
-/// Polls `check` every 200 ms until it holds; returns how long that took, or fails after
-/// `within` with what the last attempt saw.
-async fn until<F, Fut>(what: &str, within: Duration, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let start = Instant::now();
-    loop {
-        match check().await {
-            Ok(()) => return start.elapsed(),
-            Err(seen) if start.elapsed() > within => {
-                panic!("{what}: not within {within:?}; last seen: {seen}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
     }
 }
 
@@ -363,7 +268,7 @@ async fn node_port_and_host_port_gateways_answer_pods_of_another_cluster() {
         "cluster-b's pod resolves the nodePort name to cluster-a's node",
         Duration::from_secs(60),
         || async {
-            match pod_addresses(cb, NAME).await {
+            match nslookup_a(cb, NAME).await {
                 Ok(ips) if ips == [node_ip.clone()] => Ok(()),
                 other => Err(format!("{other:?}")),
             }
@@ -422,7 +327,7 @@ async fn node_port_and_host_port_gateways_answer_pods_of_another_cluster() {
             &format!("cluster-b's pod resolves {name}"),
             Duration::from_secs(10),
             || async {
-                match pod_addresses(cb, &name).await {
+                match nslookup_a(cb, &name).await {
                     Ok(ips) if ips == [node_ip.clone()] => Ok(()),
                     other => Err(format!("{other:?}")),
                 }

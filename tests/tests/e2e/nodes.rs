@@ -28,14 +28,31 @@ spec:
 
 /// A busybox httpd Deployment serving one page, behind a LoadBalancer Service `name`.
 fn web(name: &str, page: &str) -> String {
+    httpd("Deployment", name, page, 80, None, "LoadBalancer")
+}
+
+/// A busybox httpd answering `page` on `port`, as a Deployment (one replica) or DaemonSet
+/// `name` (pods labelled `app: name`), with `hostPort` when given, behind a Service `name` of
+/// `service_type` whose port is named `http`.
+pub(crate) fn httpd(
+    kind: &str,
+    name: &str,
+    page: &str,
+    port: u16,
+    host_port: Option<u16>,
+    service_type: &str,
+) -> String {
+    let replicas = if kind == "Deployment" {
+        "\n  replicas: 1"
+    } else {
+        ""
+    };
+    let host_port = host_port.map_or(String::new(), |p| format!("\n          hostPort: {p}"));
     format!(
         "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  replicas: 1
+kind: {kind}
+metadata: {{name: {name}, namespace: default}}
+spec:{replicas}
   selector:
     matchLabels: {{app: {name}}}
   template:
@@ -47,24 +64,21 @@ spec:
       - name: httpd
         image: {image}
         imagePullPolicy: Never
-        command: [sh, -c, 'mkdir -p /www && echo {page} > /www/index.html && exec httpd -f -p 80 -h /www']
+        command: [sh, -c, 'mkdir -p /www && echo {page} > /www/index.html && exec httpd -f -p {port} -h /www']
         ports:
-        - containerPort: 80
+        - containerPort: {port}{host_port}
         readinessProbe:
-          tcpSocket: {{port: 80}}
+          tcpSocket: {{port: {port}}}
           periodSeconds: 1
 ---
 apiVersion: v1
 kind: Service
-metadata:
-  name: {name}
-  namespace: default
+metadata: {{name: {name}, namespace: default}}
 spec:
-  type: LoadBalancer
+  type: {service_type}
   selector: {{app: {name}}}
   ports:
-  - port: 80
-    targetPort: 80
+  - {{name: http, port: {port}, targetPort: {port}}}
 ",
         image = images::BUSYBOX
     )

@@ -216,7 +216,7 @@ spec: {{}}
 }
 
 /// What `nslookup NAME` in the client pod says: `Ok(addresses)` or `Err(what it printed)`.
-async fn nslookup(cluster: &Cluster, name: &str) -> Result<Vec<String>, String> {
+pub(crate) async fn nslookup(cluster: &Cluster, name: &str) -> Result<Vec<String>, String> {
     // busybox nslookup prints its failures on stdout and exits 1: its output is wanted either way.
     let script = format!("nslookup -type=a {name} 2>&1; echo exit=$?");
     let out = cluster
@@ -238,7 +238,7 @@ async fn nslookup(cluster: &Cluster, name: &str) -> Result<Vec<String>, String> 
 }
 
 /// `wget -qO- http://NAME` in the client pod (busybox's `-T` crashes: `timeout` bounds it).
-async fn fetch(cluster: &Cluster, url: &str) -> Result<String, String> {
+pub(crate) async fn fetch(cluster: &Cluster, url: &str) -> Result<String, String> {
     cluster
         .exec("default", "client", &["timeout", "5", "wget", "-qO-", url])
         .await
@@ -248,7 +248,7 @@ async fn fetch(cluster: &Cluster, url: &str) -> Result<String, String> {
 
 /// Polls `check` every 200 ms until it holds; returns how long that took, or fails after `within`
 /// with what the last attempt saw.
-async fn until<F, Fut>(what: &str, within: Duration, mut check: F) -> Duration
+pub(crate) async fn until<F, Fut>(what: &str, within: Duration, mut check: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,

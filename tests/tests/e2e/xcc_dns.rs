@@ -94,6 +94,11 @@ pub(crate) async fn management(bed: &Testbed, workloads: &[&str]) {
 
 /// Our agent on a workload cluster, under the manifests' ServiceAccount.
 pub(crate) async fn agent(cluster: &Cluster) -> Agent {
+    agent_with(cluster, &[]).await
+}
+
+/// The same, with `extra` flags.
+pub(crate) async fn agent_with(cluster: &Cluster, extra: &[&str]) -> Agent {
     cluster
         .kubectl(&["apply", "-f", &manifest("manifests/agent/agent.yaml")])
         .await
@@ -102,8 +107,12 @@ pub(crate) async fn agent(cluster: &Cluster) -> Agent {
         .mint_kubeconfig("xcc-dns", "xcc-agent")
         .await
         .unwrap();
-    let mut agent =
-        Agent::start(&kubeconfig.path, &cluster.dir().join("xcc-agent.log"), &[]).unwrap();
+    let mut agent = Agent::start(
+        &kubeconfig.path,
+        &cluster.dir().join("xcc-agent.log"),
+        extra,
+    )
+    .unwrap();
     agent.wait_ready(Duration::from_secs(30)).await.unwrap();
     agent
 }
