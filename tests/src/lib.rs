@@ -33,6 +33,7 @@ pub mod mcs;
 pub mod node;
 mod process;
 pub mod scrape;
+pub mod sources;
 pub mod xcc;
 
 pub use binaries::{Binaries, NodeBinaries, require_node_testbed, require_testbed};

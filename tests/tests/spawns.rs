@@ -6,7 +6,9 @@
 //! reconcilers of the agent, and fails on a `tokio::spawn(` that is not in [`ALLOWED`] with
 //! the reason its task ends with its owner all the same.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use xcc_e2e::sources::rust_files;
 
 /// The folders and files read, relative to the workspace.
 const READ: &[&str] = &[
@@ -83,19 +85,6 @@ fn spawns(source: &str) -> Vec<usize> {
         })
         .map(|(i, _)| i + 1)
         .collect()
-}
-
-fn rust_files(path: &Path, files: &mut Vec<PathBuf>) {
-    if path.is_file() {
-        files.push(path.to_path_buf());
-        return;
-    }
-    for entry in std::fs::read_dir(path).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() || path.extension().is_some_and(|e| e == "rs") {
-            rust_files(&path, files);
-        }
-    }
 }
 
 #[test]

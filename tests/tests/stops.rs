@@ -4,7 +4,9 @@
 //! workspace crate but the test bed, and fails on a `watch::Receiver<bool>` (the stop flag each
 //! part used to convert the token into and back) outside [`ALLOWED`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use xcc_e2e::sources::{members, rust_files};
 
 /// Files that still hold a `watch::Receiver<bool>`, each with why; an entry whose file holds
 /// none fails the test, so the list only shrinks.
@@ -34,34 +36,6 @@ fn flags(source: &str) -> Vec<usize> {
         .filter(|(_, line)| line.split("//").next().unwrap_or("").contains(FLAG))
         .map(|(i, _)| i + 1)
         .collect()
-}
-
-/// The workspace's members, as its Cargo.toml lists them.
-fn members(root: &Path) -> Vec<String> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let line = manifest
-        .lines()
-        .find(|l| l.trim_start().starts_with("members"))
-        .expect("the workspace lists its members on one line");
-    line.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
-}
-
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
 }
 
 #[test]

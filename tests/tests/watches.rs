@@ -12,7 +12,9 @@
 //! that open a controller's own watch of another kind (`Loop::owned` and `Loop::wake_by` take
 //! the core's shared watches instead).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use xcc_e2e::sources::{members, rust_files};
 
 /// Files that still open a watch of their own, each with why; an entry whose file opens none
 /// fails the test, so the list only shrinks.
@@ -66,31 +68,6 @@ fn lines_calling(source: &str, calls: &[&str]) -> Vec<usize> {
         }
     }
     found
-}
-
-/// The workspace's members, as its Cargo.toml lists them.
-fn members(root: &Path) -> Vec<String> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let line = manifest
-        .lines()
-        .find(|l| l.trim_start().starts_with("members"))
-        .expect("the workspace lists its members on one line");
-    line.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
-}
-
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
 }
 
 /// Every line of the workspace's sources (but the core's and the test bed's) that `rule` finds,
