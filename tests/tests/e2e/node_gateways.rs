@@ -160,6 +160,19 @@ async fn entry(mgmt: &Cluster) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Polls cluster-a's status entry until its `state` is `state` (at most `within`); the entry.
+async fn wait_state(mgmt: &Cluster, state: &str, within: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let a = entry(mgmt).await;
+        if a["state"] == state {
+            return a;
+        }
+        assert!(started.elapsed() < within, "{a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A change made by `change` leaves (or joins) the answer: how long until `server` answers
 /// `then` for `name`/`qtype`, printed as `what`, and asserted within [`CHURN_BOUND`].
 async fn measured(
@@ -339,17 +352,9 @@ async fn node_port_answers_the_ready_schedulable_nodes_with_srv_and_node_churn_l
     ])
     .await
     .unwrap();
-    let started = Instant::now();
-    loop {
-        let a = entry(mgmt).await;
-        if a["state"] == "NotNodePort" {
-            let message = a["message"].as_str().unwrap_or_default();
-            assert!(message.contains("type ClusterIP"), "{message}");
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "{a}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let a = wait_state(mgmt, "NotNodePort", Duration::from_secs(10)).await;
+    let message = a["message"].as_str().unwrap_or_default();
+    assert!(message.contains("type ClusterIP"), "{message}");
     wait_dig(dns, KUARD, "A", Duration::from_secs(10), |a| {
         a.status == "NXDOMAIN"
     })
@@ -449,15 +454,7 @@ async fn a_node_cluster_that_stops_answering_keeps_its_records_until_the_stale_r
 
     // cluster-a's API server goes away: the controller says so, and the records stay.
     ca.stop();
-    let started = Instant::now();
-    loop {
-        let a = entry(mgmt).await;
-        if a["state"] == "Unreachable" {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "{a}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_state(mgmt, "Unreachable", Duration::from_secs(30)).await;
     // Well within withdrawAfter (20 s: wide enough for a slow `kubectl get` on a busy machine to
     // see the state before the withdrawal) of the controller's noticing.
     let kept = xcc_e2e::xcc::dig(dns, KUARD, "A").await.unwrap();
